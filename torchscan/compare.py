@@ -1,0 +1,86 @@
+"""``compare_reports``: a before/after comparison of two reports, joined by layer identity ``(path, call_index)``.
+
+A difference involving a lower bound or an unavailable value is never shown as an exact number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .results import SUMMABLE_METRICS, MetricResult, plain_number
+
+COMPARED_TOTALS = (*SUMMABLE_METRICS, "operator_flops")
+
+
+def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Totals with deltas and statuses, and layer calls that were added, removed or changed."""
+    for name, report in (("before", before), ("after", after)):
+        if not isinstance(report, dict) or "layers" not in report or "totals" not in report:
+            raise TypeError(f"{name} must be a report returned by crawl_module (a dict with 'layers' and 'totals')")
+        if report.get("schema_version") != 1:
+            raise ValueError(f"{name} has schema_version {report.get('schema_version')!r}; this version reads 1")
+    totals = {name: _compare_metric(before["totals"][name], after["totals"][name]) for name in COMPARED_TOTALS}
+    totals["parameters"] = _compare_numbers(before["totals"]["parameters"]["total"],
+                                            after["totals"]["parameters"]["total"])
+    return {"schema_version": 1, "totals": totals, "layers": _compare_layers(before["layers"], after["layers"]),
+            "context": {"before": _brief(before), "after": _brief(after)}}
+
+
+def _brief(report: dict[str, Any]) -> dict[str, Any]:
+    context = report.get("context", {})
+    return {key: context.get(key) for key in ("model_type", "torch", "torchscan", "analysis_mode")}
+
+
+def _compare_numbers(before: int, after: int) -> dict[str, Any]:
+    return {"before": before, "after": after, "delta": after - before}
+
+
+def _compare_metric(before: MetricResult | None, after: MetricResult | None) -> dict[str, Any]:
+    return {"before": before, "after": after, "delta": metric_delta(before, after)}
+
+
+def metric_delta(before: MetricResult | None, after: MetricResult | None) -> dict[str, Any]:
+    """``after - before`` (may be negative): known only when both sides are complete, else ``unavailable``.
+
+    A difference involving a lower bound has no bound of its own, so it is never shown as a number.
+    """
+    unit = (after or before or {}).get("unit", "")
+    if before is None or after is None or before["status"] != "complete" or after["status"] != "complete":
+        return {"status": "unavailable", "value": None, "unit": unit}
+    return {"status": "complete", "value": plain_number(after["value"] - before["value"]), "unit": unit}
+
+
+def _compare_layers(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    old = {(layer["path"], layer["call_index"]): layer for layer in before}
+    new = {(layer["path"], layer["call_index"]): layer for layer in after}
+    added = [_identity(new[key]) for key in new if key not in old]
+    removed = [_identity(old[key]) for key in old if key not in new]
+    changed = []
+    for key, layer in new.items():
+        previous = old.get(key)
+        if previous is None:
+            continue
+        differences = _layer_differences(previous, layer)
+        if differences:
+            changed.append({**_identity(layer), "changes": differences})
+    return {"added": added, "removed": removed, "changed": changed}
+
+
+def _identity(layer: dict[str, Any]) -> dict[str, Any]:
+    return {"path": layer["path"], "call_index": layer["call_index"], "type": layer["type"],
+            "metrics": layer.get("metrics", {})}
+
+
+def _layer_differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    if before["type"] != after["type"]:
+        changes["type"] = {"before": before["type"], "after": after["type"]}
+    if before["parameters"]["count"] != after["parameters"]["count"]:
+        changes["parameters"] = _compare_numbers(before["parameters"]["count"], after["parameters"]["count"])
+    if before.get("output") != after.get("output"):
+        changes["output"] = {"before": before.get("output"), "after": after.get("output")}
+    for name in sorted(set(before.get("metrics", {})) | set(after.get("metrics", {}))):
+        old, new = before.get("metrics", {}).get(name), after.get("metrics", {}).get(name)
+        if old != new:
+            changes.setdefault("metrics", {})[name] = _compare_metric(old, new)
+    return changes

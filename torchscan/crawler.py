@@ -1,0 +1,210 @@
+"""One analysis: validate the call, run one forward pass under hooks and dispatch, and assemble the report.
+
+State restoration is the contract here: every module's training flag is recorded and restored, every hook is
+removed, and nothing else about the model changes, also when the forward raises.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from contextlib import ExitStack
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from . import __version__
+from .diagnostics import sort_key
+from .handlers import ModuleHandler, validate_handler_map
+from .inputs import (
+    call_metadata,
+    generate_inputs,
+    infer_device_and_dtype,
+    normalize_device,
+    normalize_dtypes,
+    normalize_shapes,
+)
+from .operators import OperatorRecorder, build_formula_table, operator_report, validate_custom_mapping
+from .results import SUMMABLE_METRICS, METRIC_UNITS, add_results, is_incomplete, not_requested
+from .schema import SCHEMA_VERSION
+from .tracing import CallTracer
+
+Mode = Literal["full", "structure"]
+TOTALS_METHOD = "sum_of_layer_estimates"
+
+
+class IncompleteAnalysisError(RuntimeError):
+    """Raised by ``strict=True`` when a requested metric is incomplete; ``.report`` keeps the evidence."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def crawl_module(
+    model: nn.Module,
+    input_shape: Any = None,
+    dtype: Any = None,
+    *,
+    args: tuple | list | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    device: torch.device | str | None = None,
+    custom_modules: Mapping[type, ModuleHandler] | None = None,
+    custom_mapping: Mapping[Any, Any] | None = None,
+    mode: Mode = "full",
+    strict: bool = False,
+) -> dict[str, Any]:
+    """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
+
+    Pass either ``input_shape`` (shapes without the batch dimension; inputs are generated) or the complete call
+    as ``args``/``kwargs`` (forwarded unchanged). ``mode="structure"`` reports structure only; ``strict=True``
+    raises :class:`IncompleteAnalysisError` when any requested metric is incomplete.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if mode not in ("full", "structure"):
+        raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    handlers = validate_handler_map(custom_modules)
+    mapping = validate_custom_mapping(custom_mapping)
+    call_args, call_kwargs, source = _resolve_call(model, input_shape, dtype, args, kwargs, device)
+    report = _analyze(model, call_args, call_kwargs, source, handlers, mapping, mode)
+    if strict:
+        _raise_if_incomplete(report)
+    return report
+
+
+def _resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
+                  ) -> tuple[tuple, dict[str, Any], str]:
+    provided = args is not None or kwargs is not None
+    if provided and input_shape is not None:
+        raise ValueError("input_shape and args/kwargs are mutually exclusive: pass generated shapes or the complete "
+                         "call, not both")
+    if provided and (dtype is not None or device is not None):
+        raise ValueError("dtype and device only configure generated inputs; with args/kwargs, create the tensors "
+                         "with the dtype and device you want")
+    if provided:
+        if args is not None and not isinstance(args, (tuple, list)):
+            raise TypeError(f"args must be a tuple of positional arguments, got {type(args).__name__}")
+        if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+            raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+        return tuple(args or ()), dict(kwargs or {}), "provided"
+    if input_shape is None:
+        raise TypeError("crawl_module needs input_shape (shapes without the batch dimension) or the complete call "
+                        "as args/kwargs")
+    shapes = normalize_shapes(input_shape)
+    inferred_device, inferred_dtype = infer_device_and_dtype(model)
+    dtypes = normalize_dtypes(dtype, len(shapes), inferred_dtype)
+    target = normalize_device(device) or inferred_device
+    return generate_inputs(shapes, dtypes, target), {}, "generated"
+
+
+def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
+             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
+    full = mode == "full"
+    recorder = OperatorRecorder(build_formula_table(mapping)) if full else None
+    tracer = CallTracer(model, handlers, recorder)
+    training_flags = [(module, module.training) for module in model.modules()]
+    context = _context(model, training_flags, mode, handlers, mapping)
+    inputs = {"source": source, **call_metadata(args, kwargs)}
+    try:
+        model.eval()
+        tracer.attach()
+        with ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            if recorder is not None:
+                stack.enter_context(recorder)
+            model(*args, **kwargs)
+    finally:
+        tracer.detach()
+        for module, flag in training_flags:
+            module.training = flag
+    return _assemble(model, tracer, recorder, mapping, context, inputs, full)
+
+
+def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder | None, mapping: dict[Any, Any],
+              context: dict[str, Any], inputs: dict[str, Any], full: bool) -> dict[str, Any]:
+    layers = tracer.records
+    diagnostics = [item for _, item in tracer.diagnostics]
+    if recorder is not None:
+        tracer.totals_scope.merge(recorder.scopes[0])
+        operators, operator_diagnostics = operator_report(tracer.totals_scope, mapping, recorder.formula_errors)
+        diagnostics.extend(operator_diagnostics)
+    else:
+        operators = {"total": not_requested("FLOPs", "model"), "by_operator": [], "uncounted": [], "ignored": [],
+                     "custom_formulas": []}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "context": context,
+        "inputs": inputs,
+        "layers": layers,
+        "totals": _totals(model, layers, operators["total"], full),
+        "operator_flops": operators,
+        "diagnostics": sorted(diagnostics, key=sort_key),
+    }
+
+
+def _totals(model: nn.Module, layers: list[dict[str, Any]], operator_total: dict[str, Any], full: bool
+            ) -> dict[str, Any]:
+    parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
+    for parameter in model.parameters():
+        parameters["total"] += parameter.numel()
+        parameters["bytes"] += parameter.numel() * parameter.element_size()
+        parameters["trainable" if parameter.requires_grad else "frozen"] += parameter.numel()
+    buffers = {"total": 0, "bytes": 0}
+    for buffer in model.buffers():
+        buffers["total"] += buffer.numel()
+        buffers["bytes"] += buffer.numel() * buffer.element_size()
+    totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
+    for name in SUMMABLE_METRICS:
+        unit = METRIC_UNITS[name]
+        if full:
+            totals[name] = add_results((layer["metrics"][name] for layer in layers if name in layer["metrics"]),
+                                       unit, "model", TOTALS_METHOD)
+        else:
+            totals[name] = not_requested(unit, "model")
+    totals["operator_flops"] = operator_total
+    return totals
+
+
+def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mode: Mode,
+             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any]) -> dict[str, Any]:
+    tensors = [*model.parameters(), *model.buffers()]
+    kind = type(model)
+    return {
+        "torchscan": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "model_type": f"{kind.__module__}.{kind.__qualname__}",
+        "execution": {"mode": "eval", "grad": "no_grad", "forward_passes": 1},
+        "prior_training": {"root": bool(model.training),
+                           "training_modules": sum(flag for _, flag in training_flags),
+                           "modules": len(training_flags)},
+        "devices": sorted({tensor.device.type for tensor in tensors}),
+        "dtypes": sorted({str(tensor.dtype).removeprefix("torch.") for tensor in tensors}),
+        "analysis_mode": mode,
+        "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.label,
+                                   "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),
+                                 key=lambda row: row["type"]),
+        "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
+    }
+
+
+def incomplete_metrics(report: dict[str, Any]) -> list[str]:
+    """Where a report is incomplete: totals and per-call metrics whose status is partial or unavailable."""
+    found = [f"totals.{name}" for name, result in report["totals"].items()
+             if isinstance(result, dict) and "status" in result and is_incomplete(result)]
+    for layer in report["layers"]:
+        for name, result in layer.get("metrics", {}).items():
+            if is_incomplete(result):
+                found.append(f"{layer['path'] or '<root>'}[{layer['call_index']}].{name}")
+    return found
+
+
+def _raise_if_incomplete(report: dict[str, Any]) -> None:
+    incomplete = incomplete_metrics(report)
+    if incomplete:
+        shown = ", ".join(incomplete[:8]) + (f" and {len(incomplete) - 8} more" if len(incomplete) > 8 else "")
+        raise IncompleteAnalysisError(f"strict analysis is incomplete: {shown}; see report['diagnostics']", report)

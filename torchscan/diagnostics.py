@@ -1,0 +1,85 @@
+"""Diagnostic codes: each defined once, with the one sentence that documents it.
+
+The report-schema page is generated from :data:`CODES`, so the documentation cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+Severity = Literal["error", "warning", "info"]
+
+
+class Diagnostic(TypedDict, total=False):
+    code: str
+    severity: Severity
+    metric: str | None
+    message: str
+    path: str
+    call_index: int
+    operator: str
+
+
+#: code -> (default severity, documentation sentence)
+CODES: dict[str, tuple[Severity, str]] = {
+    "unsupported_module": (
+        "warning",
+        "A leaf module type has no handler, so its module estimates are a lower bound or unavailable.",
+    ),
+    "unestimated_direct_work": (
+        "warning",
+        "A module call executed an operator directly (outside any child call) that no handler covers and the "
+        "module view has no formula for, so the affected metrics are partial.",
+    ),
+    "uncounted_operator": (
+        "warning",
+        "An executed operator has no FLOP formula, so the operator FLOPs are a lower bound.",
+    ),
+    "invalid_handler_result": (
+        "error",
+        "A module handler returned a value that is not a valid estimate; the affected fields are unavailable.",
+    ),
+    "handler_exception": (
+        "error",
+        "A module handler raised an exception; its fields are unavailable and owned descendants stay covered.",
+    ),
+    "incomplete_handler_estimate": (
+        "warning",
+        "A module handler returned a partial or unavailable estimate (explicitly or by omitting an owned field).",
+    ),
+    "module_forward_error": (
+        "error",
+        "A module's forward raised (and an enclosing module caught it); the call has no output and no estimates.",
+    ),
+    "expanded_atomic_boundary": (
+        "warning",
+        "A registered descendant opened a built-in atomic module whose inclusive formula was dropped; the "
+        "descendant counts are a lower bound of the module's work.",
+    ),
+    "unsupported_configuration": (
+        "warning",
+        "A module supported by a built-in handler ran in a configuration its formulas do not justify; the "
+        "affected metrics are partial or unavailable.",
+    ),
+    "operator_formula_error": (
+        "error",
+        "An operator FLOP formula raised or returned something other than a non-negative number; the operator "
+        "is counted as uncounted.",
+    ),
+}
+
+
+def diagnostic(code: str, message: str, *, metric: str | None = None, severity: Severity | None = None,
+               **where: Any) -> Diagnostic:
+    """Build a diagnostic with a known code; ``where`` holds ``path``/``call_index`` or ``operator``."""
+    if code not in CODES:
+        raise KeyError(f"unknown diagnostic code {code!r}")
+    record: Diagnostic = {"code": code, "severity": severity or CODES[code][0], "metric": metric, "message": message}
+    record.update(where)  # type: ignore[typeddict-item]
+    return record
+
+
+def sort_key(item: Diagnostic) -> tuple:
+    """A deterministic order: by location, then code, then metric and operator."""
+    return (item.get("path", ""), item.get("call_index", -1), item["code"], item.get("metric") or "",
+            item.get("operator", ""), item["message"])

@@ -1,0 +1,46 @@
+"""Module-view estimates of work a module performs directly, from the operators observed inside its call.
+
+A composite's forward may do arithmetic of its own (a residual ``+``, ``F.gelu``, ``torch.matmul``) that no child
+call covers. The operator recorder feeds each such operator to the call's :class:`DirectWork`, which estimates it
+with the functional-op formulas; operators without a formula leave the affected metrics partial.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .formulas.functional import FUNCTIONAL_ESTIMATES
+from .results import MetricResult, complete, partial, plain_number
+
+METHOD = "functional_ops"
+FIELDS = ("module_flops", "macs", "dmas")
+UNITS = {"module_flops": "FLOPs", "macs": "MACs", "dmas": "DMAs"}
+
+
+class DirectWork:
+    """Running totals of one call's direct operators: FLOPs, MACs, DMAs, and operators without estimates."""
+
+    __slots__ = ("totals", "operators", "unestimated")
+
+    def __init__(self) -> None:
+        self.totals = [0, 0, 0]
+        self.operators = 0
+        self.unestimated: dict[Any, int] = {}
+
+    def add(self, packet: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        self.operators += 1
+        estimator = FUNCTIONAL_ESTIMATES.get(packet)
+        estimate = estimator(args, kwargs, out) if estimator is not None else None
+        if estimate is None:
+            self.unestimated[packet] = self.unestimated.get(packet, 0) + 1
+            return
+        totals = self.totals
+        totals[0] += estimate[0]
+        totals[1] += estimate[1]
+        totals[2] += estimate[2]
+
+    def result(self, field: str) -> MetricResult:
+        value = plain_number(self.totals[FIELDS.index(field)])
+        if self.unestimated:
+            return partial(value, UNITS[field], "module_call", METHOD)
+        return complete(value, UNITS[field], "module_call", METHOD)

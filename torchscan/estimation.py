@@ -1,0 +1,153 @@
+"""Choosing the module estimates of one completed call: caller handler, built-in handler, direct work.
+
+Field by field: a caller's handler wins for every field it supplies; omitted fields fall back to the built-in
+handler (closest class in the MRO); fields no handler supplies come from the call's observed direct work (summable
+metrics) or are delegated to descendants (composites) or unavailable (unsupported leaves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .diagnostics import Diagnostic, diagnostic
+from .direct_work import DirectWork
+from .direct_work import FIELDS as SUMMABLE_FIELDS
+from .formulas.aten import operator_significance
+from .handlers import ModuleCall, ModuleHandler, validate_estimates
+from .operators import operator_name
+from .results import METRIC_UNITS, MetricResult, is_incomplete, unavailable
+
+FIELD_ORDER = tuple(METRIC_UNITS)
+
+
+@dataclass
+class CallEstimate:
+    """The outcome for one call: metrics by field, who supplied them, what was delegated, and diagnostics."""
+
+    metrics: dict[str, MetricResult] = field(default_factory=dict)
+    ownership: dict[str, str] = field(default_factory=dict)
+    builtin_owned: set[str] = field(default_factory=set)  # fields a built-in inclusive formula covers
+    delegated: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+@dataclass
+class CallContext:
+    """What the estimator needs to know about a call besides its objects."""
+
+    path: str
+    call_index: int
+    type_name: str
+    leaf: bool
+    caller: ModuleHandler | None
+    builtin: ModuleHandler | None
+    needed: frozenset[str]
+    expanded: bool
+    direct: DirectWork | None
+
+
+def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
+    """Estimates for the ``needed`` fields of one call; ``call`` is None when the forward raised."""
+    estimate = CallEstimate()
+    where = {"path": context.path, "call_index": context.call_index}
+    if call is None:
+        _mark_failed(context, estimate, where)
+        return estimate
+    if context.caller is not None:
+        _apply_handler(context.caller, call, context.needed, estimate, where, owned_required=True)
+    remaining = context.needed - estimate.metrics.keys()
+    if context.builtin is not None and remaining:
+        if context.expanded and context.caller is None:
+            _mark_expanded(context, remaining, estimate, where)
+        else:
+            _apply_handler(context.builtin, call, remaining, estimate, where, owned_required=False)
+            estimate.builtin_owned = {name for name in remaining & estimate.metrics.keys()
+                                      if name in context.builtin.subtree_metrics}
+    _fill_unhandled(context, estimate, where)
+    estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
+    return estimate
+
+
+def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[str], estimate: CallEstimate,
+                   where: dict[str, Any], owned_required: bool) -> None:
+    label = handler.label
+    try:
+        raw = handler.callback(call)
+    except Exception as error:  # a failing estimate must not fail the analysis; it is reported instead
+        estimate.diagnostics.append(diagnostic(
+            "handler_exception", f"{label} raised {type(error).__name__}; its fields are unavailable", **where))
+        for name in sorted(needed):
+            _set(estimate, handler, name, unavailable(METRIC_UNITS[name], handler.scope(name), label))
+        return
+    validated = validate_estimates(raw, handler, needed)
+    for name, problem in validated.problems:
+        estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
+    for name, result in validated.metrics.items():
+        _set(estimate, handler, name, result)
+        if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
+            estimate.diagnostics.append(diagnostic(
+                "incomplete_handler_estimate", f"{label} returned a {result['status']} {name} estimate",
+                metric=name, **where))
+    if owned_required:
+        for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
+            _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
+            estimate.diagnostics.append(diagnostic(
+                "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
+                "descendants stay covered and the result is unavailable", metric=name, **where))
+
+
+def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: MetricResult) -> None:
+    estimate.metrics[name] = result
+    estimate.ownership[name] = handler.scope(name)
+
+
+def _mark_failed(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
+    for name in sorted(context.needed):
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "module_forward_error")
+    estimate.diagnostics.append(diagnostic(
+        "module_forward_error", f"the forward of {context.type_name} raised; the enclosing module caught it and "
+        "continued, so this call has no output and no estimates", **where))
+
+
+def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: CallEstimate,
+                   where: dict[str, Any]) -> None:
+    builtin = context.builtin
+    assert builtin is not None
+    for name in sorted(remaining):
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], builtin.scope(name), builtin.label)
+        estimate.ownership[name] = builtin.scope(name)
+    estimate.diagnostics.append(diagnostic(
+        "expanded_atomic_boundary", f"a registered descendant opened {context.type_name}: its inclusive built-in "
+        "formula is dropped and the descendant counts are a lower bound; register this module type to supply its "
+        "own work", **where))
+
+
+def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
+    remaining = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
+    if not remaining:
+        return
+    handled = context.caller is not None or context.builtin is not None
+    direct = context.direct
+    for name in remaining:
+        if name in SUMMABLE_FIELDS and direct is not None and (direct.operators or (context.leaf and not handled)):
+            estimate.metrics[name] = direct.result(name)
+        elif context.leaf and not handled:
+            estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "unsupported_module")
+        else:
+            estimate.delegated.append(name)
+    if context.leaf and not handled:
+        estimate.diagnostics.append(diagnostic(
+            "unsupported_module", f"{context.type_name} has no handler: its receptive-field metrics are unavailable"
+            " and its FLOPs, MACs and DMAs come only from the operators observed in its call; register a "
+            "ModuleHandler for it in custom_modules", **where))
+    if direct is not None and direct.unestimated:
+        names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
+                                                                         key=lambda item: operator_name(item[0])))
+        significant = any(operator_significance(p) == "significant" for p in direct.unestimated)
+        for name in (n for n in remaining if n in SUMMABLE_FIELDS):
+            estimate.diagnostics.append(diagnostic(
+                "unestimated_direct_work", f"{context.type_name} executed {names} directly, with no module-view "
+                f"formula; {name} is a lower bound", metric=name, severity="error" if significant else "warning",
+                **where))
+

@@ -1,0 +1,32 @@
+"""Built-in formulas: module handlers by family, operator FLOP formulas, and functional-op estimates.
+
+Every family module exposes ``HANDLERS: dict[type[nn.Module], ModuleHandler]``; :data:`DEFAULT_HANDLERS` merges
+them. Built-in handlers are the same type that callers register through ``custom_modules``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from torch import nn
+
+from ..handlers import ModuleHandler
+
+#: Family modules, each contributing ``HANDLERS``. A family that is not written yet is simply absent.
+FAMILIES = ("linear", "conv", "norm", "activation", "pooling", "shape", "embedding", "recurrent", "attention")
+
+
+def _collect_handlers() -> dict[type[nn.Module], ModuleHandler]:
+    handlers: dict[type[nn.Module], ModuleHandler] = {}
+    for family in FAMILIES:
+        try:
+            module = importlib.import_module(f"{__name__}.{family}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{family}":
+                raise
+            continue
+        handlers.update(module.HANDLERS)
+    return handlers
+
+
+DEFAULT_HANDLERS: dict[type[nn.Module], ModuleHandler] = _collect_handlers()

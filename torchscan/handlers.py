@@ -1,0 +1,187 @@
+"""Module handlers: the one mechanism behind every module estimate.
+
+Built-in formulas and caller registrations are both :class:`ModuleHandler` objects keyed by module class.
+For each executed module call the crawler selects the closest registered class in the module's MRO, calls the
+handler's callback with a :class:`ModuleCall`, and validates the returned :data:`ModuleEstimates` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from torch import nn
+
+from .results import (
+    METRIC_UNITS,
+    SPATIAL_METRICS,
+    MetricResult,
+    complete,
+    is_count,
+    is_spatial_value,
+    normalized,
+    plain_number,
+    unavailable,
+    validation_error,
+)
+
+METRIC_FIELDS = frozenset(METRIC_UNITS)
+
+
+@dataclass(frozen=True)
+class ModuleCall:
+    """One completed invocation: the actual module, positional args, keyword kwargs and output.
+
+    The objects are those of the invocation itself (nested containers and non-tensor values preserved, omitted
+    default arguments not inserted). Treat them as read-only; the wrapper is frozen, the objects are not.
+    """
+
+    module: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output: Any
+
+
+class ModuleEstimates(TypedDict, total=False):
+    """What a callback may return: any subset of the six fields.
+
+    A number is a complete estimate (zero included), a MetricResult mapping keeps its own status, and ``None``
+    means explicitly unavailable. Receptive-field fields also accept one number per spatial dimension.
+    """
+
+    module_flops: float | MetricResult | None
+    macs: float | MetricResult | None
+    dmas: float | MetricResult | None
+    receptive_field: float | list[float] | MetricResult | None
+    effective_stride: float | list[float] | MetricResult | None
+    effective_padding: float | list[float] | MetricResult | None
+
+
+Callback = Callable[[ModuleCall], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class ModuleHandler:
+    """A callback estimating one module call, with the metrics it owns inclusively across its subtree.
+
+    ``subtree_metrics`` names the fields whose estimates include every descendant call executed during the
+    invocation; those descendants keep their rows but not their estimates for these fields. ``method`` labels
+    built-in formulas; caller handlers are labelled ``custom_module_handler:<module>.<qualname>``.
+    """
+
+    callback: Callback
+    subtree_metrics: frozenset[str] = frozenset()
+    method: str | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not callable(self.callback):
+            raise TypeError(f"ModuleHandler callback must be callable, got {type(self.callback).__name__}")
+        if isinstance(self.subtree_metrics, str) or not isinstance(self.subtree_metrics, (set, frozenset)):
+            raise TypeError("ModuleHandler subtree_metrics must be a frozenset of metric names, "
+                            f"got {type(self.subtree_metrics).__name__}")
+        unknown = set(self.subtree_metrics) - METRIC_FIELDS
+        if unknown:
+            raise ValueError(f"ModuleHandler subtree_metrics has unknown metric names {sorted(unknown)}; "
+                             f"expected a subset of {sorted(METRIC_FIELDS)}")
+        object.__setattr__(self, "subtree_metrics", frozenset(self.subtree_metrics))
+
+    @property
+    def label(self) -> str:
+        """The method label written into every estimate this handler produces."""
+        if self.method is not None:
+            return self.method
+        callback = self.callback
+        module = getattr(callback, "__module__", None) or type(callback).__module__
+        qualname = getattr(callback, "__qualname__", None) or type(callback).__qualname__
+        return f"custom_module_handler:{module}.{qualname}"
+
+    def scope(self, metric: str) -> str:
+        return "subtree" if metric in self.subtree_metrics else "module_call"
+
+
+HandlerMap = Mapping[type, ModuleHandler]
+
+
+def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:
+    """Check a caller's registrations before the model runs: module classes mapped to ModuleHandler objects."""
+    if custom_modules is None:
+        return {}
+    if not isinstance(custom_modules, Mapping):
+        raise TypeError(f"{argument} must be a mapping of nn.Module subclasses to ModuleHandler, "
+                        f"got {type(custom_modules).__name__}")
+    for key, handler in custom_modules.items():
+        if not (isinstance(key, type) and issubclass(key, nn.Module)):
+            raise TypeError(f"{argument} keys must be nn.Module subclasses, got {key!r}")
+        if not isinstance(handler, ModuleHandler):
+            raise TypeError(f"{argument}[{key.__qualname__}] must be a ModuleHandler, got {type(handler).__name__}")
+    return dict(custom_modules)
+
+
+def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
+    """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
+    for klass in module_type.__mro__:
+        handler = handlers.get(klass)
+        if handler is not None:
+            return handler
+    return None
+
+
+@dataclass
+class ValidatedEstimates:
+    """A callback's result after validation: metric results by field, and why any field was rejected."""
+
+    metrics: dict[str, MetricResult]
+    problems: list[tuple[str | None, str]]  # (field or None for the whole result, message)
+    invalid_whole: bool = False
+
+
+def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS
+                       ) -> ValidatedEstimates:
+    """Turn a callback result into MetricResults; invalid fields become unavailable with a reason.
+
+    A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
+    handler becomes unavailable), as the extension contract states.
+    """
+    label = handler.label
+    if not isinstance(raw, Mapping):
+        reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
+        return _whole_invalid(handler, requested, reason)
+    unknown = sorted(str(name) for name in raw if name not in METRIC_FIELDS)
+    if unknown:
+        reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
+        return _whole_invalid(handler, requested, reason)
+    metrics: dict[str, MetricResult] = {}
+    problems: list[tuple[str | None, str]] = []
+    for name, value in raw.items():
+        if name not in requested:
+            continue
+        result, problem = _estimate_to_result(name, value, handler, label)
+        metrics[name] = result
+        if problem:
+            problems.append((name, problem))
+    return ValidatedEstimates(metrics, problems)
+
+
+def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], reason: str) -> ValidatedEstimates:
+    metrics = {name: unavailable(METRIC_UNITS[name], handler.scope(name), handler.label) for name in sorted(requested)}
+    return ValidatedEstimates(metrics, [(None, reason)], invalid_whole=True)
+
+
+def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str
+                        ) -> tuple[MetricResult, str | None]:
+    unit, scope = METRIC_UNITS[name], handler.scope(name)
+    spatial = name in SPATIAL_METRICS
+    if value is None:
+        return unavailable(unit, scope, label), None
+    if isinstance(value, Mapping):
+        problem = validation_error(value, unit=unit, spatial=spatial)
+        if problem:
+            return unavailable(unit, scope, label), problem
+        result = normalized(value)
+        method = result["method"] if handler.method is not None else f"{label}:{result['method']}"
+        return {**result, "scope": scope, "method": method}, None
+    if is_count(value) or (spatial and is_spatial_value(value)):
+        return complete(plain_number(value), unit, scope, label), None
+    what = "a finite non-negative number" + (" or a list of them" if spatial else "")
+    return unavailable(unit, scope, label), f"{name} must be {what}, None or a MetricResult, got {type(value).__name__}"

@@ -1,0 +1,192 @@
+"""Operator FLOPs observed through PyTorch dispatch, and ``measure_flops`` for owner-controlled workloads.
+
+:class:`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the formula of
+its overload packet, adds the count to the active :class:`OperatorScope` (the module call that is running), and
+otherwise files the operator as ignored (zero-work) or uncounted. Formulas follow PyTorch's ``FlopCounterMode``
+contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.utils import flop_counter
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .diagnostics import Diagnostic, diagnostic
+from .formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from .results import MetricResult, complete, partial, plain_number
+
+UNIT = "FLOPs"
+METHOD = "operator_dispatch"
+OpPacket = torch._ops.OpOverloadPacket
+
+
+def operator_name(packet: Any) -> str:
+    """``aten.mm`` for ``torch.ops.aten.mm``: the stable name used in reports."""
+    name = getattr(packet, "_qualified_op_name", None)
+    return name.replace("::", ".") if name else str(packet)
+
+
+def validate_custom_mapping(custom_mapping: Any) -> dict[Any, Callable[..., Any]]:
+    """Check operator formulas before the model runs: packets (not overloads) mapped to callables."""
+    if custom_mapping is None:
+        return {}
+    if not isinstance(custom_mapping, Mapping):
+        raise TypeError(f"custom_mapping must be a mapping of operator packets (such as torch.ops.aten.sin) to "
+                        f"formulas, got {type(custom_mapping).__name__}")
+    for key, formula in custom_mapping.items():
+        if isinstance(key, torch._ops.OpOverload):
+            raise TypeError(f"custom_mapping keys must be operator packets such as {operator_name(key.overloadpacket)}"
+                            f", not overloads such as {key}; use torch.ops.{operator_name(key.overloadpacket)}")
+        if not isinstance(key, OpPacket):
+            raise TypeError(f"custom_mapping keys must be operator packets such as torch.ops.aten.sin, "
+                            f"got {type(key).__name__}")
+        if not callable(formula):
+            raise TypeError(f"custom_mapping[{operator_name(key)}] must be a callable formula, "
+                            f"got {type(formula).__name__}")
+    return dict(custom_mapping)
+
+
+def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dict[Any, Callable[..., Any]]:
+    """PyTorch's registry, under TorchScan's built-ins, under the caller's formulas (shape-wrapped as PyTorch does)."""
+    caller = {packet: formula if getattr(formula, "_get_raw", False) else flop_counter.shape_wrapper(formula)
+              for packet, formula in custom_mapping.items()}
+    return {**flop_counter.flop_registry, **OPERATOR_FORMULAS, **caller}
+
+
+class OperatorScope:
+    """Operator counts of one module call (or of a whole workload): FLOPs by operator, ignored and uncounted."""
+
+    __slots__ = ("flops", "counted", "ignored", "uncounted", "direct_work")
+
+    def __init__(self) -> None:
+        self.flops = 0
+        self.direct_work: Any = None  # a DirectWork when the module view estimates this call's own operators
+        self.counted: dict[Any, list] = {}  # packet -> [calls, flops]
+        self.ignored: dict[Any, int] = {}
+        self.uncounted: dict[Any, int] = {}
+
+    def result(self, scope: str) -> MetricResult:
+        if self.uncounted:
+            return partial(plain_number(self.flops), UNIT, scope, METHOD)
+        return complete(plain_number(self.flops), UNIT, scope, METHOD)
+
+    def merge(self, other: OperatorScope) -> None:
+        self.flops += other.flops
+        for packet, (calls, flops) in other.counted.items():
+            entry = self.counted.setdefault(packet, [0, 0])
+            entry[0] += calls
+            entry[1] += flops
+        for packet, calls in other.ignored.items():
+            self.ignored[packet] = self.ignored.get(packet, 0) + calls
+        for packet, calls in other.uncounted.items():
+            self.uncounted[packet] = self.uncounted.get(packet, 0) + calls
+
+
+class OperatorRecorder(TorchDispatchMode):
+    """Counts every dispatched operator into the scope on top of ``scopes`` (the active module call).
+
+    A scope with a ``direct_work`` accumulator also feeds it each operator, so the module view can estimate work
+    that a module performs directly. ``suspended`` stops counting while module estimates run.
+    """
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch would otherwise wrap __torch_dispatch__ to import torch._dynamo on first use (about a second).
+        return False
+
+    def __init__(self, formulas: Mapping[Any, Callable[..., Any]], root: OperatorScope | None = None) -> None:
+        super().__init__()
+        self.formulas = formulas
+        self.scopes: list[OperatorScope] = [root or OperatorScope()]
+        self.suspended = False
+        self.formula_errors: dict[Any, str] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.suspended:
+            return out
+        packet = func._overloadpacket
+        scope = self.scopes[-1]
+        formula = self.formulas.get(packet)
+        if formula is not None:
+            self._count(scope, packet, formula, args, kwargs, out)
+        elif packet in ZERO_WORK_OPERATORS:
+            scope.ignored[packet] = scope.ignored.get(packet, 0) + 1
+        else:
+            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
+        work = scope.direct_work
+        if work is not None:
+            work.add(packet, args, kwargs, out)
+        return out
+
+    def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
+               out: Any) -> None:
+        try:  # inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted
+            flops = formula(*args, **kwargs, out_val=out)
+            if isinstance(flops, torch.Tensor) or isinstance(flops, bool) or not isinstance(flops, (int, float)) \
+                    or not flops >= 0 or flops == float("inf"):
+                raise ValueError(f"returned {type(flops).__name__}, expected a finite non-negative number")
+        except Exception as error:  # a broken formula must not break the model's forward
+            self.formula_errors.setdefault(packet, type(error).__name__)
+            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
+            return
+        scope.flops += flops
+        entry = scope.counted.get(packet)
+        if entry is None:
+            scope.counted[packet] = [1, flops]
+        else:
+            entry[0] += 1
+            entry[1] += flops
+
+
+def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], formula_errors: Mapping[Any, str]
+                    ) -> tuple[dict[str, Any], list[Diagnostic]]:
+    """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
+    section = {
+        "total": total.result("model"),
+        "by_operator": sorted(({"operator": operator_name(p), "calls": c, "flops": plain_number(f)}
+                               for p, (c, f) in total.counted.items()), key=lambda row: row["operator"]),
+        "uncounted": sorted(({"operator": operator_name(p), "calls": c, "significance": operator_significance(p)}
+                             for p, c in total.uncounted.items()), key=lambda row: row["operator"]),
+        "ignored": sorted(({"operator": operator_name(p), "calls": c, "reason": ZERO_WORK_OPERATORS[p]}
+                           for p, c in total.ignored.items()), key=lambda row: row["operator"]),
+        "custom_formulas": sorted(operator_name(p) for p in custom_mapping),
+    }
+    diagnostics = []
+    for row in section["uncounted"]:
+        significant = row["significance"] == "significant"
+        packet_error = next((e for p, e in formula_errors.items() if operator_name(p) == row["operator"]), None)
+        if packet_error is not None:
+            diagnostics.append(diagnostic(
+                "operator_formula_error", f"the FLOP formula of {row['operator']} failed ({packet_error}); its "
+                f"{row['calls']} call(s) are not counted", metric="operator_flops", operator=row["operator"]))
+            continue
+        diagnostics.append(diagnostic(
+            "uncounted_operator",
+            f"{row['operator']} ran {row['calls']} time(s) without a FLOP formula"
+            + (" (significant work such as a matmul, convolution or attention kernel)" if significant else ""),
+            metric="operator_flops", severity="error" if significant else "warning", operator=row["operator"]))
+    return section, diagnostics
+
+
+def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, Callable[..., Any]] | None = None
+                  ) -> dict[str, Any]:
+    """Count the operator FLOPs of ``workload()`` (a training step, a generate loop, any callable).
+
+    Nothing about the workload is changed: no eval mode, no ``no_grad``, no seeding. Returns the operator report
+    (``total`` as a MetricResult, per-operator rows, uncounted and ignored operators) plus its ``diagnostics``.
+    """
+    if not callable(workload):
+        raise TypeError(f"workload must be a callable taking no arguments, got {type(workload).__name__}")
+    mapping = validate_custom_mapping(custom_mapping)
+    recorder = OperatorRecorder(build_formula_table(mapping))
+    with recorder:
+        workload()
+    section, diagnostics = operator_report(recorder.scopes[0], mapping, recorder.formula_errors)
+    section["diagnostics"] = diagnostics
+    return section

@@ -1,0 +1,171 @@
+"""MetricResult: one number together with how much of it is known.
+
+Every count in a report is a MetricResult so that a consumer can never mistake a lower bound or a missing
+estimate for an exact value. The constructors here are the only places that build one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from numbers import Real
+from typing import Any, Literal, TypedDict
+
+Status = Literal["complete", "partial", "unavailable", "not_requested", "not_applicable"]
+Value = float | int | list[float | int] | None
+
+#: Statuses whose numbers are known exactly; ``not_applicable`` is exact too: there is nothing to count.
+EXACT_STATUSES = frozenset({"complete", "not_applicable"})
+#: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
+INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
+
+#: The unit of every module-estimate field, in report order.
+METRIC_UNITS: dict[str, str] = {
+    "module_flops": "FLOPs",
+    "macs": "MACs",
+    "dmas": "DMAs",
+    "receptive_field": "elements",
+    "effective_stride": "elements",
+    "effective_padding": "elements",
+}
+#: The estimate fields that add up across layer calls.
+SUMMABLE_METRICS = ("module_flops", "macs", "dmas")
+#: The estimate fields that describe a call locally and are never summed.
+SPATIAL_METRICS = ("receptive_field", "effective_stride", "effective_padding")
+METRIC_RESULT_KEYS = frozenset({"status", "value", "known_value", "unit", "scope", "method"})
+
+
+class MetricResult(TypedDict):
+    """The wire form of one metric: exactly these six keys."""
+
+    status: Status
+    value: Value
+    known_value: Value
+    unit: str
+    scope: str
+    method: str
+
+
+def complete(value: Value, unit: str, scope: str, method: str) -> MetricResult:
+    """An exact count (a legitimate zero included)."""
+    return {"status": "complete", "value": value, "known_value": value, "unit": unit, "scope": scope,
+            "method": method}
+
+
+def partial(known_value: Value, unit: str, scope: str, method: str) -> MetricResult:
+    """A lower bound: the true value is at least ``known_value``."""
+    return {"status": "partial", "value": None, "known_value": known_value, "unit": unit, "scope": scope,
+            "method": method}
+
+
+def unavailable(unit: str, scope: str, method: str) -> MetricResult:
+    """Nothing is known; never read as zero."""
+    return {"status": "unavailable", "value": None, "known_value": None, "unit": unit, "scope": scope,
+            "method": method}
+
+
+def not_requested(unit: str, scope: str, method: str = "not_requested") -> MetricResult:
+    """The analysis mode did not ask for this metric (``mode="structure"``)."""
+    return {"status": "not_requested", "value": None, "known_value": None, "unit": unit, "scope": scope,
+            "method": method}
+
+
+def not_applicable(unit: str, scope: str, method: str) -> MetricResult:
+    """The metric has no meaning for this call (a receptive field through ``Flatten``, for instance)."""
+    return {"status": "not_applicable", "value": None, "known_value": None, "unit": unit, "scope": scope,
+            "method": method}
+
+
+def is_count(value: Any) -> bool:
+    """A finite, non-negative real number that is not a boolean."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def is_spatial_value(value: Any) -> bool:
+    """A count, or a non-empty per-dimension list of counts (receptive-field fields)."""
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0 and all(is_count(item) for item in value)
+    return is_count(value)
+
+
+def plain_number(value: Any) -> Value:
+    """Normalize a count (or per-dimension counts) to JSON-friendly ``int``/``float``."""
+    if isinstance(value, (list, tuple)):
+        return [plain_number(item) for item in value]  # type: ignore[misc]
+    number = float(value)
+    return int(number) if number.is_integer() and abs(number) < 2**63 else number
+
+
+def validation_error(result: Any, unit: str | None = None, spatial: bool = False) -> str | None:
+    """Why ``result`` is not a valid MetricResult, or ``None`` when it is."""
+    if not isinstance(result, Mapping):
+        return f"expected a mapping with keys {sorted(METRIC_RESULT_KEYS)}, got {type(result).__name__}"
+    keys = set(result)
+    if keys != METRIC_RESULT_KEYS:
+        missing, extra = sorted(METRIC_RESULT_KEYS - keys), sorted(keys - METRIC_RESULT_KEYS)
+        return f"a MetricResult needs exactly the keys {sorted(METRIC_RESULT_KEYS)} (missing {missing}, extra {extra})"
+    for key in ("scope", "method", "unit"):
+        if not isinstance(result[key], str) or not result[key]:
+            return f"{key!r} must be a non-empty string"
+    if unit is not None and result["unit"] != unit:
+        return f"unit must be {unit!r}, got {result['unit']!r}"
+    check = is_spatial_value if spatial else is_count
+    status, value, known = result["status"], result["value"], result["known_value"]
+    if status == "complete":
+        if not (check(value) and check(known)) or plain_number(value) != plain_number(known):
+            return "a complete result needs equal finite non-negative numeric value and known_value"
+    elif status == "partial":
+        if value is not None or not check(known):
+            return "a partial result needs value=None and a finite non-negative numeric known_value"
+    elif status in ("unavailable", "not_requested", "not_applicable"):
+        if value is not None or known is not None:
+            return f"an {status} result needs value=None and known_value=None"
+    else:
+        return f"unknown status {status!r}; expected complete, partial or unavailable"
+    return None
+
+
+def normalized(result: Mapping[str, Any]) -> MetricResult:
+    """A validated result with plain numbers (``torch`` or ``numpy`` scalars become ``int``/``float``)."""
+    out = dict(result)
+    for key in ("value", "known_value"):
+        if out[key] is not None:
+            out[key] = plain_number(out[key])
+    return out  # type: ignore[return-value]
+
+
+def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: str) -> MetricResult:
+    """Sum results: complete only if every part is; a lower bound if any part is incomplete.
+
+    ``not_applicable`` and ``not_requested`` parts contribute nothing. A sum with no known part at all is
+    unavailable rather than a made-up zero, unless there were no parts to add (an empty sum is an exact zero).
+    """
+    known: float = 0
+    any_known = any_incomplete = False
+    seen = 0
+    requested = True
+    for result in results:
+        status = result["status"]
+        if status == "not_requested":
+            requested = False
+            continue
+        if status == "not_applicable":
+            continue
+        seen += 1
+        if result["known_value"] is not None:
+            known += result["known_value"]  # type: ignore[operator]
+            any_known = True
+        if status != "complete":
+            any_incomplete = True
+    if not requested and seen == 0:
+        return not_requested(unit, scope)
+    if not any_incomplete:
+        return complete(plain_number(known), unit, scope, method)
+    if any_known:
+        return partial(plain_number(known), unit, scope, method)
+    return unavailable(unit, scope, method)
+
+
+def is_incomplete(result: Mapping[str, Any]) -> bool:
+    """Whether ``strict=True`` rejects this result."""
+    return result["status"] in INCOMPLETE_STATUSES

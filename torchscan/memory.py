@@ -36,11 +36,11 @@ def _cpu_peak(workload: Callable[[], Any]) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         workload()
-    events = sorted((event for event in prof.events() if event.cpu_memory_usage != 0),
+    events = sorted((event for event in prof.events() if event.self_cpu_memory_usage != 0),
                     key=lambda event: event.time_range.start)
     level = peak = 0
     for event in events:
-        level += event.cpu_memory_usage
+        level += event.self_cpu_memory_usage
         peak = max(peak, level)
     return int(peak)
 

@@ -201,11 +201,20 @@ class CallTracer:
         owner = {"path": frame.record["path"], "call_index": frame.record["call_index"]}
         first = frame.index + 1
         for record in self.records[first:]:
-            for name in fields:
-                if name in record.get("metrics", {}):
+            for name in sorted(fields):
+                if name in record["metrics"]:
                     del record["metrics"][name]
                     record.get("metric_ownership", {}).pop(name, None)
-                    record.setdefault("metric_owners", {})[name] = owner
+                elif name in record.get("delegated_metrics", ()):
+                    record["delegated_metrics"].remove(name)
+                else:
+                    continue
+                record.setdefault("metric_owners", {})[name] = owner
+            for key in ("metric_ownership", "delegated_metrics"):
+                if key in record and not record[key]:
+                    del record[key]
+            if "metric_owners" in record:
+                record["metric_owners"] = dict(sorted(record["metric_owners"].items()))
         self.diagnostics = [(index, item) for index, item in self.diagnostics
                             if not (index >= first and item.get("metric") in fields)]
 

@@ -55,13 +55,13 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
         _mark_failed(context, estimate, where)
         return estimate
     if context.caller is not None:
-        _apply_handler(context.caller, call, context.needed, estimate, where, owned_required=True)
+        _apply_handler(context.caller, call, context.needed, estimate, where, builtin=False)
     remaining = context.needed - estimate.metrics.keys()
     if context.builtin is not None and remaining:
         if context.expanded and context.caller is None:
             _mark_expanded(context, remaining, estimate, where)
         else:
-            _apply_handler(context.builtin, call, remaining, estimate, where, owned_required=False)
+            _apply_handler(context.builtin, call, remaining, estimate, where, builtin=True)
             estimate.builtin_owned = {name for name in remaining & estimate.metrics.keys()
                                       if name in context.builtin.subtree_metrics}
     _fill_unhandled(context, estimate, where)
@@ -70,8 +70,8 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
 
 
 def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[str], estimate: CallEstimate,
-                   where: dict[str, Any], owned_required: bool) -> None:
-    label = handler.label
+                   where: dict[str, Any], builtin: bool) -> None:
+    label = handler.label if builtin else handler.caller_label
     try:
         raw = handler.callback(call)
     except Exception as error:  # a failing estimate must not fail the analysis; it is reported instead
@@ -80,16 +80,18 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
         for name in sorted(needed):
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], handler.scope(name), label))
         return
-    validated = validate_estimates(raw, handler, needed)
+    validated = validate_estimates(raw, handler, needed, builtin=builtin)
     for name, problem in validated.problems:
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
     for name, result in validated.metrics.items():
         _set(estimate, handler, name, result)
         if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
             estimate.diagnostics.append(diagnostic(
-                "incomplete_handler_estimate", f"{label} returned a {result['status']} {name} estimate",
+                "incomplete_handler_estimate",
+                f"{label} returned {'an' if result['status'] == 'unavailable' else 'a'} {result['status']} {name} "
+                f"estimate" + ("" if result["method"] == label else f" (method {result['method']})"),
                 metric=name, **where))
-    if owned_required:
+    if not builtin:
         for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
             estimate.diagnostics.append(diagnostic(
@@ -127,20 +129,21 @@ def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[st
     remaining = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
     if not remaining:
         return
-    handled = context.caller is not None or context.builtin is not None
     direct = context.direct
+    unsupported = []
     for name in remaining:
-        if name in SUMMABLE_FIELDS and direct is not None and (direct.operators or (context.leaf and not handled)):
+        if name in SUMMABLE_FIELDS and direct is not None and (direct.operators or context.leaf):
             estimate.metrics[name] = direct.result(name)
-        elif context.leaf and not handled:
+        elif context.leaf:
             estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "unsupported_module")
+            unsupported.append(name)
         else:
             estimate.delegated.append(name)
-    if context.leaf and not handled:
+    if unsupported:
         estimate.diagnostics.append(diagnostic(
-            "unsupported_module", f"{context.type_name} has no handler: its receptive-field metrics are unavailable"
-            " and its FLOPs, MACs and DMAs come only from the operators observed in its call; register a "
-            "ModuleHandler for it in custom_modules", **where))
+            "unsupported_module", f"no handler supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
+            "module: these fields are unavailable (FLOPs, MACs and DMAs come from the operators observed in its "
+            "call); register a ModuleHandler for it in custom_modules", **where))
     if direct is not None and direct.unestimated:
         names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
                                                                          key=lambda item: operator_name(item[0])))

@@ -27,6 +27,8 @@ from .results import (
 )
 
 METRIC_FIELDS = frozenset(METRIC_UNITS)
+CALLER_STATUSES = frozenset({"complete", "partial", "unavailable"})
+BUILTIN_STATUSES = CALLER_STATUSES | {"not_applicable"}
 
 
 @dataclass(frozen=True)
@@ -88,9 +90,12 @@ class ModuleHandler:
 
     @property
     def label(self) -> str:
-        """The method label written into every estimate this handler produces."""
-        if self.method is not None:
-            return self.method
+        """The method label of a built-in handler: its ``method``, or the caller label when it has none."""
+        return self.method if self.method is not None else self.caller_label
+
+    @property
+    def caller_label(self) -> str:
+        """``custom_module_handler:<callback module>.<callback qualname>``: how caller registrations are labelled."""
         callback = self.callback
         module = getattr(callback, "__module__", None) or type(callback).__module__
         qualname = getattr(callback, "__qualname__", None) or type(callback).__qualname__
@@ -136,50 +141,56 @@ class ValidatedEstimates:
     invalid_whole: bool = False
 
 
-def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS
-                       ) -> ValidatedEstimates:
+def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
+                       builtin: bool | None = None) -> ValidatedEstimates:
     """Turn a callback result into MetricResults; invalid fields become unavailable with a reason.
 
     A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
-    handler becomes unavailable), as the extension contract states.
+    handler becomes unavailable), as the extension contract states. Caller results are labelled with the caller
+    label (their own method appended) and may only be complete, partial or unavailable; built-in results keep
+    their method and may also say a receptive field is not applicable. ``builtin`` defaults to whether the
+    handler carries a ``method`` label (the crawler always says which role a handler plays).
     """
-    label = handler.label
+    if builtin is None:
+        builtin = handler.method is not None
+    label = handler.label if builtin else handler.caller_label
     if not isinstance(raw, Mapping):
         reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
-        return _whole_invalid(handler, requested, reason)
+        return _whole_invalid(handler, requested, label, reason)
     unknown = sorted(str(name) for name in raw if name not in METRIC_FIELDS)
     if unknown:
         reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
-        return _whole_invalid(handler, requested, reason)
+        return _whole_invalid(handler, requested, label, reason)
     metrics: dict[str, MetricResult] = {}
     problems: list[tuple[str | None, str]] = []
     for name, value in raw.items():
         if name not in requested:
             continue
-        result, problem = _estimate_to_result(name, value, handler, label)
+        result, problem = _estimate_to_result(name, value, handler, label, builtin)
         metrics[name] = result
         if problem:
             problems.append((name, problem))
     return ValidatedEstimates(metrics, problems)
 
 
-def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], reason: str) -> ValidatedEstimates:
-    metrics = {name: unavailable(METRIC_UNITS[name], handler.scope(name), handler.label) for name in sorted(requested)}
+def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str, reason: str) -> ValidatedEstimates:
+    metrics = {name: unavailable(METRIC_UNITS[name], handler.scope(name), label) for name in sorted(requested)}
     return ValidatedEstimates(metrics, [(None, reason)], invalid_whole=True)
 
 
-def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str
+def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str, builtin: bool
                         ) -> tuple[MetricResult, str | None]:
     unit, scope = METRIC_UNITS[name], handler.scope(name)
     spatial = name in SPATIAL_METRICS
     if value is None:
         return unavailable(unit, scope, label), None
     if isinstance(value, Mapping):
-        problem = validation_error(value, unit=unit, spatial=spatial)
+        statuses = BUILTIN_STATUSES if builtin else CALLER_STATUSES
+        problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
         if problem:
             return unavailable(unit, scope, label), problem
         result = normalized(value)
-        method = result["method"] if handler.method is not None else f"{label}:{result['method']}"
+        method = result["method"] if builtin else f"{label}:{result['method']}"
         return {**result, "scope": scope, "method": method}, None
     if is_count(value) or (spatial and is_spatial_value(value)):
         return complete(plain_number(value), unit, scope, label), None

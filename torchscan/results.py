@@ -96,8 +96,12 @@ def plain_number(value: Any) -> Value:
     return int(number) if number.is_integer() and abs(number) < 2**63 else number
 
 
-def validation_error(result: Any, unit: str | None = None, spatial: bool = False) -> str | None:
-    """Why ``result`` is not a valid MetricResult, or ``None`` when it is."""
+ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
+
+
+def validation_error(result: Any, unit: str | None = None, spatial: bool = False,
+                     statuses: frozenset[str] = ALL_STATUSES) -> str | None:
+    """Why ``result`` is not a valid MetricResult (with one of ``statuses``), or ``None`` when it is."""
     if not isinstance(result, Mapping):
         return f"expected a mapping with keys {sorted(METRIC_RESULT_KEYS)}, got {type(result).__name__}"
     keys = set(result)
@@ -111,17 +115,16 @@ def validation_error(result: Any, unit: str | None = None, spatial: bool = False
         return f"unit must be {unit!r}, got {result['unit']!r}"
     check = is_spatial_value if spatial else is_count
     status, value, known = result["status"], result["value"], result["known_value"]
+    if status not in statuses:
+        return f"status must be one of {sorted(statuses)}, got {status!r:.40}"
     if status == "complete":
         if not (check(value) and check(known)) or plain_number(value) != plain_number(known):
             return "a complete result needs equal finite non-negative numeric value and known_value"
     elif status == "partial":
         if value is not None or not check(known):
             return "a partial result needs value=None and a finite non-negative numeric known_value"
-    elif status in ("unavailable", "not_requested", "not_applicable"):
-        if value is not None or known is not None:
-            return f"an {status} result needs value=None and known_value=None"
-    else:
-        return f"unknown status {status!r}; expected complete, partial or unavailable"
+    elif value is not None or known is not None:
+        return f"an {status} result needs value=None and known_value=None"
     return None
 
 

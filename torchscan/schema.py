@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from functools import cache
 from importlib import resources
+from collections.abc import Iterator
 from typing import Any
+
+from .results import METRIC_UNITS, SPATIAL_METRICS, validation_error
 
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
 SCHEMA_VERSION = 1
@@ -18,8 +21,38 @@ def report_schema() -> dict[str, Any]:
     return json.loads(resources.files("torchscan").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
-def validate_report(report: dict[str, Any]) -> None:
-    """Raise ``jsonschema.ValidationError`` when ``report`` breaks the schema (needs the ``jsonschema`` package)."""
+@cache
+def _validator() -> Any:
     import jsonschema
 
-    jsonschema.validate(report, report_schema(), cls=jsonschema.Draft202012Validator)
+    return jsonschema.Draft202012Validator(report_schema())
+
+
+def validate_report(report: dict[str, Any]) -> None:
+    """Raise ``jsonschema.ValidationError`` when ``report`` breaks the schema or a MetricResult invariant.
+
+    JSON Schema checks the shape; the invariants it cannot express (a complete value equals its known value,
+    counts are finite, each field has its own unit) are checked on every MetricResult afterwards. Needs the
+    ``jsonschema`` package (the ``test`` extra).
+    """
+    import jsonschema
+
+    _validator().validate(report)
+    for where, name, result in _metric_results(report):
+        problem = validation_error(result, unit=METRIC_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
+        if problem:
+            raise jsonschema.ValidationError(f"{where}: {problem}")
+
+
+def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """Every MetricResult in a report with its location and field name (operator FLOPs use ``FLOPs``)."""
+    for name, result in report["totals"].items():
+        if name not in ("parameters", "buffers"):
+            yield f"totals.{name}", name, result
+    yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
+    for layer in report["layers"]:
+        where = f"layers[{layer['path'] or '<root>'}, {layer['call_index']}]"
+        for name, result in layer["metrics"].items():
+            yield f"{where}.metrics.{name}", name, result
+        for name, result in layer["operator_flops"].items():
+            yield f"{where}.operator_flops.{name}", "operator_flops", result

@@ -21,7 +21,7 @@ from .formulas import DEFAULT_HANDLERS
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .operators import OperatorRecorder, OperatorScope
-from .results import METRIC_UNITS, complete, not_requested, partial, plain_number
+from .results import METRIC_UNITS, complete, is_incomplete, not_requested, partial, plain_number
 
 NO_FIELDS: frozenset[str] = frozenset()
 
@@ -42,10 +42,12 @@ class ModuleInfo:
 class Frame:
     """One open module call."""
 
-    __slots__ = ("info", "record", "index", "covered", "owned_sure", "owned_maybe", "expanded", "scope",
+    __slots__ = ("module_id", "info", "record", "index", "covered", "owned_sure", "owned_maybe", "expanded", "scope",
                  "inclusive_flops", "inclusive_uncounted", "exception_before")
 
-    def __init__(self, info: ModuleInfo, record: dict[str, Any], index: int, covered: dict[str, int]) -> None:
+    def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], index: int,
+                 covered: dict[str, int]) -> None:
+        self.module_id = module_id
         self.info = info
         self.record = record
         self.index = index
@@ -101,7 +103,7 @@ class CallTracer:
             "input": call_metadata(args, kwargs), "output": None,
             "parameters": info.parameters, "buffers": info.buffers,
         }
-        frame = Frame(info, record, len(self.records), self._inherited_coverage(parent))
+        frame = Frame(id(module), info, record, len(self.records), self._inherited_coverage(parent))
         self.records.append(record)
         if self.full:
             self._open_ownership(frame)
@@ -111,6 +113,8 @@ class CallTracer:
         self.stack.append(frame)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if not self.stack or self.stack[-1].module_id != id(module):
+            return  # an earlier pre-hook (not ours) raised, so this call never opened a frame
         frame = self.stack.pop()
         failed = sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame.exception_before
         record = frame.record
@@ -143,34 +147,30 @@ class CallTracer:
         return covered
 
     def _open_ownership(self, frame: Frame) -> None:
+        """Which fields this call will own for its descendants: surely (caller) or pending its own estimate.
+
+        A built-in inclusive formula is only pending when the caller registered anything: a registered descendant
+        may still open it (expanded_atomic_boundary), and then every descendant estimate must exist.
+        """
         info = frame.info
-        if info.caller is not None and frame.covered:
-            self._expand_builtin_owners(frame)
+        if info.caller is not None:
+            self._open_builtin_owners()
         free = METRIC_FIELDS - frame.covered.keys()
         if info.caller is not None:
             frame.owned_sure = info.caller.subtree_metrics & free
             if info.builtin is not None:
                 frame.owned_maybe = (info.builtin.subtree_metrics & free) - frame.owned_sure
         elif info.builtin is not None:
-            frame.owned_sure = info.builtin.subtree_metrics & free
+            if self.custom_modules:
+                frame.owned_maybe = info.builtin.subtree_metrics & free
+            else:
+                frame.owned_sure = info.builtin.subtree_metrics & free
 
-    def _expand_builtin_owners(self, frame: Frame) -> None:
-        """A caller-registered call under a built-in inclusive owner opens that owner (expanded_atomic_boundary)."""
-        opened = {}
-        for name, owner_index in frame.covered.items():
-            owner = self._frame_at(owner_index)
-            if owner is not None and owner.info.caller is None:
-                owner.expanded = True
-                continue
-            opened[name] = owner_index
-        if len(opened) != len(frame.covered):
-            frame.covered = opened
-
-    def _frame_at(self, index: int) -> Frame | None:
-        for frame in self.stack:
-            if frame.index == index:
-                return frame
-        return None
+    def _open_builtin_owners(self) -> None:
+        """A caller-registered call opens every enclosing built-in inclusive owner that no caller registered."""
+        for ancestor in self.stack:
+            if ancestor.owned_maybe and ancestor.info.caller is None:
+                ancestor.expanded = True
 
     # -- estimation ----------------------------------------------------------------------------------------------
 
@@ -216,7 +216,15 @@ class CallTracer:
             if "metric_owners" in record:
                 record["metric_owners"] = dict(sorted(record["metric_owners"].items()))
         self.diagnostics = [(index, item) for index, item in self.diagnostics
-                            if not (index >= first and item.get("metric") in fields)]
+                            if index < first or not self._superseded(item, self.records[index], fields)]
+
+    @staticmethod
+    def _superseded(item: Diagnostic, record: dict[str, Any], fields: set[str]) -> bool:
+        """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
+        if item.get("metric") in fields:
+            return True
+        return item["code"] == "unsupported_module" and not any(
+            is_incomplete(result) for result in record["metrics"].values())
 
     # -- operators -----------------------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from . import __version__
 from .diagnostics import sort_key
@@ -28,7 +29,7 @@ from .inputs import (
 from .operators import OperatorRecorder, build_formula_table, operator_report, validate_custom_mapping
 from .results import SUMMABLE_METRICS, METRIC_UNITS, add_results, is_incomplete, not_requested
 from .schema import SCHEMA_VERSION
-from .tracing import CallTracer
+from .tracing import CallTracer, tensor_statistics
 
 Mode = Literal["full", "structure"]
 TOTALS_METHOD = "sum_of_layer_estimates"
@@ -127,6 +128,9 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
 def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder | None, mapping: dict[Any, Any],
               context: dict[str, Any], inputs: dict[str, Any], full: bool) -> dict[str, Any]:
     layers = tracer.records
+    statistics = tensor_statistics(model)
+    for layer in layers:
+        layer["parameters"], layer["buffers"] = statistics[layer["path"]]
     diagnostics = [item for _, item in tracer.diagnostics]
     if recorder is not None:
         tracer.totals_scope.merge(recorder.scopes[0])
@@ -150,11 +154,15 @@ def _totals(model: nn.Module, layers: list[dict[str, Any]], operator_total: dict
             ) -> dict[str, Any]:
     parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
     for parameter in model.parameters():
+        if is_lazy(parameter):
+            continue
         parameters["total"] += parameter.numel()
         parameters["bytes"] += parameter.numel() * parameter.element_size()
         parameters["trainable" if parameter.requires_grad else "frozen"] += parameter.numel()
     buffers = {"total": 0, "bytes": 0}
     for buffer in model.buffers():
+        if is_lazy(buffer):
+            continue
         buffers["total"] += buffer.numel()
         buffers["bytes"] += buffer.numel() * buffer.element_size()
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
@@ -171,7 +179,7 @@ def _totals(model: nn.Module, layers: list[dict[str, Any]], operator_total: dict
 
 def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mode: Mode,
              handlers: dict[type, ModuleHandler], mapping: dict[Any, Any]) -> dict[str, Any]:
-    tensors = [*model.parameters(), *model.buffers()]
+    tensors = [tensor for tensor in (*model.parameters(), *model.buffers()) if not is_lazy(tensor)]
     kind = type(model)
     return {
         "torchscan": __version__,

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
@@ -33,8 +34,6 @@ class ModuleInfo:
     path: str
     type_name: str
     leaf: bool
-    parameters: dict[str, int]
-    buffers: dict[str, int]
     caller: ModuleHandler | None
     builtin: ModuleHandler | None
 
@@ -101,7 +100,7 @@ class CallTracer:
             "parent": None if parent is None else {"path": parent.record["path"],
                                                    "call_index": parent.record["call_index"]},
             "input": call_metadata(args, kwargs), "output": None,
-            "parameters": info.parameters, "buffers": info.buffers,
+            "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, len(self.records), self._inherited_coverage(parent))
         self.records.append(record)
@@ -249,8 +248,7 @@ SUMMABLE = frozenset({"module_flops", "macs", "dmas"})
 
 def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: dict[type, ModuleHandler]
                  ) -> dict[int, ModuleInfo]:
-    """Path, type, parameter statistics and handlers of every module; shared tensors attributed once."""
-    seen_tensors: set[int] = set()
+    """Path, type and handlers of every module, looked up once per type."""
     handler_cache: dict[type, tuple[ModuleHandler | None, ModuleHandler | None]] = {}
     infos: dict[int, ModuleInfo] = {}
     for path, module in model.named_modules():
@@ -258,19 +256,26 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: 
         if kind not in handler_cache:
             handler_cache[kind] = (closest_handler(kind, custom), closest_handler(kind, builtins))
         caller, builtin = handler_cache[kind]
-        infos[id(module)] = ModuleInfo(
-            path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
-            leaf=next(module.children(), None) is None,
-            parameters=_tensor_stats(module.parameters(recurse=False), seen_tensors, with_grad=True),
-            buffers=_tensor_stats(module.buffers(recurse=False), seen_tensors, with_grad=False),
-            caller=caller, builtin=builtin)
+        infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
+                                       leaf=next(module.children(), None) is None, caller=caller, builtin=builtin)
     return infos
+
+
+def tensor_statistics(model: nn.Module) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+    """Parameter and buffer statistics of each module path; a tensor shared by several modules counts once.
+
+    Uninitialized lazy parameters (a lazy module that never ran) have no size yet and are not counted.
+    """
+    seen: set[int] = set()
+    return {path: (_tensor_stats(module.parameters(recurse=False), seen, with_grad=True),
+                   _tensor_stats(module.buffers(recurse=False), seen, with_grad=False))
+            for path, module in model.named_modules()}
 
 
 def _tensor_stats(tensors: Any, seen: set[int], with_grad: bool) -> dict[str, int]:
     count = trainable = nbytes = 0
     for tensor in tensors:
-        if tensor is None or id(tensor) in seen:
+        if tensor is None or id(tensor) in seen or is_lazy(tensor):
             continue
         seen.add(id(tensor))
         count += tensor.numel()

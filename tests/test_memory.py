@@ -1,0 +1,92 @@
+"""``measure_peak_memory``: the peak bytes of an owner-controlled workload, or a clear refusal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from torchscan import measure_peak_memory
+
+MIB = 2**20
+
+
+def test_a_four_mib_allocation_shows_in_the_cpu_peak():
+    def workload():
+        block = torch.ones(MIB, dtype=torch.float32)  # 2**20 elements * 4 bytes = 4 MiB
+        return float(block[0])
+
+    result = measure_peak_memory(workload, device="cpu")
+    assert result["device"] == "cpu" and result["unit"] == "bytes"
+    assert isinstance(result["peak_bytes"], int) and result["peak_bytes"] >= 4 * MIB
+    assert result["method"]
+    json.dumps(result)
+
+
+def test_the_peak_counts_tensors_alive_at_the_same_time():
+    def two_at_once():
+        first = torch.ones(MIB)
+        second = torch.ones(MIB)
+        return float(first[0] + second[0])
+
+    def one_after_another():
+        for _ in range(2):
+            block = torch.ones(MIB)
+            del block
+
+    together = measure_peak_memory(two_at_once, device=torch.device("cpu"))["peak_bytes"]
+    apart = measure_peak_memory(one_after_another, device="cpu")["peak_bytes"]
+    assert together >= 8 * MIB
+    assert 4 * MIB <= apart < 8 * MIB
+
+
+def test_a_training_step_runs_as_the_owner_wrote_it():
+    model = nn.Linear(64, 64)
+    model.train()
+    seen = []
+    model.register_forward_pre_hook(lambda module, args: seen.append((module.training, torch.is_grad_enabled())))
+
+    def step():
+        model(torch.ones(8, 64)).sum().backward()
+
+    result = measure_peak_memory(step, device="cpu")
+    assert seen == [(True, True)]
+    assert model.weight.grad is not None
+    assert result["peak_bytes"] > 0
+
+
+def test_workload_errors_propagate():
+    error = RuntimeError("owner's failure")
+
+    def failing():
+        raise error
+
+    with pytest.raises(RuntimeError) as raised:
+        measure_peak_memory(failing, device="cpu")
+    assert raised.value is error
+
+
+@pytest.mark.parametrize("device", ["meta", torch.device("meta")])
+def test_unsupported_devices_are_refused_clearly(device):
+    ran = []
+    with pytest.raises(ValueError, match="meta"):
+        measure_peak_memory(lambda: ran.append(1), device=device)
+    assert ran == []
+
+
+@pytest.mark.parametrize("device", ["not-a-device", 3.5])
+def test_bad_device_values_are_refused(device):
+    with pytest.raises(ValueError, match="device"):
+        measure_peak_memory(lambda: None, device=device)
+
+
+def test_workload_must_be_callable():
+    with pytest.raises(TypeError, match="workload"):
+        measure_peak_memory(torch.ones(3), device="cpu")
+
+
+def test_device_is_required():
+    with pytest.raises(TypeError):
+        measure_peak_memory(lambda: None)  # type: ignore[call-arg]

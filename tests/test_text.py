@@ -1,0 +1,143 @@
+"""``summary``: the terminal table of one analysis, returning the same report as ``crawl_module``."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import torch
+from torch import nn
+
+from torchscan import ModuleCall, ModuleHandler, crawl_module, summary
+from torchscan.schema import validate_report
+from torchscan.text import render_table
+
+
+@torch.library.custom_op("torchscan_test_text::opaque", mutates_args=())
+def opaque(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@opaque.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class Scale(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def estimate_scale(call: ModuleCall):
+    elements = call.output.numel()
+    return {"module_flops": 1500 * elements, "macs": elements, "dmas": 3 * elements, "receptive_field": 1,
+            "effective_stride": 1, "effective_padding": 0}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Scale(4)
+        self.head = Scale(4)
+        self.head.weight.requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(self.block(self.block(x)))
+
+
+class Opaque(nn.Module):
+    def forward(self, x):
+        return opaque(x)
+
+
+HANDLERS = {Scale: ModuleHandler(estimate_scale)}
+MUL = {torch.ops.aten.mul: lambda *shapes, out_shape, **kw: torch.Size(out_shape).numel()}
+
+
+def lines_of(text: str) -> list[str]:
+    return text.rstrip("\n").split("\n")
+
+
+def test_summary_prints_the_table_and_returns_the_crawl_report(capsys):
+    report = summary(Net(), (4,), custom_modules=HANDLERS, custom_mapping=MUL)
+    validate_report(report)
+    printed = capsys.readouterr().out
+    expected = crawl_module(Net(), (4,), custom_modules=HANDLERS, custom_mapping=MUL)
+    assert json.dumps(report, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert printed == render_table(report) + "\n"
+    lines = lines_of(printed)
+    assert lines[0].split() == ["Layer", "Type", "Output", "Params", "MACs", "FLOPs"]
+    assert set(lines[1]) == {"-"}
+    rows = [line.split() for line in lines[2:6]]
+    assert rows == [["(root)", "Net", "[1,", "4]"],
+                    ["block", "Scale", "[1,", "4]", "4", "4", "6.00", "k"],
+                    ["block", "#1", "Scale", "[1,", "4]", "4", "4", "6.00", "k"],
+                    ["head", "Scale", "[1,", "4]", "4", "4", "6.00", "k"]]
+    assert lines[6] == lines[1]
+    assert lines[7] == "Parameters: 8 (4 trainable, 4 frozen), 32B"
+    assert "MACs 12 [complete]" in lines[8] and "FLOPs 18.00 k [complete]" in lines[8]
+    assert "DMAs 36 [complete]" in lines[8]
+    assert lines[9] == "Operator view: FLOPs 12 [complete]"
+
+
+def test_rows_are_indented_by_depth():
+    report = crawl_module(nn.Sequential(nn.Sequential(Scale(2))), (2,), custom_modules=HANDLERS)
+    rows = lines_of(render_table(report))[2:5]
+    indents = [(len(line) - len(line.lstrip()), line.split()[0]) for line in rows]
+    assert indents == [(0, "(root)"), (2, "0"), (4, "0")]
+
+
+def test_summary_writes_to_the_given_file(capsys):
+    buffer = io.StringIO()
+    report = summary(Net(), (4,), file=buffer, custom_modules=HANDLERS)
+    assert capsys.readouterr().out == ""
+    assert buffer.getvalue() == render_table(report) + "\n"
+
+
+def test_lower_bounds_unavailable_values_and_diagnostics_are_shown_as_such():
+    model = nn.Sequential(Scale(3), Opaque())
+    buffer = io.StringIO()
+    report = summary(model, (3,), file=buffer, custom_modules=HANDLERS)
+    text = buffer.getvalue()
+    assert report["totals"]["macs"]["status"] == "partial"
+    assert "MACs ≥3 [partial]" in text
+    assert "Operator view: FLOPs ≥" in text and "[partial]" in text
+    problems = [item for item in report["diagnostics"] if item["severity"] != "info"]
+    assert f"Diagnostics: {len(problems)} (see report['diagnostics'])" in text
+    opaque_row = next(line for line in lines_of(text) if line.lstrip().startswith("1 "))
+    assert "≥" in opaque_row or "n/a" in opaque_row
+
+
+def test_covered_estimates_name_their_owner():
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Scale(2)
+
+        def forward(self, x):
+            return self.inner(x)
+
+    owner = ModuleHandler(lambda call: {"macs": 7, "module_flops": 14}, frozenset({"macs", "module_flops"}))
+    report = crawl_module(Pair(), (2,), custom_modules={**HANDLERS, Pair: owner})
+    inner = next(line for line in lines_of(render_table(report)) if line.lstrip().startswith("inner"))
+    assert inner.count("(in root)") == 2
+
+
+def test_structure_mode_shows_unrequested_metrics():
+    buffer = io.StringIO()
+    summary(Net(), (4,), file=buffer, mode="structure")
+    text = buffer.getvalue()
+    assert "MACs — [not_requested]" in text and "Operator view: FLOPs — [not_requested]" in text
+    assert "Diagnostics" not in text
+
+
+def test_long_tables_can_be_truncated():
+    model = nn.Sequential(*(Scale(2) for _ in range(6)))
+    report = crawl_module(model, (2,), custom_modules=HANDLERS)
+    text = render_table(report, max_rows=3)
+    assert "4 more calls" in text
+    assert len(lines_of(text)) == len(lines_of(render_table(report))) - 7 + 4

@@ -134,7 +134,7 @@ def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder |
     diagnostics = [item for _, item in tracer.diagnostics]
     if recorder is not None:
         tracer.totals_scope.merge(recorder.scopes[0])
-        operators, operator_diagnostics = operator_report(tracer.totals_scope, mapping, recorder.formula_errors)
+        operators, operator_diagnostics = operator_report(tracer.totals_scope, mapping, recorder)
         diagnostics.extend(operator_diagnostics)
     else:
         operators = {"total": not_requested("FLOPs", "model"), "by_operator": [], "uncounted": [], "ignored": [],

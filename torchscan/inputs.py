@@ -108,6 +108,10 @@ def value_metadata(value: Any) -> dict[str, Any]:
 
 
 def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
+    if tensor.is_nested:  # a nested tensor has no single shape: record its rank and number of components
+        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
+                "dtype": str(tensor.dtype).removeprefix("torch."), "device": tensor.device.type,
+                "requires_grad": bool(tensor.requires_grad)}
     return {"kind": "tensor", "shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
             "device": tensor.device.type, "requires_grad": bool(tensor.requires_grad)}
 

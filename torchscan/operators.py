@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, diagnostic
 from .formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
-from .results import MetricResult, complete, partial, plain_number
+from .results import MetricResult, complete, is_count, partial, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
@@ -104,6 +104,7 @@ class OperatorRecorder(TorchDispatchMode):
         self.scopes: list[OperatorScope] = [root or OperatorScope()]
         self.suspended = False
         self.formula_errors: dict[Any, str] = {}
+        self.declined: set[Any] = set()  # operators whose formula had no convention for some call
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -126,13 +127,16 @@ class OperatorRecorder(TorchDispatchMode):
 
     def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
                out: Any) -> None:
-        try:  # inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted
+        # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
+        try:
             flops = formula(*args, **kwargs, out_val=out)
-            if isinstance(flops, torch.Tensor) or isinstance(flops, bool) or not isinstance(flops, (int, float)) \
-                    or not flops >= 0 or flops == float("inf"):
-                raise ValueError(f"returned {type(flops).__name__}, expected a finite non-negative number")
+            if flops is not None and not is_count(flops):
+                raise ValueError("a FLOP formula must return a finite non-negative number or None")
         except Exception as error:  # a broken formula must not break the model's forward
             self.formula_errors.setdefault(packet, type(error).__name__)
+            flops = None
+        if flops is None:  # no stated convention for this call (a dtype, a mode): uncounted, never zero
+            self.declined.add(packet)
             scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
             return
         scope.flops += flops
@@ -144,7 +148,7 @@ class OperatorRecorder(TorchDispatchMode):
             entry[1] += flops
 
 
-def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], formula_errors: Mapping[Any, str]
+def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder
                     ) -> tuple[dict[str, Any], list[Diagnostic]]:
     """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
     section = {
@@ -160,15 +164,19 @@ def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], for
     diagnostics = []
     for row in section["uncounted"]:
         significant = row["significance"] == "significant"
-        packet_error = next((e for p, e in formula_errors.items() if operator_name(p) == row["operator"]), None)
+        packet_error = next((e for p, e in recorder.formula_errors.items() if operator_name(p) == row["operator"]),
+                            None)
+        declined = any(operator_name(p) == row["operator"] for p in recorder.declined)
         if packet_error is not None:
             diagnostics.append(diagnostic(
                 "operator_formula_error", f"the FLOP formula of {row['operator']} failed ({packet_error}); its "
                 f"{row['calls']} call(s) are not counted", metric="operator_flops", operator=row["operator"]))
             continue
+        reason = ("with a formula that has no convention for some of these calls (dtype, layout or mode)"
+                  if declined else "without a FLOP formula")
         diagnostics.append(diagnostic(
             "uncounted_operator",
-            f"{row['operator']} ran {row['calls']} time(s) without a FLOP formula"
+            f"{row['operator']} ran {row['calls']} uncounted time(s), {reason}"
             + (" (significant work such as a matmul, convolution or attention kernel)" if significant else ""),
             metric="operator_flops", severity="error" if significant else "warning", operator=row["operator"]))
     return section, diagnostics
@@ -187,6 +195,6 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, C
     recorder = OperatorRecorder(build_formula_table(mapping))
     with recorder:
         workload()
-    section, diagnostics = operator_report(recorder.scopes[0], mapping, recorder.formula_errors)
+    section, diagnostics = operator_report(recorder.scopes[0], mapping, recorder)
     section["diagnostics"] = diagnostics
     return section

@@ -1,0 +1,95 @@
+"""MkDocs hooks of the TorchScan documentation: the parts of the pages that are generated from the code.
+
+Registered in ``mkdocs.yml`` with ``hooks: [docs/hooks.py]``.
+
+- ``on_page_markdown`` replaces ``<!-- torchscan:diagnostic-codes -->`` with the table of diagnostic codes from
+  :data:`torchscan.diagnostics.CODES` and ``<!-- torchscan:metric-units -->`` with the table of metric units from
+  :data:`torchscan.results.METRIC_UNITS`, so the reference pages cannot drift from the code, and
+  ``<!-- torchscan:schema-link -->`` with a link to the published schema file.
+- ``on_files`` publishes the JSON Schema shipped inside the package (``torchscan/report.schema.json``) beside
+  these pages, so ``schema.md`` can link to ``report.schema.json`` and the link is checked like any other.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+try:
+    import torchscan  # noqa: F401
+except ImportError:  # build the docs of a checkout where torchscan is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from torchscan.diagnostics import CODES
+from torchscan.results import METRIC_UNITS
+
+DIAGNOSTIC_CODES_MARKER = "<!-- torchscan:diagnostic-codes -->"
+METRIC_UNITS_MARKER = "<!-- torchscan:metric-units -->"
+SCHEMA_LINK_MARKER = "<!-- torchscan:schema-link -->"
+SCHEMA_URI = "report.schema.json"
+
+
+def table_cell(text: str) -> str:
+    """Text that is safe inside one Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def diagnostic_codes_table() -> str:
+    """Code / severity / meaning, one row per code, in the order the codes are defined."""
+    rows = ["| Code | Default severity | Meaning |", "| --- | --- | --- |"]
+    rows += [f"| `{code}` | {severity} | {table_cell(meaning)} |" for code, (severity, meaning) in CODES.items()]
+    return "\n".join(rows)
+
+
+def metric_units_table() -> str:
+    """Every module-estimate field with its unit, in report order."""
+    rows = ["| Field | Unit |", "| --- | --- |"]
+    rows += [f"| `{name}` | {unit} |" for name, unit in METRIC_UNITS.items()]
+    return "\n".join(rows)
+
+
+def schema_link() -> str:
+    """The link to the schema file that :func:`on_files` publishes beside the pages."""
+    return f"This site publishes the file as [{SCHEMA_URI}]({SCHEMA_URI})."
+
+
+#: marker -> what replaces it. Without this hook a marker is an invisible HTML comment, never a broken link.
+GENERATED = {
+    DIAGNOSTIC_CODES_MARKER: diagnostic_codes_table,
+    METRIC_UNITS_MARKER: metric_units_table,
+    SCHEMA_LINK_MARKER: schema_link,
+}
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Replace each generation marker with its content; other pages pass through unchanged."""
+    for marker, build in GENERATED.items():
+        if marker in markdown:
+            markdown = markdown.replace(marker, build())
+    return markdown
+
+
+def shipped_schema() -> bytes:
+    """The JSON Schema file exactly as the installed package ships it."""
+    return resources.files("torchscan").joinpath(SCHEMA_URI).read_bytes()
+
+
+def schema_uri(docs_dir: str) -> str:
+    """Where the schema goes: beside these pages, which are the site's root or, when another site copies them
+    into a folder of its own (the ``torchscan-report`` catalog does), that folder."""
+    pages = Path(__file__).resolve().parent
+    try:
+        folder = pages.relative_to(Path(docs_dir).resolve()).as_posix()
+    except ValueError:  # the hook file lives outside the documentation folder
+        folder = "."
+    return SCHEMA_URI if folder == "." else f"{folder}/{SCHEMA_URI}"
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add the shipped JSON Schema to the site, byte for byte, so that ``schema.md`` can link to it."""
+    from mkdocs.structure.files import File
+
+    files.append(File.generated(config, schema_uri(config["docs_dir"]), content=shipped_schema()))
+    return files

@@ -42,12 +42,18 @@ def _compare_metric(before: MetricResult | None, after: MetricResult | None) -> 
 def metric_delta(before: MetricResult | None, after: MetricResult | None) -> dict[str, Any]:
     """``after - before`` (may be negative): known only when both sides are complete, else ``unavailable``.
 
-    A difference involving a lower bound has no bound of its own, so it is never shown as a number.
+    A difference involving a lower bound has no bound of its own, so it is never shown as a number. Per-dimension
+    values subtract element-wise; values of different dimensionality have no difference (``not_applicable``).
     """
     unit = (after or before or {}).get("unit", "")
     if before is None or after is None or before["status"] != "complete" or after["status"] != "complete":
         return {"status": "unavailable", "value": None, "unit": unit}
-    return {"status": "complete", "value": plain_number(after["value"] - before["value"]), "unit": unit}
+    old, new = before["value"], after["value"]
+    if isinstance(old, list) or isinstance(new, list):  # per-dimension receptive fields differ element-wise
+        if not (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)):
+            return {"status": "not_applicable", "value": None, "unit": unit}
+        return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new)], "unit": unit}
+    return {"status": "complete", "value": plain_number(new - old), "unit": unit}
 
 
 def _compare_layers(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -181,6 +181,8 @@ def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str
 def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str, builtin: bool
                         ) -> tuple[MetricResult, str | None]:
     unit, scope = METRIC_UNITS[name], handler.scope(name)
+    if type(value) is int and value >= 0:  # the common case, kept cheap: it runs for every call of every layer
+        return complete(value, unit, scope, label), None
     spatial = name in SPATIAL_METRICS
     if value is None:
         return unavailable(unit, scope, label), None

@@ -1,0 +1,144 @@
+"""The batch runner: isolated worker processes with timeouts, any Executor, and the result cache."""
+
+from __future__ import annotations
+
+import io
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tasks
+
+from torchscan.report.cache import ResultCache
+from torchscan.report.executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
+from torchscan.report.progress import Progress
+from torchscan.report.registry import load_registry
+from torchscan.report.runner import run_all
+
+
+def test_isolated_executor_survives_raise_hang_and_death() -> None:
+    executor = IsolatedProcessExecutor(max_workers=3, timeout=3)
+    futures = {name: executor.submit(function, *args) for name, function, args in (
+        ("add", tasks.add, (2, 3)), ("boom", tasks.boom, ()), ("hang", tasks.hang, ()), ("die", tasks.die, ()),
+        ("pid", tasks.pid, ()))}
+    executor.shutdown(wait=True)
+    assert futures["add"].result() == 5
+    with pytest.raises(TaskRaised, match="ValueError: boom"):
+        futures["boom"].result()
+    with pytest.raises(TaskTimeout, match="timed out after 3 s"):
+        futures["hang"].result()
+    with pytest.raises(WorkerDied, match="exit code 7"):
+        futures["die"].result()
+    assert futures["pid"].result() != os.getpid()  # every task runs in a process of its own
+
+
+REGISTRY = """
+[[models]]
+name = "a"
+factory = "m:f"
+input_shape = [4]
+
+[[models.variants]]
+name = "small"
+
+[[models.variants]]
+name = "big"
+input_shape = [8]
+
+[[models]]
+name = "b"
+factory = "m:g"
+inputs = "m:inputs"
+"""
+
+
+def fake_analysis(job: dict[str, Any]) -> dict[str, Any]:
+    """A stand-in for analyze_run: fails for the factory 'm:g', succeeds otherwise."""
+    fake_analysis.calls.append(job["stem"])
+    if job["factory"] == "m:g":
+        return {"status": "failed", "error": {"stage": "build", "type": "ValueError", "message": "no"}}
+    return {"status": "ok", "report": {"shape": job["inputs"]["shapes"]}}
+
+
+fake_analysis.calls = []
+
+
+def thread_pool(jobs: int, timeout: float) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=jobs)
+
+
+def test_runner_works_with_any_executor_and_caches_successes(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def f():\n    pass\n")
+    registry = load_registry(_write(tmp_path / "models.toml", REGISTRY))
+    first, second = tmp_path / "first", tmp_path / "second"
+    fake_analysis.calls.clear()
+    stream = io.StringIO()
+    results = run_all(registry.runs, registry.folder, ResultCache(None, first), Progress(stream), jobs=2, timeout=5,
+                      executor_factory=thread_pool, function=fake_analysis)
+    assert sorted(fake_analysis.calls) == ["a", "a.big", "b"]
+    assert results["a.big"] == {"status": "ok", "report": {"shape": [[8]]}}
+    assert results["b"]["status"] == "failed"
+    # Only successes are cached; the next build reads them from the previous output folder.
+    assert len(list((first / ".torchscan-cache").glob("*.json"))) == 2
+    fake_analysis.calls.clear()
+    again = run_all(registry.runs, registry.folder, ResultCache(first, second), Progress(stream), jobs=2, timeout=5,
+                    executor_factory=thread_pool, function=fake_analysis)
+    assert fake_analysis.calls == ["b"] and again == results
+    assert "[1/3] a: cached" in stream.getvalue()
+    # Editing the factory's module invalidates the entries that use it.
+    (tmp_path / "m.py").write_text("def f():\n    return 1\n")
+    fake_analysis.calls.clear()
+    run_all(registry.runs, registry.folder, ResultCache(second, tmp_path / "third"), Progress(stream), jobs=2,
+            timeout=5, executor_factory=thread_pool, function=fake_analysis)
+    assert sorted(fake_analysis.calls) == ["a", "a.big", "b"]
+    # --no-cache reads nothing but still stores for the next build.
+    fake_analysis.calls.clear()
+    run_all(registry.runs, registry.folder, ResultCache(second, tmp_path / "fourth", enabled=False), Progress(stream),
+            jobs=2, timeout=5, executor_factory=thread_pool, function=fake_analysis)
+    assert sorted(fake_analysis.calls) == ["a", "a.big", "b"]
+
+
+def test_a_broken_executor_future_becomes_a_recorded_failure(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("def f():\n    pass\n")
+    registry = load_registry(_write(tmp_path / "models.toml", REGISTRY))
+
+    def raising(job: dict[str, Any]) -> dict[str, Any]:
+        raise MemoryError("worker ran out of memory")
+
+    results = run_all(registry.runs, registry.folder, ResultCache(None, tmp_path / "out"), Progress(io.StringIO()),
+                      jobs=1, timeout=5, executor_factory=thread_pool, function=raising)
+    assert results["a"] == {"status": "failed", "error": {"stage": "worker", "type": "MemoryError",
+                                                          "message": "worker ran out of memory"}}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_is_rich_on_a_terminal_and_plain_lines_otherwise() -> None:
+    from torchscan.report.progress import RichProgress, make_progress
+
+    plain = io.StringIO()
+    progress = make_progress(plain)
+    assert type(progress) is Progress
+    progress.start(2)
+    progress.submitted("a")
+    progress.finished("a", "ok")
+    progress.finished("b", "failed (build: RuntimeError)")
+    assert plain.getvalue() == "[1/2] a: ok\n[2/2] b: failed (build: RuntimeError)\n"
+    terminal = Terminal()
+    rich = make_progress(terminal)
+    assert isinstance(rich, RichProgress)
+    rich.start(1)
+    rich.submitted("[bold]a")  # names are printed literally, never as markup
+    rich.finished("[bold]a", "ok")
+    rich.stop()
+    assert "[bold]a" in terminal.getvalue()

@@ -1,0 +1,68 @@
+"""The result cache: a finished analysis is reused while nothing it depends on has changed.
+
+The key hashes the run's own description (factory, keyword arguments, inputs, device), the source files that
+define its factory and inputs callable, and the torch and torchscan versions. Only successful analyses are stored:
+a failure is cheap to reproduce and may have been transient (a timeout, a killed worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from .sources import locate_module, source_digest
+
+CACHE_FOLDER = ".torchscan-cache"
+#: Bumped when the stored layout changes, so stale entries are never read.
+CACHE_FORMAT = 1
+
+
+def installed_torch_version() -> str:
+    """torch's version from package metadata: reading it does not import torch."""
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def cache_key(job: dict[str, Any], folder: Path, torch_version: str) -> str:
+    """SHA-256 of everything the run's result depends on that the registry can see."""
+    sources = {}
+    targets = [job["factory"], job["inputs"].get("callable")]
+    for target in filter(None, targets):
+        module = target.partition(":")[0]
+        path = locate_module(module, folder)
+        sources[module] = source_digest(path) if path else None
+    described = {key: value for key, value in job.items() if key not in ("folder", "stem")}
+    payload = {"format": CACHE_FORMAT, "job": described, "sources": sources, "torch": torch_version,
+               "torchscan": __version__}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class ResultCache:
+    """Reads finished results from the previous output folder and writes them into the new one."""
+
+    def __init__(self, previous: Path | None, current: Path, enabled: bool = True) -> None:
+        self.previous = previous / CACHE_FOLDER if previous else None
+        self.current = current / CACHE_FOLDER
+        self.enabled = enabled
+
+    def load(self, key: str) -> dict[str, Any] | None:
+        if not self.enabled or self.previous is None:
+            return None
+        path = self.previous / f"{key}.json"
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return result if isinstance(result, dict) and result.get("status") == "ok" else None
+
+    def store(self, key: str, result: dict[str, Any]) -> None:
+        if result.get("status") != "ok":
+            return
+        self.current.mkdir(parents=True, exist_ok=True)
+        (self.current / f"{key}.json").write_text(json.dumps(result, sort_keys=True), encoding="utf-8")

@@ -1,0 +1,142 @@
+"""View objects of a build: one summary per registry run and entry, and the catalog that lists them.
+
+A run is *failed* when its analysis did not produce a report, or when strictness was asked for (``strict = true``
+in the entry or ``--strict``) and the report is incomplete; the site then shows a failure notice for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..crawler import incomplete_metrics
+from ..formatting import format_count
+from .registry import Entry, Registry, Run
+from .views import EMPTY, Cell, ReportView, metric_cell, report_view, value_text, worst_status
+
+
+@dataclass
+class RunSummary:
+    run: Run
+    result: dict[str, Any]
+    strict: bool
+    inputs: str
+    params: Cell = EMPTY
+    macs: Cell = EMPTY
+    flops: Cell = EMPTY
+    operator_flops: Cell = EMPTY
+    dmas: Cell = EMPTY
+    status: str = "failed"
+    incomplete: list[str] = field(default_factory=list)
+    view: ReportView | None = None
+
+    @property
+    def stem(self) -> str:
+        return self.run.stem
+
+    @property
+    def label(self) -> str:
+        return self.run.variant or self.run.entry
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        return self.result.get("report")
+
+    @property
+    def error(self) -> dict[str, str] | None:
+        return self.result.get("error")
+
+    @property
+    def strict_failed(self) -> bool:
+        return self.report is not None and self.strict and bool(self.incomplete)
+
+    @property
+    def failed(self) -> bool:
+        return self.report is None or self.strict_failed
+
+    @property
+    def notices(self) -> list[str]:
+        if not self.strict_failed:
+            return []
+        shown = ", ".join(self.incomplete[:6]) + (f" and {len(self.incomplete) - 6} more" if len(self.incomplete) > 6
+                                                  else "")
+        return [f"Strict check failed: the analysis is incomplete ({shown})."]
+
+
+@dataclass
+class EntrySummary:
+    entry: Entry
+    runs: list[RunSummary]
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def primary(self) -> RunSummary:
+        return self.runs[0]
+
+    @property
+    def failed(self) -> bool:
+        return any(run.failed for run in self.runs)
+
+    @property
+    def status(self) -> str:
+        if any(run.report is None for run in self.runs):
+            return "failed"
+        if any(run.strict_failed for run in self.runs):
+            return "incomplete (strict)"
+        return worst_status([{"status": run.status} for run in self.runs])
+
+
+@dataclass
+class CatalogView:
+    title: str
+    description: str
+    entries: list[EntrySummary]
+
+    @property
+    def failed(self) -> list[EntrySummary]:
+        return [entry for entry in self.entries if entry.failed]
+
+
+def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
+    """Display cells for one run; a failed run keeps its error and empty cells."""
+    report = result.get("report")
+    summary = RunSummary(run=run, result=result, strict=strict or run.strict, inputs=spec_inputs(run, report))
+    if report is None:
+        return summary
+    totals = report["totals"]
+    params = totals["parameters"]["total"]
+    summary.params = Cell(format_count(params), "complete", f"{params:,} parameters", params)
+    summary.macs = metric_cell(totals["macs"])
+    summary.flops = metric_cell(totals["module_flops"])
+    summary.operator_flops = metric_cell(totals["operator_flops"])
+    summary.dmas = metric_cell(totals["dmas"])
+    summary.status = worst_status([totals[name] for name in ("macs", "module_flops", "dmas", "operator_flops")])
+    summary.incomplete = incomplete_metrics(report)
+    title = run.entry + (f" ({run.variant})" if run.variant else "")
+    summary.view = report_view(report, title=title, description=run.description)
+    summary.view.extra["notices"] = summary.notices
+    if summary.strict_failed:
+        summary.status = "incomplete (strict)"
+    return summary
+
+
+def spec_inputs(run: Run, report: dict[str, Any] | None) -> str:
+    """What the model was called with: the generated shapes, or the metadata of the provided call."""
+    if report is not None:
+        parts = [value_text(value) for value in report["inputs"]["args"]]
+        parts += [f"{item['key']}={value_text(item['value'])}" for item in report["inputs"]["kwargs"]]
+        return "; ".join(parts) or "no inputs"
+    if run.inputs.shapes is not None:
+        dtypes = run.inputs.dtypes or [""] * len(run.inputs.shapes)
+        return "; ".join(f"{dtype}[1, {', '.join(map(str, shape))}]".lstrip()
+                         for dtype, shape in zip(dtypes, run.inputs.shapes))
+    return f"{run.inputs.callable}({', '.join(f'{k}={v!r}' for k, v in sorted(run.inputs.kwargs.items()))})"
+
+
+def catalog_view(registry: Registry, results: dict[str, dict[str, Any]], strict: bool) -> CatalogView:
+    entries = [EntrySummary(entry, [summarize_run(run, results[run.stem], strict) for run in entry.runs])
+               for entry in registry.entries]
+    return CatalogView(title=registry.title, description=registry.description, entries=entries)

@@ -1,0 +1,357 @@
+"""The model registry (``models.toml``): load it, validate every key, and explain every mistake at once.
+
+Validation never imports or runs a model: it checks the file's structure, types and names, so that a typo is
+reported with the entry's name, the key path and what was expected before a single worker starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+CALLABLE_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+DTYPE_NAMES = frozenset({
+    "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "complex128",
+    "int8", "int16", "int32", "int64", "long", "int", "uint8", "bool",
+})
+DEVICES = ("cpu", "meta")
+TOP_KEYS = ("catalog", "site", "models")
+CATALOG_KEYS = ("title", "description")
+SITE_KEYS = ("mkdocs", "section")
+ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "tags",
+              "description", "strict", "variants")
+VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs")
+NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
+SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
+
+
+class RegistryError(ValueError):
+    """Every problem found in a registry; ``problems`` holds one line per mistake."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(f"{path}: {len(problems)} problem(s)\n" + "\n".join(f"  - {line}" for line in problems))
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Generated inputs (``shapes`` + ``dtypes``) or a callable returning ``(args, kwargs)``."""
+
+    shapes: list[list[int]] | None = None
+    dtypes: list[str] | None = None
+    callable: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.callable is not None:
+            return {"callable": self.callable, "kwargs": self.kwargs}
+        return {"shapes": self.shapes, "dtypes": self.dtypes}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One analysis: an entry, or one variant of it. ``stem`` names its output files."""
+
+    entry: str
+    variant: str | None
+    stem: str
+    factory: str
+    kwargs: dict[str, Any]
+    inputs: InputSpec
+    device: str
+    strict: bool
+    description: str = ""
+
+    def to_job(self, folder: Path) -> dict[str, Any]:
+        """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
+        return {"entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
+                "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(),
+                "device": self.device}
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    factory: str
+    description: str
+    tags: tuple[str, ...]
+    device: str
+    strict: bool
+    runs: tuple[Run, ...]
+
+    @property
+    def has_variants(self) -> bool:
+        return self.runs[0].variant is not None
+
+
+@dataclass(frozen=True)
+class Registry:
+    path: Path
+    title: str
+    description: str
+    mkdocs: Path | None
+    section: str
+    entries: tuple[Entry, ...]
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    @property
+    def runs(self) -> list[Run]:
+        return [run for entry in self.entries for run in entry.runs]
+
+
+def load_registry(path: str | Path) -> Registry:
+    """Read and validate ``path``; raise :class:`RegistryError` listing every problem found."""
+    path = Path(path).resolve()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RegistryError(path, ["file not found"]) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RegistryError(path, [f"cannot read the file: {error}"]) from None
+    except tomllib.TOMLDecodeError as error:
+        raise RegistryError(path, [f"invalid TOML: {error}"]) from None
+    checker = _Checker(path)
+    registry = checker.registry(data)
+    if checker.problems:
+        raise RegistryError(path, checker.problems)
+    return registry
+
+
+class _Checker:
+    """Collects problems instead of stopping at the first one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[str] = []
+
+    def problem(self, where: str, message: str) -> None:
+        self.problems.append(f"{where}: {message}")
+
+    def registry(self, data: dict[str, Any]) -> Registry:
+        self.unknown_keys("registry", data, TOP_KEYS)
+        catalog = self.table("catalog", data.get("catalog", {}))
+        self.unknown_keys("catalog", catalog, CATALOG_KEYS)
+        site = self.table("site", data.get("site", {}))
+        self.unknown_keys("site", site, SITE_KEYS)
+        models = data.get("models")
+        entries: list[Entry] = []
+        if not isinstance(models, list) or not models or not all(isinstance(item, dict) for item in models):
+            self.problem("models", "expected at least one [[models]] table (an array of tables), got "
+                         + _describe(models))
+        else:
+            entries = [self.entry(index, item) for index, item in enumerate(models)]
+            self.unique_names(entries)
+        return Registry(path=self.path, title=self.string("catalog.title", catalog.get("title", "Model catalog")),
+                        description=self.string("catalog.description", catalog.get("description", "")),
+                        mkdocs=self.mkdocs_path(site.get("mkdocs")),
+                        section=self.string("site.section", site.get("section", "Model catalog")),
+                        entries=tuple(entries))
+
+    def entry(self, index: int, item: dict[str, Any]) -> Entry:
+        raw_name = item.get("name")
+        where = f"models[{index}]" + (f" ({raw_name})" if isinstance(raw_name, str) else "")
+        self.unknown_keys(where, item, ENTRY_KEYS)
+        name = self.name(f"{where}: name", raw_name)
+        factory = self.callable_path(f"{where}: factory", item.get("factory"), required=True)
+        device = item.get("device", "cpu")
+        if device not in DEVICES:
+            self.problem(f"{where}: device", f"expected one of {', '.join(DEVICES)}, got {_describe(device)}")
+        tags = item.get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(tag, str) and tag for tag in tags):
+            self.problem(f"{where}: tags", f"expected a list of non-empty strings, got {_describe(tags)}")
+            tags = []
+        strict = item.get("strict", False)
+        if not isinstance(strict, bool):
+            self.problem(f"{where}: strict", f"expected true or false, got {_describe(strict)}")
+            strict = False
+        description = self.string(f"{where}: description", item.get("description", ""))
+        base = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs") if key in item}
+        variants = item.get("variants")
+        common = {"entry": name, "factory": factory, "device": device, "strict": strict}
+        if variants is None:
+            runs = [self.run(where, common, base, None, name, description)]
+        else:
+            runs = self.variant_runs(where, common, base, variants)
+        return Entry(name=name, factory=factory, description=description, tags=tuple(tags), device=device,
+                     strict=strict, runs=tuple(runs))
+
+    def variant_runs(self, where: str, common: dict[str, Any], base: dict[str, Any], variants: Any) -> list[Run]:
+        if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
+            self.problem(f"{where}: variants", "expected a non-empty array of tables ([[models.variants]] with a "
+                         f"name and the keys that change), got {_describe(variants)}")
+            return [self.run(where, common, base, None, common["entry"], "")]
+        runs, seen = [], set()
+        for position, variant in enumerate(variants):
+            label = variant.get("name")
+            at = f"{where}: variants[{position}]" + (f" ({label})" if isinstance(label, str) else "")
+            self.unknown_keys(at, variant, VARIANT_KEYS)
+            label = self.name(f"{at}.name", label)
+            if label.lower() in seen:
+                self.problem(f"{at}.name", f"duplicate variant name {label!r} (names are compared ignoring case)")
+            seen.add(label.lower())
+            merged = dict(base)
+            for key in ("kwargs", "inputs_kwargs"):
+                if key in variant:
+                    merged[key] = {**self.table(f"{at}.{key}", base.get(key, {})),
+                                   **self.table(f"{at}.{key}", variant[key])}
+            for key in ("input_shape", "dtype"):
+                if key in variant:
+                    merged[key] = variant[key]
+            stem = common["entry"] if position == 0 else f"{common['entry']}.{label}"
+            description = self.string(f"{at}.description", variant.get("description", ""))
+            runs.append(self.run(at, common, merged, label, stem, description))
+        return runs
+
+    def run(self, where: str, common: dict[str, Any], spec: dict[str, Any], variant: str | None, stem: str,
+            description: str) -> Run:
+        kwargs = self.plain_table(f"{where}.kwargs" if variant else f"{where}: kwargs", spec.get("kwargs", {}))
+        return Run(variant=variant, stem=stem, kwargs=kwargs, inputs=self.inputs(where, spec), description=description,
+                   **common)
+
+    def inputs(self, where: str, spec: dict[str, Any]) -> InputSpec:
+        has_shape, has_callable = "input_shape" in spec, "inputs" in spec
+        if has_shape == has_callable:
+            self.problem(where, "expected exactly one input spec: input_shape (generated inputs, with an optional "
+                         "dtype) or inputs = \"module:callable\" returning (args, kwargs)"
+                         + ("; both were given" if has_shape else "; neither was given"))
+            return InputSpec()
+        if has_callable:
+            if "dtype" in spec:
+                self.problem(f"{where}: dtype", "dtype only applies to generated inputs (input_shape); the inputs "
+                             "callable creates its tensors with the dtypes it wants")
+            kwargs = self.plain_table(f"{where}: inputs_kwargs", spec.get("inputs_kwargs", {}))
+            return InputSpec(callable=self.callable_path(f"{where}: inputs", spec["inputs"], required=True),
+                             kwargs=kwargs)
+        if "inputs_kwargs" in spec:
+            self.problem(f"{where}: inputs_kwargs", "inputs_kwargs only applies with inputs = \"module:callable\"")
+        shapes = self.shapes(f"{where}: input_shape", spec["input_shape"])
+        return InputSpec(shapes=shapes, dtypes=self.dtypes(f"{where}: dtype", spec.get("dtype"), len(shapes or [])))
+
+    def shapes(self, where: str, value: Any) -> list[list[int]]:
+        if _is_shape(value):
+            return [list(value)]
+        if isinstance(value, list) and value and all(_is_shape(item) for item in value):
+            return [list(item) for item in value]
+        self.problem(where, f"expected {SHAPE_HELP}, got {_describe(value)}")
+        return []
+
+    def dtypes(self, where: str, value: Any, count: int) -> list[str] | None:
+        if value is None:
+            return None
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            self.problem(where, f"expected a dtype name such as \"float32\" or a list of them, got {_describe(value)}")
+            return None
+        unknown = [name for name in names if name not in DTYPE_NAMES]
+        if unknown:
+            self.problem(where, f"unknown dtype {unknown[0]!r}; expected one of {', '.join(sorted(DTYPE_NAMES))}")
+        if isinstance(value, list) and len(names) != count:
+            self.problem(where, f"expected one dtype per input shape ({count}), got {len(names)}")
+        return names if isinstance(value, list) else names * count
+
+    def unique_names(self, entries: list[Entry]) -> None:
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            key = entry.name.lower()
+            if key in seen and entry.name:
+                self.problem(f"models[{index}] ({entry.name}): name", f"duplicate name; models[{seen[key]}] is "
+                             "already called that (names are compared ignoring case, they name files)")
+            seen.setdefault(key, index)
+
+    def name(self, where: str, value: Any) -> str:
+        if not isinstance(value, str) or not NAME_PATTERN.match(value):
+            self.problem(where, f"expected {NAME_HELP}, got {_describe(value)}")
+            return value if isinstance(value, str) else ""
+        return value
+
+    def callable_path(self, where: str, value: Any, required: bool) -> str:
+        if value is None and required:
+            self.problem(where, "missing; expected \"package.module:callable\"")
+            return ""
+        if not isinstance(value, str) or not CALLABLE_PATTERN.match(value):
+            self.problem(where, f"expected \"package.module:callable\" (an import path relative to the registry's "
+                         f"folder), got {_describe(value)}")
+            return value if isinstance(value, str) else ""
+        return value
+
+    def mkdocs_path(self, value: Any) -> Path | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.problem("site.mkdocs", f"expected the path of an mkdocs.yml relative to this file, got "
+                         f"{_describe(value)}")
+            return None
+        resolved = (self.path.parent / value).resolve()
+        if not resolved.is_file():
+            self.problem("site.mkdocs", f"{value!r} does not exist (relative to {self.path.name}'s folder)")
+            return None
+        return resolved
+
+    def table(self, where: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.problem(where, f"expected a table, got {_describe(value)}")
+            return {}
+        return value
+
+    def plain_table(self, where: str, value: Any) -> dict[str, Any]:
+        """A table of plain TOML values (no dates or times: they could not be hashed or passed on faithfully)."""
+        table = self.table(where, value)
+        bad = _first_non_plain(table)
+        if bad is not None:
+            self.problem(f"{where}.{bad[0]}", f"expected strings, numbers, booleans, arrays or tables, got "
+                         f"{type(bad[1]).__name__}")
+        return table
+
+    def string(self, where: str, value: Any) -> str:
+        if not isinstance(value, str):
+            self.problem(where, f"expected a string, got {_describe(value)}")
+            return ""
+        return value
+
+    def unknown_keys(self, where: str, table: Any, allowed: tuple[str, ...]) -> None:
+        if not isinstance(table, dict):
+            return
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                self.problem(f"{where}: {key}", f"unknown key{hint}; expected one of {', '.join(allowed)}")
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0
+                                           for dim in value)
+
+
+def _first_non_plain(value: Any, prefix: str = "") -> tuple[str, Any] | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_non_plain(item, f"{prefix}.{key}" if prefix else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, list):
+        for position, item in enumerate(value):
+            found = _first_non_plain(item, f"{prefix}[{position}]")
+            if found:
+                return found
+        return None
+    return None if isinstance(value, (str, int, float, bool)) else (prefix, value)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a table"
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

@@ -1,0 +1,106 @@
+"""The batch runner: submit one pure function per registry run to an Executor and collect every result.
+
+The runner does not know where the work runs. The default executor gives each run its own ``spawn`` process with
+a timeout (:class:`IsolatedProcessExecutor`); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
+in a test) works unchanged, with timeouts then left to that executor. A run that raises, hangs or kills its
+process becomes a recorded failure, and the others go on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, as_completed
+from pathlib import Path
+from typing import Any
+
+from .cache import ResultCache, cache_key, installed_torch_version
+from .executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
+from .progress import Progress
+from .registry import Run
+from .worker import analyze_run
+
+ExecutorFactory = Callable[[int, float], Executor]
+
+
+def default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+def isolated_executor(jobs: int, timeout: float) -> Executor:
+    return IsolatedProcessExecutor(max_workers=jobs, timeout=timeout)
+
+
+def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progress, *, jobs: int,
+            timeout: float, executor_factory: ExecutorFactory = isolated_executor,
+            function: Callable[[dict[str, Any]], dict[str, Any]] = analyze_run) -> dict[str, dict[str, Any]]:
+    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker."""
+    torch_version = installed_torch_version()
+    results: dict[str, dict[str, Any]] = {}
+    pending: list[tuple[Run, dict[str, Any], str]] = []
+    progress.start(len(runs))
+    for run in runs:
+        job = run.to_job(folder)
+        key = cache_key(job, folder, torch_version)
+        cached = cache.load(key)
+        if cached is not None:
+            results[run.stem] = cached
+            cache.store(key, cached)
+            progress.finished(run.stem, "cached")
+        else:
+            pending.append((run, job, key))
+    if pending:
+        results.update(_execute(pending, cache, progress, executor_factory(min(jobs, len(pending)), timeout),
+                                function))
+    progress.stop()
+    return results
+
+
+def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache, progress: Progress,
+             executor: Executor, function: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    results: dict[str, dict[str, Any]] = {}
+    futures: dict[Future, tuple[Run, str]] = {}
+    try:
+        for run, job, key in pending:
+            futures[executor.submit(function, job)] = (run, key)
+            progress.submitted(run.stem)
+        for future in as_completed(futures):
+            run, key = futures[future]
+            result = outcome_of(future)
+            results[run.stem] = result
+            cache.store(key, result)
+            progress.finished(run.stem, result["status"] if result["status"] == "ok" else _short(result))
+    except BaseException:
+        if isinstance(executor, IsolatedProcessExecutor):
+            executor.kill_all()
+        else:
+            executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+    return results
+
+
+def outcome_of(future: Future) -> dict[str, Any]:
+    """The future's result, or a recorded failure for whatever went wrong around the function."""
+    try:
+        result = future.result()
+    except TaskTimeout as error:
+        return _failure("timeout", "TimeoutError", str(error))
+    except WorkerDied as error:
+        return _failure("worker", "WorkerDied", str(error))
+    except TaskRaised as error:
+        return _failure("worker", "WorkerError", str(error))
+    except Exception as error:  # noqa: BLE001 - a foreign executor may fail in its own ways
+        return _failure("worker", type(error).__name__, str(error))
+    if not isinstance(result, dict) or result.get("status") not in ("ok", "failed"):
+        return _failure("worker", "TypeError", "the worker returned something other than a result record")
+    return result
+
+
+def _failure(stage: str, kind: str, message: str) -> dict[str, Any]:
+    return {"status": "failed", "error": {"stage": stage, "type": kind, "message": message}}
+
+
+def _short(result: dict[str, Any]) -> str:
+    error = result["error"]
+    return f"failed ({error['stage']}: {error['type']})"

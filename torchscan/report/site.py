@@ -1,0 +1,231 @@
+"""MkDocs assembly and build: the catalog's pages joined to an existing site, or a standalone Material site.
+
+The generated site always uses ``use_directory_urls: false`` (it works from disk), is built with ``strict``, and
+gets a fixed ``SOURCE_DATE_EPOCH`` unless one is set, so two builds give the same bytes. MkDocs empties its
+``site_dir`` before building, so callers build first and add other files afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ASSET_FOLDER = "assets/torchscan"
+ASSETS = ("tablesort.js", "site.css")
+REQUIRED_EXTENSIONS = ("tables", "attr_list", "toc")
+METHODOLOGY_FOLDER = "methodology"
+#: Used when the caller has not set SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z, any fixed value works.
+DEFAULT_SOURCE_DATE_EPOCH = "1704067200"
+
+
+class SiteBuildError(RuntimeError):
+    """MkDocs refused to build (a configuration error, or a warning under ``strict``)."""
+
+
+@dataclass
+class SiteContent:
+    """What the catalog adds to a site: pages and files by path relative to ``docs_dir``, and its nav section."""
+
+    title: str
+    section: str
+    pages: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    catalog_page: str = "index.md"
+    model_pages: list[tuple[str, str]] = field(default_factory=list)
+
+
+API_OPTIONS = {"show_root_heading": True, "show_root_full_path": True, "show_source": False,
+               "separate_signature": True, "show_signature_annotations": True, "members_order": "source",
+               "heading_level": 3}
+
+
+def methodology_source() -> Path | None:
+    """The documentation pages shipped with the package (``torchscan/docs``), or the checkout's ``docs/``."""
+    packaged = resources.files("torchscan") / "docs"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    root = Path(__file__).resolve().parents[2]
+    checkout = root / "docs"
+    is_checkout = (root / "pyproject.toml").is_file() and 'name = "torchscan"' in (root / "pyproject.toml").read_text()
+    return checkout if is_checkout and any(checkout.glob("*.md")) else None
+
+
+def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_dir: Path) -> list[str]:
+    """Assemble ``work/docs`` and build it into ``site_dir``; returns MkDocs' warnings (empty on a clean build)."""
+    from mkdocs.config import load_config
+
+    docs = work / "docs"
+    if docs.exists():
+        shutil.rmtree(docs)
+    user_docs: Path | None = None
+    overrides: dict[str, Any] = {}
+    if mkdocs_file is not None:
+        with _captured_logs() as messages:
+            user = load_config(str(mkdocs_file))
+        if messages:
+            raise SiteBuildError("; ".join(messages))
+        user_docs = Path(user["docs_dir"])
+        shutil.copytree(user_docs, docs, ignore=shutil.ignore_patterns(".*"))
+        overrides["markdown_extensions"] = _extensions(user)
+        overrides["extra_css"] = [*user["extra_css"], f"{ASSET_FOLDER}/site.css"]
+        overrides["extra_javascript"] = [*map(str, user["extra_javascript"]), f"{ASSET_FOLDER}/tablesort.js"]
+        methodology = _add_methodology(docs, user_docs)
+        own_nav = user["nav"] if user["nav"] is not None else folder_nav(user_docs, user_docs)
+        overrides["nav"] = [*own_nav, *_catalog_nav(content, methodology)]
+        config_file = mkdocs_file
+    else:
+        docs.mkdir(parents=True)
+        methodology = _add_methodology(docs, None)
+        config_file = work / "mkdocs.yml"
+        config = _standalone_config(content, methodology, docs)
+        config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    _write_content(docs, content)
+    overrides.update(docs_dir=str(docs), site_dir=str(site_dir), use_directory_urls=False, strict=True)
+    return _run_mkdocs(load_config, config_file, overrides)
+
+
+def _run_mkdocs(load_config: Any, config_file: Path, overrides: dict[str, Any]) -> list[str]:
+    from mkdocs.commands.build import build
+    from mkdocs.exceptions import MkDocsException
+
+    with _fixed_build_date(), _captured_logs() as messages:
+        try:
+            config = load_config(str(config_file), **overrides)
+            config.plugins.on_startup(command="build", dirty=False)
+            try:
+                build(config)
+            finally:
+                config.plugins.on_shutdown()
+        except (MkDocsException, SystemExit) as error:
+            raise SiteBuildError("; ".join([*messages, str(error)])) from None
+    return messages
+
+
+def _extensions(user: Any) -> list[Any]:
+    names = list(dict.fromkeys([*user["markdown_extensions"], *REQUIRED_EXTENSIONS]))
+    configs = user["mdx_configs"]
+    return [{name: configs[name]} if name in configs else name for name in names]
+
+
+def theme_safe(text: str) -> str:
+    """The site name for the theme, which inserts it unescaped in places: markup characters become lookalikes."""
+    return text.translate(str.maketrans({"<": "‹", ">": "›", '"': "”", "&": "＆"}))
+
+
+def _standalone_config(content: SiteContent, methodology: list[str], docs: Path) -> dict[str, Any]:
+    """A Material site with the catalog as home page; the shipped pages keep their snippets and hooks working."""
+    source = methodology_source()
+    hooks = [str(source / "hooks.py")] if methodology and source and (source / "hooks.py").is_file() else []
+    snippets = {"base_path": [str(docs / METHODOLOGY_FOLDER), str(docs)], "check_paths": True}
+    return {
+        "site_name": theme_safe(content.title),
+        "theme": {"name": "material", "features": ["content.code.copy", "navigation.top"],
+                  "palette": [
+                      {"media": "(prefers-color-scheme: light)", "scheme": "default",
+                       "toggle": {"icon": "material/weather-night", "name": "Switch to dark mode"}},
+                      {"media": "(prefers-color-scheme: dark)", "scheme": "slate",
+                       "toggle": {"icon": "material/weather-sunny", "name": "Switch to light mode"}}]},
+        "markdown_extensions": ["tables", "attr_list", "admonition", "md_in_html", {"toc": {"permalink": True}},
+                                {"pymdownx.snippets": snippets}, "pymdownx.highlight", "pymdownx.inlinehilite",
+                                "pymdownx.superfences", "pymdownx.details"],
+        "hooks": hooks,
+        # The shipped API reference page is rendered from the installed package's docstrings.
+        "plugins": ["search", {"mkdocstrings": {"handlers": {"python": {"options": API_OPTIONS}}}}],
+        # The shipped methodology pages may link to pages of the project's own site that a catalog does not carry;
+        # such links are reported, not fatal. The catalog's own links are checked by the test suite.
+        "validation": {"links": {"not_found": "info", "unrecognized_links": "info", "anchors": "info"}},
+        "extra_css": [f"{ASSET_FOLDER}/site.css"],
+        "extra_javascript": [f"{ASSET_FOLDER}/tablesort.js"],
+        "nav": [{"Catalog": content.catalog_page}, *_catalog_nav(content, methodology, standalone=True)],
+        "exclude_docs": f"{METHODOLOGY_FOLDER}/conventions/\n",
+    }
+
+
+def _catalog_nav(content: SiteContent, methodology: list[str], standalone: bool = False) -> list[dict[str, Any]]:
+    section: list[Any] = [] if standalone else [{"Catalog": content.catalog_page}]
+    section += [{title: page} for title, page in content.model_pages]
+    nav: list[dict[str, Any]] = [{"Models" if standalone else content.section: section}]
+    if methodology:
+        nav.append({"Methodology": methodology})
+    return nav
+
+
+def folder_nav(folder: Path, docs: Path) -> list[Any]:
+    """The navigation MkDocs would generate for a folder: ``index.md`` first, then pages, then sub-folders as
+    sections (titles of pages come from their first heading, as usual)."""
+    pages = sorted((path for path in folder.glob("*.md")), key=lambda path: (path.name != "index.md", path.name))
+    nav: list[Any] = [path.relative_to(docs).as_posix() for path in pages]
+    for sub in sorted(path for path in folder.iterdir() if path.is_dir() and not path.name.startswith(".")):
+        inner = folder_nav(sub, docs)
+        if inner:
+            nav.append({sub.name.replace("-", " ").replace("_", " ").capitalize(): inner})
+    return nav
+
+
+def _add_methodology(docs: Path, user_docs: Path | None) -> list[str]:
+    """Copy the packaged methodology pages under ``methodology/`` (unless the site already is those pages)."""
+    source = methodology_source()
+    if source is None or (user_docs is not None and source.resolve() == user_docs.resolve()):
+        return []
+    target = docs / METHODOLOGY_FOLDER
+    # The conventions/ files are included into conventions.md by snippets rather than shown as pages of their own.
+    shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".*", "__pycache__", "*.py"))
+    pages = sorted(path.relative_to(docs).as_posix() for path in target.glob("*.md"))
+    index = f"{METHODOLOGY_FOLDER}/index.md"
+    return ([index] if index in pages else []) + [page for page in pages if page != index]
+
+
+def _write_content(docs: Path, content: SiteContent) -> None:
+    for relative, text in sorted(content.pages.items()):
+        _write(docs / relative, text.encode("utf-8"))
+    for relative, data in sorted(content.files.items()):
+        _write(docs / relative, data)
+    for name in ASSETS:
+        data = (resources.files("torchscan") / "templates" / "site" / name).read_bytes()
+        _write(docs / ASSET_FOLDER / name, data)
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+@contextmanager
+def _fixed_build_date() -> Iterator[None]:
+    previous = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = previous or DEFAULT_SOURCE_DATE_EPOCH
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+
+
+class _Collector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(f"{record.levelname}: {record.getMessage()}")
+
+
+@contextmanager
+def _captured_logs() -> Iterator[list[str]]:
+    """MkDocs' warnings and errors, collected instead of printed (the caller decides how to show them)."""
+    logger = logging.getLogger("mkdocs")
+    collector = _Collector()
+    logger.addHandler(collector)
+    try:
+        yield collector.messages
+    finally:
+        logger.removeHandler(collector)

@@ -1,0 +1,85 @@
+"""Where the registry's callables live, found without importing anything.
+
+``check`` uses this to say "this module does not exist" or "it defines no such name" before any model runs, and the
+cache hashes the source files found here, so an edited model definition is analyzed again.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import sys
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+
+def locate_module(module: str, folder: Path) -> Path | None:
+    """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``.
+
+    Packages are walked part by part with :class:`PathFinder`, which reads directories and never executes a
+    package's ``__init__``. Built-in and extension modules have no source and give ``None``.
+    """
+    search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]
+    spec = None
+    for position, part in enumerate(module.split(".")):
+        name = ".".join(module.split(".")[: position + 1])
+        spec = PathFinder.find_spec(name, search)
+        if spec is None:
+            return None
+        if position < module.count("."):
+            if not spec.submodule_search_locations:
+                return None
+            search = list(spec.submodule_search_locations)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
+
+
+def source_digest(path: Path) -> str:
+    """SHA-256 of a source file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def callable_problem(target: str, folder: Path) -> str | None:
+    """Why ``module:callable`` cannot be found, or ``None`` when it can (or when only running it could tell)."""
+    module, _, attribute = target.partition(":")
+    path = locate_module(module, folder)
+    if path is None:
+        return f"module {module!r} was not found in the registry's folder or on sys.path"
+    names = top_level_names(path)
+    head = attribute.split(".")[0]
+    if names is not None and head not in names:
+        return f"module {module!r} ({path.name}) defines no top-level name {head!r}"
+    return None
+
+
+def top_level_names(path: Path) -> frozenset[str] | None:
+    """Names a module binds at top level, or ``None`` when that cannot be known statically (syntax errors,
+    star imports, a module ``__getattr__``)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=path.name)
+    except (SyntaxError, UnicodeDecodeError, OSError):
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        names.update(_bound_names(node))
+    if "*" in names or "__getattr__" in names:
+        return None
+    return frozenset(names)
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if isinstance(node, ast.Assign):
+        return {name.id for target in node.targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+    if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    if isinstance(node, (ast.If, ast.Try, ast.With)):
+        inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+        for handler in getattr(node, "handlers", []):
+            inner.extend(handler.body)
+        return {name for child in inner for name in _bound_names(child)}
+    return set()

@@ -9,18 +9,12 @@ import torch
 from torch import nn
 
 from torchscan.formulas.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, validate_estimates
-
-NUMERIC_FIELDS = ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding")
+from formula_calls import NUMERIC_FIELDS, run_builtin
 
 
-def estimate(module: nn.Module, *args: torch.Tensor, **kwargs: torch.Tensor) -> dict:
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    result = HANDLERS[type(module)].callback(ModuleCall(module, args, kwargs, output))
-    assert set(result) == set(NUMERIC_FIELDS)
-    assert validate_estimates(result, HANDLERS[type(module)]).problems == []
-    return result
+
+def estimate(module: nn.Module, *args, **kwargs) -> dict:
+    return run_builtin(HANDLERS, module, *args, **kwargs)
 
 
 def estimate_on_meta(module: nn.Module, *args: torch.Tensor) -> dict:

@@ -12,19 +12,13 @@ import torch
 from torch import nn
 
 from torchscan.formulas.norm import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, validate_estimates
+from formula_calls import NUMERIC_FIELDS, run_builtin
 
-NUMERIC_FIELDS = ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding")
 POINTWISE = {"macs": 0, "receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 
 
-def estimate(module: nn.Module, *args: torch.Tensor, **kwargs: torch.Tensor) -> dict:
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    result = HANDLERS[type(module)].callback(ModuleCall(module, args, kwargs, output))
-    assert set(result) == set(NUMERIC_FIELDS)
-    assert validate_estimates(result, HANDLERS[type(module)]).problems == []
-    return result
+def estimate(module: nn.Module, *args, **kwargs) -> dict:
+    return run_builtin(HANDLERS, module, *args, **kwargs)
 
 
 def estimate_on_meta(module: nn.Module, x: torch.Tensor) -> dict:

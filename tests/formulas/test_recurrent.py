@@ -15,19 +15,13 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from torchscan.formulas.recurrent import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, validate_estimates
+from formula_calls import NUMERIC_FIELDS, run_builtin
 
-NUMERIC_FIELDS = ("module_flops", "macs", "dmas", "receptive_field", "effective_stride", "effective_padding")
 LSTM_UNIT, GRU_UNIT = 30, 23
 
 
 def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    result = HANDLERS[type(module)].callback(ModuleCall(module, args, kwargs, output))
-    assert set(result) == set(NUMERIC_FIELDS)
-    assert validate_estimates(result, HANDLERS[type(module)]).problems == []
-    return result
+    return run_builtin(HANDLERS, module, *args, **kwargs)
 
 
 def to_meta(value):

@@ -6,9 +6,12 @@ from __future__ import annotations
 import gc
 import json
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from torchscan import IncompleteAnalysisError, ModuleCall, ModuleHandler, crawl_module
@@ -636,3 +639,139 @@ def test_bad_options_are_refused_before_the_model_runs(options, error, word):
     with pytest.raises(error, match=word):
         crawl_module(model, (3,), **options)
     assert model.calls == 0
+
+
+# -- edge cases found in review ------------------------------------------------------------------------------------
+
+
+class NumpyDense(nn.Module):
+    """A leaf whose work happens in numpy: invisible to dispatch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = np.ones((8, 8), np.float32)
+
+    def forward(self, x):
+        return torch.from_numpy(x.numpy() @ self.weight)
+
+
+def test_an_unsupported_leaf_whose_work_dispatch_cannot_see_is_never_a_complete_zero():
+    report = crawl_module(NumpyDense(), (8,))
+    validate_report(report)
+    for name in ("module_flops", "macs", "dmas"):
+        assert report["totals"][name]["status"] in ("partial", "unavailable"), name
+        assert report["totals"][name]["value"] is None
+    with pytest.raises(IncompleteAnalysisError):
+        crawl_module(NumpyDense(), (8,), strict=True)
+
+
+class LoRALinear(nn.Linear):
+    """A built-in type whose subclass overrides forward: the base formula would miss the low-rank path."""
+
+    def __init__(self, features: int, rank: int) -> None:
+        super().__init__(features, features)
+        self.down = nn.Parameter(torch.zeros(rank, features))
+        self.up = nn.Parameter(torch.zeros(features, rank))
+
+    def forward(self, x):
+        return super().forward(x) + F.linear(F.linear(x, self.down), self.up)
+
+
+def test_a_subclass_that_overrides_forward_does_not_inherit_the_builtin_formula():
+    report = crawl_module(LoRALinear(16, 4), (16,))
+    macs = report["totals"]["macs"]
+    assert macs["status"] == "partial"  # observed operators are a lower bound for an unsupported leaf
+    assert macs["known_value"] == 16 * 16 + 16 * 4 + 4 * 16  # every observed dot product is in the bound
+    assert [d["code"] for d in report["diagnostics"]] == ["unsupported_module"]
+
+
+def test_modules_called_from_other_threads_make_every_total_a_lower_bound():
+    class Threaded(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(4, 4)
+
+        def forward(self, x):
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(self.head, x).result()
+
+    report = crawl_module(Threaded(), (4,))
+    validate_report(report)
+    assert "unobserved_thread" in [d["code"] for d in report["diagnostics"]]
+    for name in ("module_flops", "macs", "dmas", "operator_flops"):
+        assert report["totals"][name]["status"] in ("partial", "unavailable"), name
+
+
+def test_metric_owners_do_not_depend_on_unrelated_registrations():
+    class Unused(nn.Module):
+        pass
+
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+    model = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+    plain = crawl_module(model, (5, 8))
+    registered = crawl_module(model, (5, 8), custom_modules={Unused: ModuleHandler(lambda call: {})})
+    assert [row.get("metric_owners") for row in plain["layers"]] == \
+        [row.get("metric_owners") for row in registered["layers"]]
+    assert all(owner == {"path": "", "call_index": 0}
+               for row in plain["layers"][1:] for owner in row["metric_owners"].values())
+
+
+def test_structure_mode_reports_a_caught_child_failure():
+    class Fails(nn.Module):
+        def forward(self, x):
+            raise ValueError("no")
+
+    class Tolerant(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fails = Fails()
+
+        def forward(self, x):
+            try:
+                self.fails(x)
+            except ValueError:
+                pass
+            return x
+
+    report = crawl_module(Tolerant(), (2,), mode="structure")
+    assert [d["code"] for d in report["diagnostics"]] == ["module_forward_error"]
+    assert report["layers"][1]["output"] == {"kind": "failed"}
+
+
+def test_a_self_referential_output_is_described_without_recursing_forever():
+    class Cache(nn.Module):
+        def forward(self, x, state):
+            state.append(state)
+            return x
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache = Cache()
+
+        def forward(self, x):
+            state: list = []
+            return self.cache(x, state), state
+
+    report = crawl_module(Model(), (2,))
+    validate_report(report)
+    assert report["layers"][0]["output"]["items"][1] == {"kind": "list", "items": [{"kind": "recursive",
+                                                                                     "type": "list"}]}
+
+
+def test_context_labels_caller_handlers_as_their_estimates_are_labelled():
+    def estimate(call):
+        return {"module_flops": 1}
+
+    report = crawl_module(nn.ReLU(), (2,), custom_modules={nn.ReLU: ModuleHandler(estimate, method="mine")})
+    label = report["context"]["custom_modules"][0]["method"]
+    assert label == report["layers"][0]["metrics"]["module_flops"]["method"]
+    assert label.startswith("custom_module_handler:")
+
+
+def test_totals_beyond_2_to_the_53_stay_exact():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(2**16, 2**16, bias=False), nn.Linear(2**16, 1, bias=False))
+    report = crawl_module(model, (2**21, 2**16))
+    layer_macs = [row["metrics"]["macs"]["value"] for row in report["layers"][1:]]
+    assert report["totals"]["macs"]["value"] == sum(layer_macs) == 2**21 * (2**32 + 2**16)

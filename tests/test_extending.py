@@ -622,10 +622,11 @@ def test_omitted_field_on_a_formula_leaf_keeps_the_builtins_unsupported_work_dia
     omitted = analyze(nn.ReLU(), ints, custom_modules={nn.ReLU: ModuleHandler(lambda call: {"dmas": 16})})
     assert metric(omitted, "", "module_flops")["status"] == "unavailable"
     assert metric(omitted, "", "module_flops")["method"] == "formula:activation"
-    assert [item["metric"] for item in diagnostics(omitted, "incomplete_handler_estimate", "")] == ["module_flops"]
+    # A built-in formula that declines a call says so as an unsupported configuration.
+    assert [item["metric"] for item in diagnostics(omitted, "unsupported_configuration", "")] == ["module_flops"]
     supplied = analyze(nn.ReLU(), ints, custom_modules={nn.ReLU: ModuleHandler(lambda call: {"module_flops": 8})})
     assert metric(supplied, "", "module_flops")["status"] == "complete"
-    assert diagnostics(supplied, "incomplete_handler_estimate") == []
+    assert diagnostics(supplied, "unsupported_configuration") == []
 
 
 def test_omitted_field_on_a_leaf_without_builtin_is_not_delegated():

@@ -254,3 +254,13 @@ def test_callbacks_receive_the_actual_call_objects():
     assert call.module is module and call.args[0] is x and call.output is x and call.kwargs == {}
     with pytest.raises(AttributeError):
         call.output = None  # frozen
+
+
+def test_handlers_may_say_a_receptive_field_is_not_applicable_but_not_a_count():
+    not_applicable = {"status": "not_applicable", "value": None, "known_value": None, "unit": "elements",
+                      "scope": "module_call", "method": "flattening"}
+    validated = validate_estimates({"receptive_field": not_applicable}, ModuleHandler(lambda call: {}))
+    assert validated.problems == [] and validated.metrics["receptive_field"]["status"] == "not_applicable"
+    counted = {**not_applicable, "unit": "MACs"}
+    validated = validate_estimates({"macs": counted}, ModuleHandler(lambda call: {}))
+    assert validated.metrics["macs"]["status"] == "unavailable" and validated.problems

@@ -330,3 +330,16 @@ def test_measure_flops_validates_before_running():
     with pytest.raises(TypeError, match="workload"):
         measure_flops(torch.ones(3))
     assert ran == []
+
+
+def test_torch_cond_counts_the_branch_that_ran():
+    import torch._dynamo  # noqa: F401  torch.cond compiles its branches; the recorder then steps out of its way
+
+    class Branching(nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))
+
+    report = crawl_module(Branching(), (4,))
+    names = [row["operator"] for row in report["operator_flops"]["by_operator"]]
+    assert "aten.sin" in names and "aten.cos" not in names
+    assert report["totals"]["operator_flops"]["status"] == "complete"

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from . import __version__
-from .diagnostics import sort_key
+from .diagnostics import diagnostic, sort_key
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
     call_metadata,
@@ -26,8 +26,8 @@ from .inputs import (
     normalize_dtypes,
     normalize_shapes,
 )
-from .operators import OperatorRecorder, build_formula_table, operator_report, validate_custom_mapping
-from .results import SUMMABLE_METRICS, METRIC_UNITS, add_results, is_incomplete, not_requested
+from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
+from .results import METRIC_UNITS, SUMMABLE_METRICS, add_results, as_lower_bound, is_incomplete, not_requested
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer, tensor_statistics
 
@@ -105,10 +105,9 @@ def _resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwa
 def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
              handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
     full = mode == "full"
-    recorder = OperatorRecorder(build_formula_table(mapping)) if full else None
+    recorder = new_recorder(build_formula_table(mapping)) if full else None
     tracer = CallTracer(model, handlers, recorder)
     training_flags = [(module, module.training) for module in model.modules()]
-    context = _context(model, training_flags, mode, handlers, mapping)
     inputs = {"source": source, **call_metadata(args, kwargs)}
     try:
         model.eval()
@@ -122,6 +121,7 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
         tracer.detach()
         for module, flag in training_flags:
             module.training = flag
+    context = _context(model, training_flags, mode, handlers, mapping)  # after lazy modules have materialized
     return _assemble(model, tracer, recorder, mapping, context, inputs, full)
 
 
@@ -139,12 +139,20 @@ def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder |
     else:
         operators = {"total": not_requested("FLOPs", "model"), "by_operator": [], "uncounted": [], "ignored": [],
                      "custom_formulas": []}
+    totals = _totals(model, layers, operators["total"], full)
+    if tracer.foreign_thread_calls:
+        diagnostics.append(diagnostic(
+            "unobserved_thread", f"{tracer.foreign_thread_calls} module call(s) ran in other threads, where "
+            "neither hooks nor dispatch observe work; every total is a lower bound"))
+        for name in (*SUMMABLE_METRICS, "operator_flops"):
+            totals[name] = as_lower_bound(totals[name])
+        operators["total"] = totals["operator_flops"]
     return {
         "schema_version": SCHEMA_VERSION,
         "context": context,
         "inputs": inputs,
         "layers": layers,
-        "totals": _totals(model, layers, operators["total"], full),
+        "totals": totals,
         "operator_flops": operators,
         "diagnostics": sorted(diagnostics, key=sort_key),
     }
@@ -193,7 +201,7 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
         "devices": sorted({tensor.device.type for tensor in tensors}),
         "dtypes": sorted({str(tensor.dtype).removeprefix("torch.") for tensor in tensors}),
         "analysis_mode": mode,
-        "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.label,
+        "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.caller_label,
                                    "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),
                                  key=lambda row: row["type"]),
         "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),

@@ -61,6 +61,16 @@ CODES: dict[str, tuple[Severity, str]] = {
         "A module supported by a built-in handler ran in a configuration its formulas do not justify; the "
         "affected metrics are partial or unavailable.",
     ),
+    "unobserved_thread": (
+        "error",
+        "Modules ran in threads other than the analysing one, where dispatch is not observed: their work is "
+        "missing and every total is a lower bound.",
+    ),
+    "higher_order_operator": (
+        "warning",
+        "A higher-order operator (torch.cond, flex_attention, ...) ran without a way to count the work inside it; "
+        "the operator FLOPs are a lower bound.",
+    ),
     "operator_formula_error": (
         "error",
         "An operator FLOP formula raised or returned something other than a non-negative number; the operator "

@@ -16,7 +16,7 @@ from .direct_work import FIELDS as SUMMABLE_FIELDS
 from .formulas.aten import operator_significance
 from .handlers import ModuleCall, ModuleHandler, validate_estimates
 from .operators import operator_name
-from .results import METRIC_UNITS, MetricResult, is_incomplete, unavailable
+from .results import METRIC_UNITS, MetricResult, is_incomplete, partial, unavailable
 
 FIELD_ORDER = tuple(METRIC_UNITS)
 
@@ -45,6 +45,7 @@ class CallContext:
     needed: frozenset[str]
     expanded: bool
     direct: DirectWork | None
+    opened_by: str | None = None  # the caller-registered descendant type that opened a built-in owner
 
 
 def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
@@ -86,17 +87,27 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
     for name, result in validated.metrics.items():
         _set(estimate, handler, name, result)
         if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
-            estimate.diagnostics.append(diagnostic(
-                "incomplete_handler_estimate",
-                f"{label} returned {'an' if result['status'] == 'unavailable' else 'a'} {result['status']} {name} "
-                f"estimate" + ("" if result["method"] == label else f" (method {result['method']})"),
-                metric=name, **where))
-    if not builtin:
+            estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where))
+    if not validated.invalid_whole:
         for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
             estimate.diagnostics.append(diagnostic(
                 "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
                 "descendants stay covered and the result is unavailable", metric=name, **where))
+
+
+def _incomplete_result(label: str, name: str, result: MetricResult, builtin: bool, where: dict[str, Any]
+                       ) -> Diagnostic:
+    """A built-in's incomplete result means the call is outside what its formula justifies; a caller's is theirs."""
+    article = "an" if result["status"] == "unavailable" else "a"
+    detail = "" if result["method"] == label else f" (method {result['method']})"
+    if builtin:
+        return diagnostic("unsupported_configuration",
+                          f"{label} returned {article} {result['status']} {name} estimate{detail}: this call is "
+                          "outside what the built-in formula justifies (see the counting conventions)",
+                          metric=name, **where)
+    return diagnostic("incomplete_handler_estimate", f"{label} returned {article} {result['status']} {name} "
+                      f"estimate{detail}", metric=name, **where)
 
 
 def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: MetricResult) -> None:
@@ -107,22 +118,32 @@ def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: Metr
 def _mark_failed(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
     for name in sorted(context.needed):
         estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "module_forward_error")
-    estimate.diagnostics.append(diagnostic(
-        "module_forward_error", f"the forward of {context.type_name} raised; the enclosing module caught it and "
-        "continued, so this call has no output and no estimates", **where))
+    estimate.diagnostics.append(forward_error(context.type_name, **where))
+
+
+def forward_error(type_name: str, path: str, call_index: int) -> Diagnostic:
+    """A call whose forward raised inside an enclosing module that caught the error and went on."""
+    return diagnostic("module_forward_error", f"the forward of {type_name} raised; the enclosing module caught it "
+                      "and continued, so this call has no output and no estimates", path=path, call_index=call_index)
 
 
 def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: CallEstimate,
                    where: dict[str, Any]) -> None:
     builtin = context.builtin
     assert builtin is not None
-    for name in sorted(remaining):
-        estimate.metrics[name] = unavailable(METRIC_UNITS[name], builtin.scope(name), builtin.label)
-        estimate.ownership[name] = builtin.scope(name)
+    for name in sorted(remaining):  # the call's own work is unknown; its descendants keep their estimates
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", builtin.label)
     estimate.diagnostics.append(diagnostic(
-        "expanded_atomic_boundary", f"a registered descendant opened {context.type_name}: its inclusive built-in "
-        "formula is dropped and the descendant counts are a lower bound; register this module type to supply its "
-        "own work", **where))
+        "expanded_atomic_boundary", f"the registered descendant {context.opened_by} opened {context.type_name}: "
+        "its inclusive built-in formula is dropped and the descendant counts are a lower bound; register "
+        f"{context.type_name} too to supply its own work", **where))
+
+
+def _unsupported_leaf_result(name: str, direct: DirectWork | None) -> MetricResult:
+    unit = METRIC_UNITS[name]
+    if name in SUMMABLE_FIELDS and direct is not None and direct.operators:
+        return partial(direct.result(name)["known_value"], unit, "module_call", "unsupported_module")
+    return unavailable(unit, "module_call", "unsupported_module")
 
 
 def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
@@ -132,7 +153,12 @@ def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[st
     direct = context.direct
     unsupported = []
     for name in remaining:
-        if name in SUMMABLE_FIELDS and direct is not None and (direct.operators or context.leaf):
+        if context.leaf and context.builtin is None:
+            # No formula covers this leaf: what dispatch observed is a lower bound (work in numpy or an extension
+            # is invisible to it), and nothing observed is no evidence of zero work.
+            estimate.metrics[name] = _unsupported_leaf_result(name, direct)
+            unsupported.append(name)
+        elif name in SUMMABLE_FIELDS and direct is not None and direct.operators:
             estimate.metrics[name] = direct.result(name)
         elif context.leaf:
             estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "unsupported_module")
@@ -141,9 +167,10 @@ def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[st
             estimate.delegated.append(name)
     if unsupported:
         estimate.diagnostics.append(diagnostic(
-            "unsupported_module", f"no handler supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
-            "module: these fields are unavailable (FLOPs, MACs and DMAs come from the operators observed in its "
-            "call); register a ModuleHandler for it in custom_modules", **where))
+            "unsupported_module", f"no formula supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
+            "module: counts are lower bounds from the operators observed in its call (unavailable when none "
+            "was observed) and receptive fields are unavailable; register a ModuleHandler for it in "
+            "custom_modules", **where))
     if direct is not None and direct.unestimated:
         names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
                                                                          key=lambda item: operator_name(item[0])))

@@ -27,8 +27,10 @@ from .results import (
 )
 
 METRIC_FIELDS = frozenset(METRIC_UNITS)
-CALLER_STATUSES = frozenset({"complete", "partial", "unavailable"})
-BUILTIN_STATUSES = CALLER_STATUSES | {"not_applicable"}
+#: What a handler may report: counts are complete, partial or unavailable; a receptive-field field may also
+#: say it has no meaning for the call (``not_applicable``). ``not_requested`` belongs to the analysis mode alone.
+COUNT_STATUSES = frozenset({"complete", "partial", "unavailable"})
+SPATIAL_STATUSES = COUNT_STATUSES | {"not_applicable"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,19 @@ def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
     return None
 
 
+def builtin_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
+    """The closest built-in handler, provided ``module_type`` runs the forward that handler's formula describes.
+
+    A subclass that overrides ``forward`` (a LoRA ``Linear``, a fused QAT ``ConvBn2d``) does other work than its
+    base class, so the base formula would silently miss it: such a module gets no built-in handler.
+    """
+    for klass in module_type.__mro__:
+        handler = handlers.get(klass)
+        if handler is not None:
+            return handler if module_type.forward is klass.forward else None
+    return None
+
+
 @dataclass
 class ValidatedEstimates:
     """A callback's result after validation: metric results by field, and why any field was rejected."""
@@ -147,8 +162,8 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
 
     A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
     handler becomes unavailable), as the extension contract states. Caller results are labelled with the caller
-    label (their own method appended) and may only be complete, partial or unavailable; built-in results keep
-    their method and may also say a receptive field is not applicable. ``builtin`` defaults to whether the
+    label (their own method appended); built-in results keep their method. Either may say a receptive-field
+    field is ``not_applicable``; counts are complete, partial or unavailable. ``builtin`` defaults to whether the
     handler carries a ``method`` label (the crawler always says which role a handler plays).
     """
     if builtin is None:
@@ -187,7 +202,7 @@ def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: st
     if value is None:
         return unavailable(unit, scope, label), None
     if isinstance(value, Mapping):
-        statuses = BUILTIN_STATUSES if builtin else CALLER_STATUSES
+        statuses = SPATIAL_STATUSES if spatial else COUNT_STATUSES
         problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
         if problem:
             return unavailable(unit, scope, label), problem

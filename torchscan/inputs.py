@@ -87,24 +87,37 @@ def _generate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
     return values.to(device=device, dtype=dtype)
 
 
-def value_metadata(value: Any) -> dict[str, Any]:
-    """Recursive, value-free description of an argument or output."""
+MAX_DEPTH = 32
+
+
+def value_metadata(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Recursive, value-free description of an argument or output.
+
+    A container that holds itself (directly or deeper) is described once and then marked ``recursive``; nesting
+    beyond ``MAX_DEPTH`` levels is marked ``truncated``, so no input can make the hooks fail.
+    """
     if isinstance(value, torch.Tensor):
         return tensor_metadata(value)
     if value is None:
         return {"kind": "none"}
     if isinstance(value, (bool, int, float, complex, str, bytes)):
         return {"kind": "scalar", "type": type(value).__name__}
+    if not isinstance(value, (tuple, list, Mapping)):
+        return {"kind": "object", "type": _type_name(value)}
+    if id(value) in _enclosing:
+        return {"kind": "recursive", "type": _type_name(value)}
+    if len(_enclosing) >= MAX_DEPTH:
+        return {"kind": "truncated", "type": _type_name(value)}
+    inner = (*_enclosing, id(value))
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):
         return {"kind": "namedtuple", "type": type(value).__qualname__,
-                "items": [{"key": name, "value": value_metadata(item)} for name, item in zip(value._fields, value)]}
+                "items": [{"key": name, "value": value_metadata(item, inner)}
+                          for name, item in zip(value._fields, value)]}
     if isinstance(value, (tuple, list)):
         return {"kind": type(value).__name__ if type(value) in (tuple, list) else "sequence",
-                "items": [value_metadata(item) for item in value]}
-    if isinstance(value, Mapping):
-        return {"kind": "mapping", "items": [{"key": _safe_key(key), "value": value_metadata(item)}
-                                             for key, item in value.items()]}
-    return {"kind": "object", "type": _type_name(value)}
+                "items": [value_metadata(item, inner) for item in value]}
+    return {"kind": "mapping", "items": [{"key": _safe_key(key), "value": value_metadata(item, inner)}
+                                         for key, item in value.items()]}
 
 
 def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:

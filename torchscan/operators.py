@@ -8,10 +8,13 @@ contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from torch._ops import HigherOrderOperator
 from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -25,7 +28,9 @@ OpPacket = torch._ops.OpOverloadPacket
 
 
 def operator_name(packet: Any) -> str:
-    """``aten.mm`` for ``torch.ops.aten.mm``: the stable name used in reports."""
+    """``aten.mm`` for ``torch.ops.aten.mm`` (``higher_order.cond`` for a higher-order operator): stable names."""
+    if isinstance(packet, HigherOrderOperator):
+        return f"higher_order.{packet.name()}"
     name = getattr(packet, "_qualified_op_name", None)
     return name.replace("::", ".") if name else str(packet)
 
@@ -93,6 +98,8 @@ class OperatorRecorder(TorchDispatchMode):
     that a module performs directly. ``suspended`` stops counting while module estimates run.
     """
 
+    supports_higher_order_operators = True
+
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # PyTorch would otherwise wrap __torch_dispatch__ to import torch._dynamo on first use (about a second).
@@ -108,6 +115,8 @@ class OperatorRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if isinstance(func, HigherOrderOperator):
+            return self._higher_order(func, args, kwargs)
         out = func(*args, **kwargs)
         if self.suspended:
             return out
@@ -123,6 +132,22 @@ class OperatorRecorder(TorchDispatchMode):
         work = scope.direct_work
         if work is not None:
             work.add(packet, args, kwargs, out)
+        return out
+
+    def _higher_order(self, func: HigherOrderOperator, args: tuple, kwargs: dict) -> Any:
+        """``torch.cond`` runs its taken branch under this mode, so its operators count as executed; any other
+        higher-order operator runs unobserved and is listed as uncounted (never as zero work)."""
+        if func is torch.ops.higher_order.cond and not self.suspended:
+            predicate, true_branch, false_branch, operands = args
+            if not (isinstance(predicate, torch.Tensor) and predicate.device.type == "meta"):
+                with self:
+                    return (true_branch if bool(predicate) else false_branch)(*operands)
+        out = func(*args, **kwargs)
+        if not self.suspended:
+            scope = self.scopes[-1]
+            scope.uncounted[func] = scope.uncounted.get(func, 0) + 1
+            if scope.direct_work is not None:
+                scope.direct_work.unestimated[func] = scope.direct_work.unestimated.get(func, 0) + 1
         return out
 
     def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
@@ -182,6 +207,25 @@ def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], rec
     return section, diagnostics
 
 
+class CompileSafeRecorder(OperatorRecorder):
+    """The recorder PyTorch's compiler can step over (``torch.cond`` and other higher-order operators compile
+    their branches eagerly, and must skip a dispatch mode's frame). Used once ``torch._dynamo`` is imported, when
+    the wrapper that PyTorch puts around ``__torch_dispatch__`` costs nothing."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return OperatorRecorder.__torch_dispatch__(self, func, types, args, kwargs)
+
+
+def new_recorder(formulas: Mapping[Any, Callable[..., Any]]) -> OperatorRecorder:
+    """A recorder for one analysis: the lean one, unless the compiler is already loaded in this process."""
+    kind = CompileSafeRecorder if "torch._dynamo" in sys.modules else OperatorRecorder
+    return kind(formulas)
+
+
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, Callable[..., Any]] | None = None
                   ) -> dict[str, Any]:
     """Count the operator FLOPs of ``workload()`` (a training step, a generate loop, any callable).
@@ -192,7 +236,7 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, C
     if not callable(workload):
         raise TypeError(f"workload must be a callable taking no arguments, got {type(workload).__name__}")
     mapping = validate_custom_mapping(custom_mapping)
-    recorder = OperatorRecorder(build_formula_table(mapping))
+    recorder = new_recorder(build_formula_table(mapping))
     with recorder:
         workload()
     section, diagnostics = operator_report(recorder.scopes[0], mapping, recorder)

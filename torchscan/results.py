@@ -92,8 +92,11 @@ def plain_number(value: Any) -> Value:
     """Normalize a count (or per-dimension counts) to JSON-friendly ``int``/``float``."""
     if isinstance(value, (list, tuple)):
         return [plain_number(item) for item in value]  # type: ignore[misc]
+    if isinstance(value, int) or (hasattr(value, "is_integer") and not isinstance(value, float)
+                                  and hasattr(value, "__index__")):
+        return int(value)  # exact, however large (a 70B model's FLOPs exceed 2**53)
     number = float(value)
-    return int(number) if number.is_integer() and abs(number) < 2**63 else number
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number
 
 
 ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
@@ -172,3 +175,10 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: 
 def is_incomplete(result: Mapping[str, Any]) -> bool:
     """Whether ``strict=True`` rejects this result."""
     return result["status"] in INCOMPLETE_STATUSES
+
+
+def as_lower_bound(result: MetricResult) -> MetricResult:
+    """The same result, known to miss some work: a complete value becomes a partial lower bound."""
+    if result["status"] != "complete":
+        return result
+    return partial(result["known_value"], result["unit"], result["scope"], result["method"])

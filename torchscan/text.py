@@ -32,13 +32,21 @@ def render_table(report: dict[str, Any], max_rows: int | None = None) -> str:
 
 
 def _row(layer: dict[str, Any]) -> tuple[str, ...]:
-    name = layer["name"] or "(root)"
-    label = "  " * layer["depth"] + name + (f" #{layer['call_index']}" if layer["call_index"] else "")
+    label = "  " * layer["depth"] + _display_name(layer) + (f" #{layer['call_index']}" if layer["call_index"] else "")
     metrics = layer.get("metrics", {})
     owners = layer.get("metric_owners", {})
+    counted_here = layer["call_index"] == 0 and layer["parameters"]["count"]  # a repeated call reuses them
     return (label, layer["type"].rpartition(".")[2], _shape(layer["output"]),
-            format_count(layer["parameters"]["count"]) if layer["parameters"]["count"] else "",
+            format_count(layer["parameters"]["count"]) if counted_here else "",
             _cell(metrics, owners, "macs"), _cell(metrics, owners, "module_flops"))
+
+
+def _display_name(layer: dict[str, Any]) -> str:
+    """The attribute name under its parent row, or the full path when the call is made from elsewhere."""
+    if not layer["path"]:
+        return "(root)"
+    parent = layer["parent"]["path"] if layer["parent"] else ""
+    return layer["name"] if layer["path"] == f"{parent}.{layer['name']}".lstrip(".") else layer["path"]
 
 
 def _cell(metrics: dict[str, Any], owners: dict[str, Any], name: str) -> str:

@@ -8,6 +8,7 @@ directly and inclusively, and release every reference to the call's objects.
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,9 @@ from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
-from .estimation import CallContext, estimate_call
+from .estimation import CallContext, estimate_call, forward_error
 from .formulas import DEFAULT_HANDLERS
-from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
+from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, builtin_handler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .operators import OperatorRecorder, OperatorScope
 from .results import METRIC_UNITS, complete, is_incomplete, not_requested, partial, plain_number
@@ -41,8 +42,8 @@ class ModuleInfo:
 class Frame:
     """One open module call."""
 
-    __slots__ = ("module_id", "info", "record", "index", "covered", "owned_sure", "owned_maybe", "expanded", "scope",
-                 "inclusive_flops", "inclusive_uncounted", "exception_before")
+    __slots__ = ("module_id", "info", "record", "index", "covered", "owned_sure", "owned_maybe", "expanded",
+                 "opened_by", "scope", "inclusive_flops", "inclusive_uncounted", "exception_before")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], index: int,
                  covered: dict[str, int]) -> None:
@@ -54,6 +55,7 @@ class Frame:
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
         self.expanded = False
+        self.opened_by: str | None = None
         self.scope = OperatorScope()
         self.inclusive_flops = 0
         self.inclusive_uncounted = False
@@ -76,6 +78,9 @@ class CallTracer:
         self.call_counts: dict[int, int] = {}
         self.totals_scope = OperatorScope()
         self.handles: list[Any] = []
+        self.thread = threading.get_ident()
+        self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
+        self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
 
     def attach(self) -> None:
         for module in self.model.modules():
@@ -90,6 +95,9 @@ class CallTracer:
     # -- hooks -------------------------------------------------------------------------------------------------
 
     def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        if threading.get_ident() != self.thread:
+            self.foreign_thread_calls += 1
+            return
         info = self.infos[id(module)]
         call_index = self.call_counts.get(id(module), 0)
         self.call_counts[id(module)] = call_index + 1
@@ -112,8 +120,8 @@ class CallTracer:
         self.stack.append(frame)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if not self.stack or self.stack[-1].module_id != id(module):
-            return  # an earlier pre-hook (not ours) raised, so this call never opened a frame
+        if threading.get_ident() != self.thread or not self.stack or self.stack[-1].module_id != id(module):
+            return  # another thread's call, or an earlier pre-hook (not ours) raised and no frame was opened
         frame = self.stack.pop()
         failed = sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame.exception_before
         record = frame.record
@@ -122,6 +130,9 @@ class CallTracer:
             record["metrics"] = {name: not_requested(unit, "module_call") for name, unit in METRIC_UNITS.items()}
             record["operator_flops"] = {"direct": not_requested("FLOPs", "direct"),
                                         "inclusive": not_requested("FLOPs", "inclusive")}
+            if failed:
+                self.diagnostics.append((frame.index, forward_error(frame.info.type_name, frame.info.path,
+                                                                    record["call_index"])))
             return
         recorder = self.recorder
         recorder.scopes.pop()
@@ -153,23 +164,24 @@ class CallTracer:
         """
         info = frame.info
         if info.caller is not None:
-            self._open_builtin_owners()
+            self._open_builtin_owners(info.type_name)
         free = METRIC_FIELDS - frame.covered.keys()
         if info.caller is not None:
             frame.owned_sure = info.caller.subtree_metrics & free
             if info.builtin is not None:
                 frame.owned_maybe = (info.builtin.subtree_metrics & free) - frame.owned_sure
         elif info.builtin is not None:
-            if self.custom_modules:
+            if self.speculative:
                 frame.owned_maybe = info.builtin.subtree_metrics & free
             else:
                 frame.owned_sure = info.builtin.subtree_metrics & free
 
-    def _open_builtin_owners(self) -> None:
+    def _open_builtin_owners(self, opener: str) -> None:
         """A caller-registered call opens every enclosing built-in inclusive owner that no caller registered."""
         for ancestor in self.stack:
-            if ancestor.owned_maybe and ancestor.info.caller is None:
+            if ancestor.owned_maybe and ancestor.info.caller is None and not ancestor.expanded:
                 ancestor.expanded = True
+                ancestor.opened_by = opener
 
     # -- estimation ----------------------------------------------------------------------------------------------
 
@@ -179,7 +191,8 @@ class CallTracer:
         owners = {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
                   for name, index in sorted(frame.covered.items())}
         context = CallContext(info.path, record["call_index"], info.type_name, info.leaf,
-                              info.caller, info.builtin, frozenset(needed), frame.expanded, frame.scope.direct_work)
+                              info.caller, info.builtin, frozenset(needed), frame.expanded, frame.scope.direct_work,
+                              frame.opened_by)
         estimate = estimate_call(context, call) if needed else None
         frame.scope.direct_work = None
         record["metrics"] = estimate.metrics if estimate else {}
@@ -206,9 +219,9 @@ class CallTracer:
                     record.get("metric_ownership", {}).pop(name, None)
                 elif name in record.get("delegated_metrics", ()):
                     record["delegated_metrics"].remove(name)
-                else:
+                elif name not in record.get("metric_owners", {}):
                     continue
-                record.setdefault("metric_owners", {})[name] = owner
+                record.setdefault("metric_owners", {})[name] = owner  # the outermost owner, as without speculation
             for key in ("metric_ownership", "delegated_metrics"):
                 if key in record and not record[key]:
                     del record[key]
@@ -254,7 +267,7 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: 
     for path, module in model.named_modules():
         kind = type(module)
         if kind not in handler_cache:
-            handler_cache[kind] = (closest_handler(kind, custom), closest_handler(kind, builtins))
+            handler_cache[kind] = (closest_handler(kind, custom), builtin_handler(kind, builtins))
         caller, builtin = handler_cache[kind]
         infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
                                        leaf=next(module.children(), None) is None, caller=caller, builtin=builtin)

@@ -106,4 +106,4 @@ def test_unknown_activation_surfaces_as_a_partial_total_with_a_diagnostic():
     assert report["totals"]["module_flops"]["status"] == "partial"
     assert report["totals"]["macs"]["status"] == report["totals"]["dmas"]["status"] == "complete"
     codes = {(d["code"], d["metric"], d.get("path")) for d in report["diagnostics"]}
-    assert ("incomplete_handler_estimate", "module_flops", "") in codes
+    assert ("unsupported_configuration", "module_flops", "") in codes

@@ -6,7 +6,7 @@ difference involving a lower bound has no bound of its own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports
@@ -37,6 +37,23 @@ class LayerChange:
     details: list[str]
 
 
+@dataclass(frozen=True)
+class LayerDelta:
+    """One layer call's change of a summable estimate, as a number for the charts.
+
+    ``status`` is ``complete`` (``value`` is the exact delta), ``partial`` (an added or removed call whose estimate is
+    a lower bound: the delta is at least ``value`` in magnitude, in its direction) or ``unavailable`` (unknown).
+    """
+
+    label: str
+    type_name: str
+    change: str
+    before: Cell
+    after: Cell
+    status: str
+    value: float | None
+
+
 @dataclass
 class DiffView:
     title: str
@@ -45,6 +62,10 @@ class DiffView:
     added: list[LayerChange]
     removed: list[LayerChange]
     changed: list[LayerChange]
+    #: Per summable metric, every layer call whose own estimate changed (added, removed, changed), for the charts.
+    cost_deltas: dict[str, list[LayerDelta]] = field(default_factory=dict)
+    #: The charts (``torchscan.report.charts.Chart``), drawn once on demand by the documents that show them.
+    charts: list[Any] | None = None
 
     @property
     def unchanged(self) -> bool:
@@ -72,7 +93,36 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "Befor
         removed=[_identity(item, "removed") for item in layers["removed"]],
         changed=[LayerChange(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
                              _details(item["changes"])) for item in layers["changed"]],
+        cost_deltas={name: _cost_deltas(layers, name) for name in ("macs", "module_flops")},
     )
+
+
+def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[LayerDelta]:
+    """The calls whose own ``name`` estimate differs: added and removed calls count from or down to nothing."""
+    deltas = []
+    for change, sign in (("added", 1), ("removed", -1)):
+        for item in layers[change]:
+            result = item.get("metrics", {}).get(name)
+            if result is None:
+                continue
+            cell = metric_cell(result)
+            status = result["status"] if result["status"] in ("complete", "partial") else "unavailable"
+            value = None if status == "unavailable" else sign * (cell.sort or 0)
+            if status == "complete" and not value:
+                continue
+            before, after = (EMPTY, cell) if sign > 0 else (cell, EMPTY)
+            deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
+                                     change, before, after, status, value))
+    for item in layers["changed"]:
+        entry = item["changes"].get("metrics", {}).get(name)
+        if entry is None:
+            continue
+        known = entry["delta"]["status"] == "complete"
+        deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
+                                 "changed", metric_cell(entry["before"]) if entry["before"] else EMPTY,
+                                 metric_cell(entry["after"]) if entry["after"] else EMPTY,
+                                 "complete" if known else "unavailable", entry["delta"]["value"] if known else None))
+    return deltas
 
 
 def _context(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalog import CatalogView, EntrySummary, RunSummary
+from .charts import catalog_charts, diff_charts, report_charts
 from .diff_view import diff_view
 from .render import render
 from .views import ReportView, report_view
@@ -25,8 +26,15 @@ def open_depth(view: ReportView) -> int:
     return deepest if len(view.layers) <= OPEN_ALL_ROWS else min(deepest, 1)
 
 
+def with_charts(view: ReportView) -> ReportView:
+    """The view with its cost charts drawn (once: the HTML report and the model page share them)."""
+    if view.charts is None:
+        view.charts = report_charts(view)
+    return view
+
+
 def report_html(view: ReportView, templates: Path | None = None) -> str:
-    return render("report.html.j2", templates, view=view, open_depth=open_depth(view))
+    return render("report.html.j2", templates, view=with_charts(view), open_depth=open_depth(view))
 
 
 def report_markdown(view: ReportView, templates: Path | None = None) -> str:
@@ -43,6 +51,8 @@ def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, t
                      templates: Path | None = None) -> str:
     """The before/after review as ``html`` or ``md`` (the ``diff`` command)."""
     view = diff_view(before, after, title=title)
+    if kind == "html":
+        view.charts = diff_charts(view)
     return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view)
 
 
@@ -51,11 +61,15 @@ def failure_html(run: RunSummary, templates: Path | None = None) -> str:
 
 
 def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None) -> str:
+    if entry.primary.view is not None:
+        with_charts(entry.primary.view)
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix)
 
 
 def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None
                      ) -> str:
+    if catalog.charts is None:
+        catalog.charts = catalog_charts(catalog)
     return render("catalog.md.j2", templates, catalog=catalog, page_prefix=page_prefix, report_prefix=report_prefix)
 
 

@@ -67,6 +67,9 @@ class LayerRow:
     ownership: str = ""
     covered_by: str = ""
     problems: int = 0
+    #: This call's own retained estimates of the summable metrics (covered and absent ones left out): what the
+    #: charts add up, so a subtree owner counts once and its covered calls not at all.
+    own: dict[str, Cell] = field(default_factory=dict)
 
     @property
     def has_children(self) -> bool:
@@ -104,6 +107,8 @@ class ReportView:
     context: list[tuple[str, str]]
     inputs: list[tuple[str, str]]
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The cost charts (``torchscan.report.charts.Chart``), drawn once on demand by the documents that show them.
+    charts: list[Any] | None = None
 
 
 def layer_label(path: str, call_index: int) -> str:
@@ -199,7 +204,8 @@ def layer_rows(report: dict[str, Any]) -> list[LayerRow]:
             params=_params_cell(layer), metrics=_metric_cells(layer, sums, index, ends[index] > index + 1),
             op_direct=metric_cell(layer["operator_flops"]["direct"]),
             op_inclusive=metric_cell(layer["operator_flops"]["inclusive"]),
-            ownership=_ownership_text(layer), covered_by=_covered_text(layer), problems=problems.get(key, 0)))
+            ownership=_ownership_text(layer), covered_by=_covered_text(layer), problems=problems.get(key, 0),
+            own={name: metric_cell(layer["metrics"][name]) for name in SUMMABLE_METRICS if name in layer["metrics"]}))
     return rows
 
 

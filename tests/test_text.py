@@ -75,7 +75,7 @@ def test_summary_prints_the_table_and_returns_the_crawl_report(capsys):
     rows = [line.split() for line in lines[2:6]]
     assert rows == [["(root)", "Net", "[1,", "4]"],
                     ["block", "Scale", "[1,", "4]", "4", "4", "6.00", "k"],
-                    ["block", "#1", "Scale", "[1,", "4]", "4", "4", "6.00", "k"],
+                    ["block", "#1", "Scale", "[1,", "4]", "4", "6.00", "k"],  # parameters shown once per module
                     ["head", "Scale", "[1,", "4]", "4", "4", "6.00", "k"]]
     assert lines[6] == lines[1]
     assert lines[7] == "Parameters: 8 (4 trainable, 4 frozen), 32B"

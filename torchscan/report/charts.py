@@ -526,20 +526,23 @@ def group_positions(groups: Sequence[str]) -> list[float]:
 # Diff charts
 
 
-def diff_charts(view: DiffView) -> list[Chart]:
-    """The layer calls whose MACs (or, when no MAC changed, module FLOPs) changed most, largest change first."""
+def diff_charts(view: DiffView, drawn: bool = True) -> list[Chart]:
+    """The layer calls whose MACs (or, when no MAC changed, module FLOPs) changed most, largest change first;
+    ``drawn=False`` gives the text alternative alone (for Markdown meant for review comments)."""
     deltas = view.cost_deltas
     metric = "macs" if deltas.get("macs") or not deltas.get("module_flops") else "module_flops"
-    return [draw(*delta_chart(list(deltas.get(metric, [])), metric))]
+    chart, painter = delta_chart(list(deltas.get(metric, [])), metric)
+    return [draw(chart, painter) if drawn else chart]
 
 
-def delta_text(delta: LayerDelta) -> str:
-    """``+1.2 M``, ``−300``; an added lower bound reads ``≥+1.2 M``, a removed one ``≤−1.2 M``; else ``unknown``."""
+def delta_text(delta: LayerDelta, short: bool = False) -> str:
+    """``+1.20 M``, ``−300``; an added lower bound reads ``≥+1.20 M``, a removed one ``≤−1.20 M``; else ``unknown``.
+    ``short``: three significant digits, as beside a bar."""
     if delta.status == "unavailable" or not delta.value:
         return "unknown"
     sign = "+" if delta.value > 0 else "−" if delta.value < 0 else ""
     bound = ("≥" if delta.value > 0 else "≤") if delta.status == "partial" else ""
-    return f"{bound}{sign}{tick_text(abs(delta.value))}"
+    return f"{bound}{sign}{(tick_text if short else format_count)(abs(delta.value))}"
 
 
 def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Painter]:
@@ -662,6 +665,11 @@ class Canvas:
             self._marks.append(swatch(kind, colour, x, self.height - y))
             self.text(x + 12, y, label, size=FONT - 0.5)
             x += 22 + 4.4 * len(label)
+
+    def leader(self, x0: float, y0: float, x1: float, y1: float) -> None:
+        """A thin line from a point to its displaced label (figure points)."""
+        self._marks.append(f'<path d="M{x0:.2f} {self.height - y0:.2f}L{x1:.2f} {self.height - y1:.2f}" '
+                           f'stroke="{INK}" stroke-opacity="0.45" stroke-width="0.5"/>')
 
     def hatch(self, transform: Any, span: tuple[float, float, float, float], colour: str, narrowest: float = 0.0
               ) -> None:
@@ -901,26 +909,33 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, i
 
 
 def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]]) -> None:
-    """Each point named beside it: right, left, above or below, the first place that overlaps no label and no
-    point (boxes estimated from the text length); a crowded label moves further down."""
+    """Each point named beside it, at the first place that overlaps no other label and keeps clear of the other
+    points (boxes estimated from the text length); a label pushed further away gets a thin leader line."""
     spots = [tuple(float(value) for value in axes.transData.transform((params, macs.known)))
              for _, _, params, macs in points]
-    taken = [(x - 3.5, y - 3.5, x + 3.5, y + 3.5) for x, y in spots]
     order = sorted(range(len(points)), key=lambda index: (-points[index][3].known, points[index][1]))
+    taken: list[tuple[float, float, float, float]] = []
     for index in order:
         _, name, _, macs = points[index]
         x, y = spots[index]
         text = ("≥ " if macs.status == "partial" else "") + shorten(name, 30)
         width = 4.3 * len(text)
-        candidates = [(x + 6, y), (x - 6 - width, y), (x - width / 2, y + 10), (x - width / 2, y - 10)]
-        candidates += [(x + 6, y - 10 * step) for step in range(1, 8)]
-        for left, middle in candidates:
+        near = [(x + 6, y), (x - 6 - width, y), (x + 3, y + 9), (x + 3, y - 9), (x - 3 - width, y + 9),
+                (x - 3 - width, y - 9)]
+        far = [(x + 10, y + sign * 11 * step) for step in range(2, 9) for sign in (-1, 1)]
+        others = [(ox - 8, oy - 6, ox + 8, oy + 6) for number, (ox, oy) in enumerate(spots) if number != index]
+        chosen = near[0]
+        for left, middle in [*near, *far]:
             box = (left, middle - 4.5, left + width, middle + 4.5)
             if left >= 2 and box[2] <= canvas.width - 2 and not any(
                     box[0] < other[2] and other[0] < box[2] and box[1] < other[3] and other[1] < box[3]
-                    for other in taken):
+                    for other in [*taken, *others]):
+                chosen = (left, middle)
                 break
-        taken.append(box)
+        left, middle = chosen
+        taken.append((left, middle - 4.5, left + width, middle + 4.5))
+        if (left, middle) not in near:
+            canvas.leader(x, y, left - 1, middle)
         canvas.text(left, middle, text, size=FONT - 1)
 
 
@@ -943,7 +958,7 @@ def paint_deltas(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], unknow
                      for position, value in enumerate(values)],
               [INCREASE if value > 0 else DECREASE for value in values], [delta.status for delta in shown])
     for position, (delta, value) in enumerate(zip(shown, values)):
-        canvas.text(value, position, delta_text(delta), axes.transData, dx=3 if value > 0 else -3,
+        canvas.text(value, position, delta_text(delta, short=True), axes.transData, dx=3 if value > 0 else -3,
                     anchor="start" if value > 0 else "end", size=FONT - 0.5)
     for offset, delta in enumerate(unknown):
         position = len(shown) + offset
@@ -974,7 +989,11 @@ def draw(chart: Chart, painter: Painter) -> Chart:
 
 @contextmanager
 def drawing_settings() -> Iterator[None]:
-    """matplotlib's defaults plus ours, whatever the user's matplotlibrc says; restored afterwards."""
+    """matplotlib's defaults plus ours, whatever the user's matplotlibrc says; restored afterwards.
+
+    rcParams are process-global: every chart sets the same values, so concurrent drawing in threads agrees; figures
+    themselves are plain ``Figure`` objects (no pyplot registry), so processes and threads share nothing else.
+    """
     import matplotlib
 
     with matplotlib.rc_context():

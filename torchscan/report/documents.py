@@ -51,8 +51,7 @@ def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, t
                      templates: Path | None = None) -> str:
     """The before/after review as ``html`` or ``md`` (the ``diff`` command)."""
     view = diff_view(before, after, title=title)
-    if kind == "html":
-        view.charts = diff_charts(view)
+    view.charts = diff_charts(view, drawn=kind == "html")
     return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view)
 
 

@@ -1,0 +1,341 @@
+"""Cost charts: drawn from the view objects into inline SVG, honest about lower bounds and unknowns, accessible,
+self-contained, deterministic, bounded for a 5,000-call model, and visible in a real browser in light and dark."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import markdown
+import pytest
+import torch
+from browser import Browser, find_chromium
+from torch import nn
+
+from torchscan import ModuleCall, ModuleHandler, crawl_module
+from torchscan.report.catalog import catalog_view
+from torchscan.report.charts import (
+    Amount,
+    Chart,
+    catalog_charts,
+    diff_charts,
+    report_charts,
+    total_of,
+)
+from torchscan.report.diff_view import diff_view
+from torchscan.report.documents import (
+    catalog_markdown,
+    entry_markdown,
+    render_diff_file,
+    render_report_file,
+    report_html,
+)
+from torchscan.report.registry import load_registry
+from torchscan.report.views import EMPTY, Cell, LayerRow, ReportView, report_view
+
+ROOT = Path(__file__).resolve().parents[2]
+SVG = re.compile(r"<svg\b.*?</svg>", re.DOTALL)
+HATCH = re.compile(r'<path d="(M[\d.]+ [\d.]+L[\d.]+ [\d.]+)+" fill="none" stroke="#[0-9a-f]{6}" stroke-width="0.8"/>')
+# conv: 8 output channels x 6x6 positions x 3x3x3 kernel; linear: 288 inputs x 10 outputs
+CONV_MACS = 8 * 6 * 6 * 3 * 3 * 3
+LINEAR_MACS = 8 * 6 * 6 * 10
+
+
+class Bessel(nn.Module):
+    """A custom leaf running an operator without a formula: its estimates are lower bounds (≥0 MACs)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.special.bessel_j0(x)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.second = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def block_macs(call: ModuleCall) -> dict:
+    return {"macs": 2 * 4 * 4}  # both 4x4 linear layers on one row, owned by the block
+
+
+def unknown_macs(call: ModuleCall) -> dict:
+    return {"macs": None}
+
+
+def cnn() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
+
+
+def svgs(text: str) -> list[str]:
+    return SVG.findall(text)
+
+
+def labels(svg: str) -> list[str]:
+    return re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+
+
+def assert_self_contained(svg: str) -> None:
+    """A chart that works from disk, anywhere: no script, no external reference, an accessible name."""
+    assert "<script" not in svg.lower() and "javascript:" not in svg.lower() and "on" + "load=" not in svg
+    assert all(target.startswith("#") for target in re.findall(r'href="([^"]*)"', svg))
+    assert "url(" not in svg and "@import" not in svg and "<image" not in svg and "<style" not in svg
+    assert re.match(r'<svg [^>]*role="img" [^>]*aria-label="[^"]+"', svg)
+    assert re.search(r"<svg [^>]*><title>[^<]+</title><desc>", svg)
+    # Drawn in the page's text colour (light and dark alike) on a transparent background.
+    assert "currentColor" in svg and "#0a0b0c" not in svg and "#ffffff" not in svg.lower()
+
+
+@pytest.fixture(scope="module")
+def cnn_report() -> dict:
+    return crawl_module(cnn(), (3, 8, 8))
+
+
+def test_report_html_has_three_accessible_charts_with_their_numbers(cnn_report: dict) -> None:
+    html = render_report_file(cnn_report, "html", title="cnn")
+    section = html[html.index('<section id="charts">'):html.index('<section id="layers">')]
+    drawn = svgs(section)
+    assert len(drawn) == 3 and '<a href="#charts">Charts</a>' in html
+    for svg in drawn:
+        assert_self_contained(svg)
+    assert section.count("<figcaption>") == 3 and section.count("<details>") == 3
+    by_type, top_calls, profile = report_charts(report_view(cnn_report))
+    total = CONV_MACS + LINEAR_MACS
+    assert by_type.rows[:2] == [("Conv2d", "1", "7.78 k", f"{100 * CONV_MACS / total:.1f}%", "224", "7.2%"),
+                                ("Linear", "1", "2.88 k", f"{100 * LINEAR_MACS / total:.1f}%", "2.89 k", "92.8%")]
+    assert [row[0] for row in by_type.rows[2:]] == ["Flatten", "ReLU"]  # 0 MACs: exact zeros, listed by name
+    assert top_calls.rows == [("1", "0", "Conv2d", "7.78 k", "73.0%"), ("2", "3", "Linear", "2.88 k", "27.0%")]
+    assert [row[0] for row in profile.rows] == ["0", "1", "2", "3"]  # each top-level call is a stage
+    # The bars carry their values as text: 7776 MACs and 2880 MACs, 224 and 2890 parameters.
+    assert {"7.78 k", "2.88 k", "224", "2.89 k"} <= set(labels(drawn[0]))
+    assert "MACs by layer type (total 10.7 k)" in labels(drawn[0])
+
+
+def test_hostile_module_names_stay_text_inside_the_charts() -> None:
+    model = nn.Sequential()
+    model.add_module('<script>alert(1)</script>"', nn.Linear(4, 4))
+    html = render_report_file(crawl_module(model, (4,)), "html", title="hostile")
+    for svg in svgs(html):
+        assert_self_contained(svg)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svgs(html)[1]  # the call's label in the top-calls chart
+    assert html.count("<script>") == 1  # the page's own script only
+
+
+def test_a_partial_total_is_drawn_as_a_hatched_lower_bound() -> None:
+    view = report_view(crawl_module(nn.Sequential(nn.Linear(4, 4), Bessel()), (4,)))
+    by_type, top_calls, profile = report_charts(view)
+    assert by_type.rows[1][:3] == ("Bessel", "1", "≥0") and "(total ≥16)" in by_type.summary + by_type.svg
+    texts = labels(by_type.svg)
+    assert "≥0" in texts and "≥ lower bound (partial)" in texts and "MACs by layer type (total ≥16)" in texts
+    assert HATCH.search(by_type.svg)  # the hatching of the lower-bound bar
+    assert any("Lower bound only (≥) for 1 call" in note for note in top_calls.notes)
+    # A lower bound of 0 has no height to hatch: the profile marks it with a ▲ and says so under the chart.
+    assert "≥ lower bound" in labels(profile.svg) and "<use" in profile.svg
+    assert profile.notes == ["Lower bound only (≥: hatched, marked ▲) for 1 call."]
+
+
+def test_unavailable_values_are_marked_and_listed_never_drawn_as_zero() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
+    report = crawl_module(model, (3, 8, 8), custom_modules={nn.Linear: ModuleHandler(unknown_macs)})
+    by_type, top_calls, profile = report_charts(report_view(report))
+    assert ("Linear", "1", "n/a", "—", "2.89 k", "92.8%") in by_type.rows
+    assert by_type.notes[0] == "n/a (not drawn, never zero): MACs of Linear (1 call)."
+    assert "Linear" not in labels(by_type.svg)[:labels(by_type.svg).index("Parameters by layer type (total 3.11 k)")]
+    assert [row[1] for row in top_calls.rows] == ["0"] and "n/a" in top_calls.notes[0]
+    assert "n/a (not drawn)" in labels(profile.svg) and profile.notes[0].startswith("n/a (not drawn, never zero)")
+    assert total_of([Amount(5.0), Amount(0.0, "unavailable")]) == Amount(5.0, "partial")
+    assert total_of([Amount(0.0, "unavailable")] * 2).status == "unavailable"
+    assert total_of([Amount(2.0), Amount(3.0)]) == Amount(5.0)
+
+
+def test_a_subtree_owner_is_drawn_once_at_the_owner() -> None:
+    report = crawl_module(nn.Sequential(Block()), (4,), custom_modules={Block: ModuleHandler(block_macs,
+                                                                                             frozenset({"macs"}))})
+    by_type, top_calls, profile = report_charts(report_view(report))
+    assert by_type.rows == [("Block", "1", "32", "100.0%", "0", "0.0%"), ("Linear", "0", "—", "—", "40", "100.0%")]
+    assert top_calls.rows == [("1", "0", "Block", "32", "100.0%")]
+    for chart in (by_type, top_calls, profile):
+        assert "2 calls inside subtree owners are counted in their owner's estimate" in chart.summary
+
+
+def test_a_model_without_dot_products_is_profiled_in_flops() -> None:
+    charts = report_charts(report_view(crawl_module(nn.Sequential(nn.ReLU(), nn.MaxPool2d(2)), (1, 4, 4))))
+    assert [chart.title for chart in charts] == ["FLOPs and parameters by layer type",
+                                                 "Layer calls with the most FLOPs", "FLOPs along execution order"]
+    assert charts[1].rows[0][1:4] == ("0", "ReLU", "16")  # one comparison per element of the 1x4x4 input
+
+
+def test_diff_chart_sorts_by_absolute_change_and_marks_unknown_deltas() -> None:
+    before = crawl_module(nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 4)), (16,))
+    after = crawl_module(nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4), nn.Linear(4, 4), Bessel()), (16,))
+    (chart,) = diff_charts(diff_view(before, after))
+    # 16*16 -> 16*8 (-128); 16*4 -> 8*4 (-32); an added 4x4 layer (+16); an added Bessel: at least 0, unknown.
+    assert [(row[0], row[2], row[5]) for row in chart.rows] == [("0", "changed", "−128"), ("1", "changed", "−32"),
+                                                                ("2", "added", "+16"), ("3", "added", "unknown")]
+    assert "2 cheaper, 1 unknown" in chart.summary and "?" in labels(chart.svg)
+    assert "unknown: none → ≥0" in labels(chart.svg) and "−128" in labels(chart.svg)
+    html = render_diff_file(before, after, "html")
+    (svg,) = svgs(html)
+    assert_self_contained(svg)
+    assert html.count("<script>") == 1 and '<section id="charts">' in html
+    text = render_diff_file(before, after, "md")  # Markdown for review comments: the same ranking, as a table
+    assert "<svg" not in text and "| 0 | Linear | changed | 256 | 128 | −128 |" in text
+    assert text.index("| 0 | Linear |") < text.index("| 1 | Linear |") < text.index("| 3 | Bessel | added |")
+
+
+CATALOG = """
+[catalog]
+title = "Chart zoo"
+
+[[models]]
+name = "cnn"
+factory = "nowhere:cnn"
+input_shape = [3, 8, 8]
+
+[[models.variants]]
+name = "small"
+
+[[models.variants]]
+name = "large"
+input_shape = [3, 16, 16]
+
+[[models]]
+name = "partial"
+factory = "nowhere:partial"
+input_shape = [4]
+
+[[models]]
+name = "broken"
+factory = "nowhere:broken"
+input_shape = [4]
+"""
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    folder = tmp_path_factory.mktemp("catalog")
+    (folder / "models.toml").write_text(CATALOG, encoding="utf-8")
+    registry = load_registry(folder / "models.toml")
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3))
+    results = {"cnn": {"report": crawl_module(conv, (3, 8, 8))},
+               "cnn.large": {"report": crawl_module(conv, (3, 16, 16))},
+               "partial": {"report": crawl_module(nn.Sequential(nn.Linear(4, 4), Bessel()), (4,))},
+               "broken": {"error": {"stage": "build", "type": "RuntimeError", "message": "exploded"}}}
+    return catalog_view(registry, results, strict=False)
+
+
+def test_catalog_page_has_both_charts_and_survives_markdown(catalog) -> None:  # type: ignore[no-untyped-def]
+    scatter, bars = catalog_charts(catalog)
+    # 4x6x6x27 = 3,888 MACs at 8x8 and 4x14x14x27 = 21,168 at 16x16; 112 parameters; the Linear 4x4 ≥16 MACs.
+    assert scatter.rows == [("cnn · small", "112", "3.89 k"), ("cnn · large", "112", "21.17 k"),
+                            ("partial", "20", "≥16")]
+    assert scatter.notes == ["Not drawn: broken (failed)."]
+    assert "≥ partial" in labels(scatter.svg) and "≥ lower bound (partial MACs)" in labels(scatter.svg)
+    assert "stroke: #4e8ff7" in scatter.svg  # the two variants of cnn joined by a line in the entry's colour
+    assert bars.rows[-1] == ("broken", "failed", "failed") and "n/a (analysis failed)" in labels(bars.svg)
+    assert "≥16" in labels(bars.svg) and HATCH.search(bars.svg)
+    page = catalog_markdown(catalog, "", "../reports/")
+    assert page.count("<svg") == 2 and "<!-- --8<-- [start:charts] -->" in page
+    for svg in svgs(page):
+        assert_self_contained(svg)
+    rendered = markdown.markdown(page, extensions=["tables", "attr_list", "md_in_html"])
+    assert rendered.count("<svg") == 2 and rendered.count("<figcaption>") == 2
+    model_page = entry_markdown(catalog.entries[0], "../reports/")
+    assert model_page.count("<svg") == 3  # the site's model page shows the primary run's report charts
+    assert "<svg" not in render_report_file(catalog.entries[0].primary.report, "md")  # plain Markdown: tables only
+
+
+def test_two_renders_are_byte_identical_in_and_across_processes(cnn_report: dict, tmp_path: Path) -> None:
+    first = render_report_file(cnn_report, "html", title="cnn")
+    assert render_report_file(cnn_report, "html", title="cnn") == first
+    (tmp_path / "report.json").write_text(__import__("json").dumps(cnn_report), encoding="utf-8")
+    script = ("import json, sys; from torchscan.report.documents import render_report_file; "
+              "sys.stdout.write(render_report_file(json.load(open(sys.argv[1])), 'html', title='cnn'))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"}
+    other = subprocess.run([sys.executable, "-c", script, str(tmp_path / "report.json")], capture_output=True,
+                           text=True, env=env, check=True, timeout=120).stdout
+    assert other == first
+
+
+def synthetic_view(blocks: int = 50, per_block: int = 100) -> ReportView:
+    """A 5,000-call report view built directly: every 7th call a lower bound, every 13th unavailable."""
+    empty = dict.fromkeys(("macs", "module_flops", "dmas", "receptive_field", "effective_stride",
+                           "effective_padding"), EMPTY)
+    rows = [LayerRow(0, None, 1 + blocks * (per_block + 1), 0, "(root)", "", 0, "Sequential", "Sequential", "",
+                     EMPTY, dict(empty), EMPTY, EMPTY)]
+    for block in range(blocks):
+        parent = len(rows)
+        rows.append(LayerRow(parent, 0, parent + per_block + 1, 1, str(block), str(block), 0, "Sequential",
+                             "Sequential", "", EMPTY, dict(empty), EMPTY, EMPTY))
+        for item in range(per_block):
+            index = len(rows)
+            status = "unavailable" if index % 13 == 0 else "partial" if index % 7 == 0 else "complete"
+            cell = Cell("x", status, "", None if status == "unavailable" else float(1000 + index))
+            rows.append(LayerRow(index, parent, index + 1, 2, str(item), f"{block}.{item}", 0,
+                                 ("Linear", "Conv2d", "Attention")[item % 3], "x", "", Cell("1", "complete", "", 1),
+                                 {**empty, "macs": cell}, EMPTY, EMPTY, own={"macs": cell}))
+    return ReportView("big", "", "partial", [], rows, [], [], [], [], [], [], [], [], [], [], [])
+
+
+def test_a_5000_call_report_gives_bounded_charts() -> None:
+    # Drawing time is measured by benchmarks/build.py, not asserted here; the bounded sizes keep it linear.
+    view = synthetic_view()
+    charts = report_charts(view)
+    for chart in charts:
+        assert 1_000 < len(chart.svg) < 300_000
+        assert_self_contained(chart.svg)
+    by_type, top_calls, profile = charts
+    assert len(top_calls.rows) == 15 and "5000 calls" in profile.summary + by_type.summary
+    assert "summed over 25 consecutive calls per bar" in profile.summary  # 5000 calls in 200 bars
+    assert profile.svg.count("<path") < 2_000 and len(profile.rows) == 50  # one stage per block
+    html = report_html(view)
+    assert len(svgs(html)) == 3
+
+
+def test_without_matplotlib_the_text_alternative_remains(monkeypatch: pytest.MonkeyPatch, cnn_report: dict) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    charts = report_charts(report_view(cnn_report))
+    assert all(chart.svg == "" and chart.rows for chart in charts)
+    assert "matplotlib is not installed" in charts[0].notes[-1]
+    html = Chart("k", "T", "S", ("a",), [("1",)], ["note"]).html
+    assert html.startswith("<figure") and "<svg" not in html and "<td>1</td>" in html
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but no Chromium was found (apt-get install -y chromium)")
+        pytest.skip("no Chromium installed")
+    instance = Browser(executable)
+    yield instance
+    instance.close()
+
+
+def test_charts_are_visible_in_light_and_dark(browser: Browser, cnn_report: dict, tmp_path: Path) -> None:
+    path = tmp_path / "report.html"
+    path.write_text(render_report_file(cnn_report, "html", title="cnn"), encoding="utf-8")
+    size = ('(() => { const r = document.querySelector("#charts svg").getBoundingClientRect();'
+            ' return [r.width, r.height]; })()')
+    ink = 'getComputedStyle(document.querySelector("#charts svg text")).fill'
+    for scheme, text in (("light", "rgb(27, 31, 36)"), ("dark", "rgb(230, 237, 243)")):
+        browser.call("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+                     session=browser.session)
+        browser.open(path)
+        width, height = browser.evaluate(size)
+        assert width > 300 and height > 50
+        assert browser.evaluate(ink) == text  # labels follow the page's text colour
+        assert browser.evaluate('document.querySelectorAll("#charts svg").length') == 3
+        browser.evaluate('document.getElementById("charts").scrollIntoView()')
+        shot = browser.screenshot(tmp_path / f"charts-{scheme}.png")
+        assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
+    browser.call("Emulation.setEmulatedMedia", {"features": []}, session=browser.session)
+    assert browser.console_errors() == []

@@ -1,26 +1,50 @@
-"""TorchScan: truthful cost analysis of PyTorch models."""
+"""TorchScan: truthful cost analysis of PyTorch models.
+
+The public API is imported on first use, so tools that only read reports (``torchscan-report`` rebuilding a
+cached catalog, for instance) do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
 
-from .compare import compare_reports
-from .crawler import IncompleteAnalysisError, crawl_module
-from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from .memory import measure_peak_memory
-from .operators import measure_flops
-from .results import MetricResult
-from .schema import SCHEMA_VERSION
-from .text import summary
+#: public name -> the module that defines it
+_EXPORTS = {
+    "SCHEMA_VERSION": "schema",
+    "IncompleteAnalysisError": "crawler",
+    "MetricResult": "results",
+    "ModuleCall": "handlers",
+    "ModuleEstimates": "handlers",
+    "ModuleHandler": "handlers",
+    "compare_reports": "compare",
+    "crawl_module": "crawler",
+    "measure_flops": "operators",
+    "measure_peak_memory": "memory",
+    "summary": "text",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "IncompleteAnalysisError",
-    "MetricResult",
-    "ModuleCall",
-    "ModuleEstimates",
-    "ModuleHandler",
-    "compare_reports",
-    "crawl_module",
-    "measure_flops",
-    "measure_peak_memory",
-    "summary",
-]
+if TYPE_CHECKING:
+    from .compare import compare_reports
+    from .crawler import IncompleteAnalysisError, crawl_module
+    from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
+    from .memory import measure_peak_memory
+    from .operators import measure_flops
+    from .results import MetricResult
+    from .schema import SCHEMA_VERSION
+    from .text import summary
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'torchscan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -27,7 +27,7 @@ from .inputs import (
     normalize_shapes,
 )
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
-from .results import METRIC_UNITS, SUMMABLE_METRICS, add_results, as_lower_bound, is_incomplete, not_requested
+from .results import METRIC_UNITS, SUMMABLE_METRICS, add_results, as_lower_bound, incomplete_metrics, not_requested
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer, tensor_statistics
 
@@ -206,17 +206,6 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
                                  key=lambda row: row["type"]),
         "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
     }
-
-
-def incomplete_metrics(report: dict[str, Any]) -> list[str]:
-    """Where a report is incomplete: totals and per-call metrics whose status is partial or unavailable."""
-    found = [f"totals.{name}" for name, result in report["totals"].items()
-             if isinstance(result, dict) and "status" in result and is_incomplete(result)]
-    for layer in report["layers"]:
-        for name, result in layer.get("metrics", {}).items():
-            if is_incomplete(result):
-                found.append(f"{layer['path'] or '<root>'}[{layer['call_index']}].{name}")
-    return found
 
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:

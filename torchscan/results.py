@@ -182,3 +182,14 @@ def as_lower_bound(result: MetricResult) -> MetricResult:
     if result["status"] != "complete":
         return result
     return partial(result["known_value"], result["unit"], result["scope"], result["method"])
+
+
+def incomplete_metrics(report: dict[str, Any]) -> list[str]:
+    """Where a report is incomplete: totals and per-call metrics whose status is partial or unavailable."""
+    found = [f"totals.{name}" for name, result in report["totals"].items()
+             if isinstance(result, dict) and "status" in result and is_incomplete(result)]
+    for layer in report["layers"]:
+        for name, result in layer.get("metrics", {}).items():
+            if is_incomplete(result):
+                found.append(f"{layer['path'] or '<root>'}[{layer['call_index']}].{name}")
+    return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..crawler import incomplete_metrics
+from ..results import incomplete_metrics
 from ..formatting import format_count
 from .registry import Entry, Registry, Run
 from .views import EMPTY, Cell, ReportView, metric_cell, report_view, value_text, worst_status

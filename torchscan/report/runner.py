@@ -18,7 +18,6 @@ from .cache import ResultCache, cache_key, installed_torch_version
 from .executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
 from .progress import Progress
 from .registry import Run
-from .worker import analyze_run
 
 ExecutorFactory = Callable[[int, float], Executor]
 
@@ -33,8 +32,12 @@ def isolated_executor(jobs: int, timeout: float) -> Executor:
 
 def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progress, *, jobs: int,
             timeout: float, executor_factory: ExecutorFactory = isolated_executor,
-            function: Callable[[dict[str, Any]], dict[str, Any]] = analyze_run) -> dict[str, dict[str, Any]]:
-    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker."""
+            function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
+
+    ``function`` defaults to :func:`torchscan.report.worker.analyze_run`, imported only when a run is not cached
+    (it imports torch, which a fully cached rebuild never needs).
+    """
     torch_version = installed_torch_version()
     results: dict[str, dict[str, Any]] = {}
     pending: list[tuple[Run, dict[str, Any], str]] = []
@@ -50,6 +53,8 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
         else:
             pending.append((run, job, key))
     if pending:
+        if function is None:
+            from .worker import analyze_run as function
         results.update(_execute(pending, cache, progress, executor_factory(min(jobs, len(pending)), timeout),
                                 function))
     progress.stop()

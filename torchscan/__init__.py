@@ -25,7 +25,19 @@ _EXPORTS = {
     "measure_peak_memory": "memory",
     "summary": "text",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "SCHEMA_VERSION",
+    "IncompleteAnalysisError",
+    "MetricResult",
+    "ModuleCall",
+    "ModuleEstimates",
+    "ModuleHandler",
+    "compare_reports",
+    "crawl_module",
+    "measure_flops",
+    "measure_peak_memory",
+    "summary",
+]
 
 if TYPE_CHECKING:
     from .compare import compare_reports

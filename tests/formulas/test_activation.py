@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from torchscan.formulas.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
-from formula_calls import NUMERIC_FIELDS, run_builtin
+from formula_calls import run_builtin
 
 
 

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from torchscan.formulas.norm import HANDLERS, METHOD
-from formula_calls import NUMERIC_FIELDS, run_builtin
+from formula_calls import run_builtin
 
 POINTWISE = {"macs": 0, "receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 

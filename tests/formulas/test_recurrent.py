@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from torchscan.formulas.recurrent import HANDLERS, METHOD
-from formula_calls import NUMERIC_FIELDS, run_builtin
+from formula_calls import run_builtin
 
 LSTM_UNIT, GRU_UNIT = 30, 23
 

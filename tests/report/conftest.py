@@ -1,8 +1,13 @@
-"""Shared end-to-end fixtures: small registries built once per session with the console script, as a user would."""
+"""Shared end-to-end fixtures: small registries built once per session with the console script, as a user would,
+and one headless Chromium."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
+from browser import Browser, find_chromium
 from e2e import BROKEN_REGISTRY, MKDOCS, SITE_REGISTRY, Build, run_cli, write_models
 
 
@@ -32,3 +37,16 @@ def site_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     output = folder / "out"
     result = run_cli("build", registry, "--output", output, "--jobs", "2", cwd=folder)
     return Build(folder, registry, output, result)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium for every browser test; in CI a missing browser fails instead of skipping."""
+    executable = find_chromium()
+    if executable is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI=true but no Chromium was found (apt-get install -y chromium)")
+        pytest.skip("no Chromium installed")
+    instance = Browser(executable)
+    yield instance
+    instance.close()

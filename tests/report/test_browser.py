@@ -3,12 +3,9 @@ light and dark, a 5,000-row tree, and sorting the catalog. Skipped without a bro
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from browser import Browser, find_chromium
+from browser import Browser
 from e2e import Build
 from torch import nn
 
@@ -16,18 +13,6 @@ from torchscan import crawl_module
 from torchscan.report.documents import render_report_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = find_chromium()
-    if executable is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but no Chromium was found (apt-get install -y chromium)")
-        pytest.skip("no Chromium installed")
-    instance = Browser(executable)
-    yield instance
-    instance.close()
 
 
 def visible_rows(browser: Browser) -> int:

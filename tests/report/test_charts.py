@@ -7,13 +7,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import markdown
 import pytest
 import torch
-from browser import Browser, find_chromium
+from browser import Browser
 from torch import nn
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module
@@ -306,18 +305,6 @@ def test_without_matplotlib_the_text_alternative_remains(monkeypatch: pytest.Mon
     assert "matplotlib is not installed" in charts[0].notes[-1]
     html = Chart("k", "T", "S", ("a",), [("1",)], ["note"]).html
     assert html.startswith("<figure") and "<svg" not in html and "<td>1</td>" in html
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    executable = find_chromium()
-    if executable is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI=true but no Chromium was found (apt-get install -y chromium)")
-        pytest.skip("no Chromium installed")
-    instance = Browser(executable)
-    yield instance
-    instance.close()
 
 
 def test_charts_are_visible_in_light_and_dark(browser: Browser, cnn_report: dict, tmp_path: Path) -> None:

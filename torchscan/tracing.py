@@ -159,8 +159,9 @@ class CallTracer:
     def _open_ownership(self, frame: Frame) -> None:
         """Which fields this call will own for its descendants: surely (caller) or pending its own estimate.
 
-        A built-in inclusive formula is only pending when the caller registered anything: a registered descendant
-        may still open it (expanded_atomic_boundary), and then every descendant estimate must exist.
+        A built-in inclusive formula is only pending when a caller registration matches some module of this model:
+        a registered descendant may then still open it (expanded_atomic_boundary), and every descendant estimate
+        must exist. Otherwise it is sure, and descendants skip the fields it owns before they execute.
         """
         info = frame.info
         if info.caller is not None:

@@ -139,7 +139,7 @@ def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder |
     else:
         operators = {"total": not_requested("FLOPs", "model"), "by_operator": [], "uncounted": [], "ignored": [],
                      "custom_formulas": []}
-    totals = _totals(model, layers, operators["total"], full)
+    totals = _totals(statistics, layers, operators["total"], full)
     if tracer.foreign_thread_calls:
         diagnostics.append(diagnostic(
             "unobserved_thread", f"{tracer.foreign_thread_calls} module call(s) ran in other threads, where "
@@ -158,21 +158,18 @@ def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder |
     }
 
 
-def _totals(model: nn.Module, layers: list[dict[str, Any]], operator_total: dict[str, Any], full: bool
-            ) -> dict[str, Any]:
+def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
+            operator_total: dict[str, Any], full: bool) -> dict[str, Any]:
+    """Model totals: every tensor once (the per-module statistics already attribute shared ones once), and the
+    module-view sums of the retained layer estimates."""
     parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
-    for parameter in model.parameters():
-        if is_lazy(parameter):
-            continue
-        parameters["total"] += parameter.numel()
-        parameters["bytes"] += parameter.numel() * parameter.element_size()
-        parameters["trainable" if parameter.requires_grad else "frozen"] += parameter.numel()
     buffers = {"total": 0, "bytes": 0}
-    for buffer in model.buffers():
-        if is_lazy(buffer):
-            continue
-        buffers["total"] += buffer.numel()
-        buffers["bytes"] += buffer.numel() * buffer.element_size()
+    for own_parameters, own_buffers in statistics.values():
+        parameters["total"] += own_parameters["count"]
+        for key in ("trainable", "frozen", "bytes"):
+            parameters[key] += own_parameters[key]
+        buffers["total"] += own_buffers["count"]
+        buffers["bytes"] += own_buffers["bytes"]
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]

@@ -155,7 +155,7 @@ class OperatorRecorder(TorchDispatchMode):
         # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
         try:
             flops = formula(*args, **kwargs, out_val=out)
-            if flops is not None and not is_count(flops):
+            if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
                 raise ValueError("a FLOP formula must return a finite non-negative number or None")
         except Exception as error:  # a broken formula must not break the model's forward
             self.formula_errors.setdefault(packet, type(error).__name__)

@@ -281,8 +281,8 @@ def tensor_statistics(model: nn.Module) -> dict[str, tuple[dict[str, int], dict[
     Uninitialized lazy parameters (a lazy module that never ran) have no size yet and are not counted.
     """
     seen: set[int] = set()
-    return {path: (_tensor_stats(module.parameters(recurse=False), seen, with_grad=True),
-                   _tensor_stats(module.buffers(recurse=False), seen, with_grad=False))
+    return {path: (_tensor_stats(module._parameters.values(), seen, with_grad=True),
+                   _tensor_stats(module._buffers.values(), seen, with_grad=False))
             for path, module in model.named_modules()}
 
 

@@ -132,7 +132,7 @@ def test_templates_ship_as_package_data() -> None:
     patterns = config["tool"]["setuptools"]["package-data"]["torchscan"]
     package = ROOT / "torchscan"
     files = [path.relative_to(package).as_posix() for path in (package / "templates").rglob("*") if path.is_file()]
-    assert {"templates/report.html.j2", "templates/report.md.j2", "templates/site/tablesort.js"} <= set(files)
+    assert {"templates/report.html.j2", "templates/report.md.j2", "templates/site_assets/tablesort.js"} <= set(files)
     # setuptools expands package-data patterns with glob(recursive=True): "**" also matches no folder at all.
     shipped = {Path(found).as_posix() for pattern in patterns for found in glob(pattern, root_dir=package,
                                                                                recursive=True)}

@@ -190,7 +190,7 @@ def _write_content(docs: Path, content: SiteContent) -> None:
     for relative, data in sorted(content.files.items()):
         _write(docs / relative, data)
     for name in ASSETS:
-        data = (resources.files("torchscan") / "templates" / "site" / name).read_bytes()
+        data = (resources.files("torchscan") / "templates" / "site_assets" / name).read_bytes()
         _write(docs / ASSET_FOLDER / name, data)
 
 

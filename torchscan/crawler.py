@@ -60,7 +60,7 @@ def crawl_module(
 
     Pass either ``input_shape`` (shapes without the batch dimension; inputs are generated) or the complete call
     as ``args``/``kwargs`` (forwarded unchanged). ``mode="structure"`` reports structure only; ``strict=True``
-    raises :class:`IncompleteAnalysisError` when any requested metric is incomplete.
+    raises `IncompleteAnalysisError` when any requested metric is incomplete.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")

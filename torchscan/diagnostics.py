@@ -1,6 +1,6 @@
 """Diagnostic codes: each defined once, with the one sentence that documents it.
 
-The report-schema page is generated from :data:`CODES`, so the documentation cannot drift from the code.
+The report-schema page is generated from `CODES`, so the documentation cannot drift from the code.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Module-view estimates of work a module performs directly, from the operators observed inside its call.
 
 A composite's forward may do arithmetic of its own (a residual ``+``, ``F.gelu``, ``torch.matmul``) that no child
-call covers. The operator recorder feeds each such operator to the call's :class:`DirectWork`, which estimates it
+call covers. The operator recorder feeds each such operator to the call's `DirectWork`, which estimates it
 with the functional-op formulas; operators without a formula leave the affected metrics partial.
 """
 

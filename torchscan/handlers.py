@@ -1,8 +1,8 @@
 """Module handlers: the one mechanism behind every module estimate.
 
-Built-in formulas and caller registrations are both :class:`ModuleHandler` objects keyed by module class.
+Built-in formulas and caller registrations are both `ModuleHandler` objects keyed by module class.
 For each executed module call the crawler selects the closest registered class in the module's MRO, calls the
-handler's callback with a :class:`ModuleCall`, and validates the returned :data:`ModuleEstimates` here.
+handler's callback with a `ModuleCall`, and validates the returned `ModuleEstimates` here.
 """
 
 from __future__ import annotations

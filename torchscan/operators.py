@@ -1,7 +1,7 @@
 """Operator FLOPs observed through PyTorch dispatch, and ``measure_flops`` for owner-controlled workloads.
 
-:class:`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the formula of
-its overload packet, adds the count to the active :class:`OperatorScope` (the module call that is running), and
+`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the formula of
+its overload packet, adds the count to the active `OperatorScope` (the module call that is running), and
 otherwise files the operator as ignored (zero-work) or uncounted. Formulas follow PyTorch's ``FlopCounterMode``
 contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
 """

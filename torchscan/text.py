@@ -1,4 +1,4 @@
-"""The terminal table printed by :func:`summary`: one row per layer call, then the totals."""
+"""The terminal table printed by `summary`: one row per layer call, then the totals."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ COLUMNS = ("Layer", "Type", "Output", "Params", "MACs", "FLOPs")
 
 def summary(model: Any, input_shape: Any = None, dtype: Any = None, *, file: TextIO | None = None,
             **options: Any) -> dict[str, Any]:
-    """Run :func:`crawl_module` with the same arguments, print the layer table, and return the report."""
+    """Run `crawl_module` with the same arguments, print the layer table, and return the report."""
     report = crawl_module(model, input_shape, dtype, **options)
     print(render_table(report), file=file or sys.stdout)
     return report

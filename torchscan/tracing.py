@@ -1,6 +1,6 @@
 """The module-call tracer: forward hooks that build one record per call and keep the call stack.
 
-Pre-hooks open a :class:`Frame` (record, operator scope, metric coverage inherited from owning ancestors);
+Pre-hooks open a `Frame` (record, operator scope, metric coverage inherited from owning ancestors);
 post-hooks close it, run the estimates immediately with operator counting suspended, attribute operator FLOPs
 directly and inclusively, and release every reference to the call's objects.
 """

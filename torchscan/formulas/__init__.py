@@ -1,6 +1,6 @@
 """Built-in formulas: module handlers by family, operator FLOP formulas, and functional-op estimates.
 
-Every family module exposes ``HANDLERS: dict[type[nn.Module], ModuleHandler]``; :data:`DEFAULT_HANDLERS` merges
+Every family module exposes ``HANDLERS: dict[type[nn.Module], ModuleHandler]``; `DEFAULT_HANDLERS` merges
 them. Built-in handlers are the same type that callers register through ``custom_modules``.
 """
 

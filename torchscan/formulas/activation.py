@@ -2,7 +2,7 @@
 
 Activations are elementwise (or, for the softmax family, a reduction along one dimension), so they do no dot
 products: MACs are 0 and their cost shows in FLOPs and DMAs. FLOP counts follow one table,
-:data:`FLOPS_PER_ELEMENT`, which the recurrent formulas reuse for their gate nonlinearities.
+`FLOPS_PER_ELEMENT`, which the recurrent formulas reuse for their gate nonlinearities.
 
 Conventions behind the table: every arithmetic operation of the defining formula counts 1 FLOP (negation and
 ``abs`` included), a transcendental function (exp, log, tanh, erf, pow) counts 1 FLOP, a comparison counts 1 FLOP,
@@ -118,7 +118,7 @@ def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
 
 
 def elementwise_key(module: nn.Module) -> str:
-    """The :data:`FLOPS_PER_ELEMENT` key of an elementwise activation module (closest class in its MRO)."""
+    """The `FLOPS_PER_ELEMENT` key of an elementwise activation module (closest class in its MRO)."""
     return _closest_key(module, ELEMENTWISE_KEYS)
 
 
@@ -145,7 +145,7 @@ def softmax_dim(module: nn.Module, ndim: int) -> int:
 
 
 def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
-    """Per slice along the reduced dimension, the :data:`FLOPS_PER_SLICE` formula of its family."""
+    """Per slice along the reduced dimension, the `FLOPS_PER_SLICE` formula of its family."""
     source = _input_tensor(call)
     shape = tuple(source.shape)
     length = shape[softmax_dim(call.module, len(shape))] if shape else 1

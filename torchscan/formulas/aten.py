@@ -1,7 +1,7 @@
 """Operator-view FLOP formulas (ATen operator packets), following PyTorch's ``FlopCounterMode`` contract.
 
-Every built-in operator is described once, by a *cost function* in :data:`OPERATOR_COSTS`: it takes the raw
-``(args, kwargs, out)`` of one dispatched call and returns an :class:`OpCost` (FLOPs and dot-product MACs), or
+Every built-in operator is described once, by a *cost function* in `OPERATOR_COSTS`: it takes the raw
+``(args, kwargs, out)`` of one dispatched call and returns an `OpCost` (FLOPs and dot-product MACs), or
 ``None`` when the call is outside what the formula justifies (a dtype without a stated convention). The table is
 assembled here from one module per operator family:
 
@@ -11,11 +11,11 @@ assembled here from one module per operator family:
 * :mod:`.aten_dense` (matmul family, linear, convolutions), :mod:`.aten_attention` (SDPA, native multi-head
   attention, fused encoder layer), :mod:`.aten_recurrent` (RNN layer and cell kernels): dot-product kernels,
   ``significant``;
-* :mod:`.aten_zero_work`: operators that do no floating-point work (:data:`ZERO_WORK_OPERATORS`).
+* :mod:`.aten_zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
 
 Two views are derived from the one table:
 
-* :data:`OPERATOR_FORMULAS` (this module): raw formulas (``_get_raw = True``) for the operator recorder, called as
+* `OPERATOR_FORMULAS` (this module): raw formulas (``_get_raw = True``) for the operator recorder, called as
   ``formula(*args, **kwargs, out_val=out)``; they return the FLOP count, or ``None`` for an unjustified call (the
   recorder then reports the operator uncounted).
 * ``FUNCTIONAL_ESTIMATES`` (:mod:`.functional`): the module-view estimate ``(flops, macs, dmas)``.
@@ -74,7 +74,7 @@ def operator_formula(cost: CostFunction) -> Callable[..., Any]:
     return formula
 
 
-#: Built-in operator formulas, the operator view of :data:`OPERATOR_COSTS`; they override PyTorch's registry.
+#: Built-in operator formulas, the operator view of `OPERATOR_COSTS`; they override PyTorch's registry.
 OPERATOR_FORMULAS: dict[Any, Callable[..., Any]] = {packet: operator_formula(cost)
                                                     for packet, cost in OPERATOR_COSTS.items()}
 

@@ -1,8 +1,8 @@
 """What every operator-cost family shares: the cost of one call, packet lookup, and readers of a dispatched call.
 
-A *cost function* takes the raw ``(args, kwargs, out)`` of one dispatched ATen call and returns an :class:`OpCost`,
+A *cost function* takes the raw ``(args, kwargs, out)`` of one dispatched ATen call and returns an `OpCost`,
 or ``None`` when the call is outside what its formula justifies. Each family module (``aten_pointwise``,
-``aten_dense``, ...) fills a :class:`CostTable` of them; :mod:`.aten` assembles the tables. Readers use
+``aten_dense``, ...) fills a `CostTable` of them; :mod:`.aten` assembles the tables. Readers use
 only shapes, dtypes and non-tensor arguments, so they work on the ``meta`` device.
 """
 
@@ -95,7 +95,7 @@ _KIND_BY_DTYPE: dict[torch.dtype, str | None] = {}
 
 
 def _dtype_kind(dtype: torch.dtype) -> str | None:
-    """:func:`dtype_kind`, memoized: it runs for every operand of every dispatched operator."""
+    """`dtype_kind`, memoized: it runs for every operand of every dispatched operator."""
     try:
         return _KIND_BY_DTYPE[dtype]
     except KeyError:

@@ -9,7 +9,7 @@ children, but PyTorch disables it while hooks are attached, so under the crawler
 path and call their children. Child calls that do run keep their rows; the crawler omits their covered fields.
 The handlers own the subtree either way, and their estimate is the same on either path.
 
-This module is the family's entry point: :data:`HANDLERS` and the one tunable, :data:`DEPENDENCY_BUDGET`. The
+This module is the family's entry point: `HANDLERS` and the one tunable, `DEPENDENCY_BUDGET`. The
 formulas live in :mod:`.multihead_attention` (attention), :mod:`.transformer` and :mod:`.transformer_blocks`
 (layers, stacks, ``nn.Transformer``), :mod:`.token_dependencies` (the mask-derived receptive field),
 :mod:`.sequence_calls` (reading a call by the real ``forward`` signature) and :mod:`.subtree_estimates` (adding
@@ -48,7 +48,7 @@ def _handler(callback: Callable[[ModuleCall], ModuleEstimates]) -> ModuleHandler
 
 
 def _within_budget(estimate: Callable[[ModuleCall, int], ModuleEstimates]) -> Callable[[ModuleCall], ModuleEstimates]:
-    """``estimate`` given :data:`DEPENDENCY_BUDGET` as it stands when the call is estimated (so a change applies)."""
+    """``estimate`` given `DEPENDENCY_BUDGET` as it stands when the call is estimated (so a change applies)."""
     return lambda call: estimate(call, DEPENDENCY_BUDGET)
 
 

@@ -1,7 +1,7 @@
 """Module estimates for dense layers: ``Linear`` (``LazyLinear`` once materialized), ``Bilinear`` and ``Identity``.
 
 These layers act on the last (feature) dimension only, so along every leading token or spatial dimension they are
-pointwise: receptive field 1, stride 1, padding 0. The dense cost rule (:func:`dense_work`) lives here and is
+pointwise: receptive field 1, stride 1, padding 0. The dense cost rule (`dense_work`) lives here and is
 shared with convolutions, which are dense products over sliding windows.
 """
 

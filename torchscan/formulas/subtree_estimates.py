@@ -1,7 +1,7 @@
 """The inclusive estimate of a native attention or Transformer call: additive work, and the six report fields.
 
-:class:`Work` adds up the FLOPs, MACs and DMAs of the parts of a call and remembers which metrics some part knows
-only as a lower bound or not at all; :func:`estimates` turns it, with the call's token receptive field, into the
+`Work` adds up the FLOPs, MACs and DMAs of the parts of a call and remembers which metrics some part knows
+only as a lower bound or not at all; `estimates` turns it, with the call's token receptive field, into the
 six fields of a handler that owns its whole subtree.
 """
 

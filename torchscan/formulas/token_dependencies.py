@@ -112,7 +112,7 @@ def stack_width(layers: list[nn.Module], length: int, attn_mask: Any, padding_ma
                 ) -> tuple[int, bool]:
     """Composed dependency along the residual sequence of a stack of self-attention layers (one layer: its own).
 
-    ``budget`` bounds the work of composing general masks (see :func:`composed_width`).
+    ``budget`` bounds the work of composing general masks (see `composed_width`).
     """
     if not layers:
         return 1, True

@@ -1,4 +1,4 @@
-"""View objects of a before/after review (built on :func:`torchscan.compare_reports`), shared by HTML and Markdown.
+"""View objects of a before/after review (built on `torchscan.compare_reports`), shared by HTML and Markdown.
 
 A delta is shown as a number only when both sides are complete; otherwise it reads "unknown", because a
 difference involving a lower bound has no bound of its own.

@@ -2,11 +2,11 @@
 
 ``ProcessPoolExecutor`` cannot cancel a running task, and a task that hangs or kills its process would stall or
 break the whole pool. Here each task owns one fresh process: a task that runs past ``timeout`` is killed and its
-future fails with :class:`TaskTimeout`; a process that dies without answering fails with :class:`WorkerDied`.
+future fails with `TaskTimeout`; a process that dies without answering fails with `WorkerDied`.
 
 The timeout counts from the moment the task starts in its process (after the interpreter has started and the
 function's module, torch included, is imported), so a slow machine does not turn start-up into timeouts; start-up
-itself gets :data:`STARTUP_ALLOWANCE` seconds more.
+itself gets `STARTUP_ALLOWANCE` seconds more.
 """
 
 from __future__ import annotations

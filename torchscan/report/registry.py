@@ -109,7 +109,7 @@ class Registry:
 
 
 def load_registry(path: str | Path) -> Registry:
-    """Read and validate ``path``; raise :class:`RegistryError` listing every problem found."""
+    """Read and validate ``path``; raise `RegistryError` listing every problem found."""
     path = Path(path).resolve()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """The Jinja environments (HTML with autoescaping, Markdown with Markdown escaping) and the render entry points.
 
-Templates ship inside the package (``torchscan/templates``) and are loaded with :class:`jinja2.PackageLoader`, so an
+Templates ship inside the package (``torchscan/templates``) and are loaded with `jinja2.PackageLoader`, so an
 installed wheel finds them; a folder of overrides (same file names) is searched first when given.
 """
 

@@ -1,7 +1,7 @@
 """The batch runner: submit one pure function per registry run to an Executor and collect every result.
 
 The runner does not know where the work runs. The default executor gives each run its own ``spawn`` process with
-a timeout (:class:`IsolatedProcessExecutor`); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
+a timeout (`IsolatedProcessExecutor`); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
 in a test) works unchanged, with timeouts then left to that executor. A run that raises, hangs or kills its
 process becomes a recorded failure, and the others go on.
 """
@@ -35,7 +35,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
             function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
 
-    ``function`` defaults to :func:`torchscan.report.worker.analyze_run`, imported only when a run is not cached
+    ``function`` defaults to `torchscan.report.worker.analyze_run`, imported only when a run is not cached
     (it imports torch, which a fully cached rebuild never needs).
     """
     torch_version = installed_torch_version()

@@ -16,7 +16,7 @@ from pathlib import Path
 def locate_module(module: str, folder: Path) -> Path | None:
     """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``.
 
-    Packages are walked part by part with :class:`PathFinder`, which reads directories and never executes a
+    Packages are walked part by part with `PathFinder`, which reads directories and never executes a
     package's ``__init__``. Built-in and extension modules have no source and give ``None``.
     """
     search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]

@@ -1,7 +1,7 @@
 """The pure function of the batch runner: one registry run in, one JSON-serializable result out.
 
 ``analyze_run(job)`` imports the factory relative to the registry's folder, builds the model (on the meta device
-when asked), creates its inputs, runs :func:`torchscan.crawl_module`, and returns ``{"status": "ok", "report": ...}``
+when asked), creates its inputs, runs `torchscan.crawl_module`, and returns ``{"status": "ok", "report": ...}``
 or ``{"status": "failed", "error": {...}}``. It never raises for a model's mistakes and never writes files, so any
 ``concurrent.futures.Executor`` (a local process pool, a cluster's executor) can run it.
 """
@@ -22,7 +22,7 @@ STAGES = ("import", "build", "inputs", "analysis")
 
 
 def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
-    """Analyze one run described by :meth:`Run.to_job`; failures come back as data naming the stage and error."""
+    """Analyze one run described by `Run.to_job`; failures come back as data naming the stage and error."""
     stage = "import"
     try:
         if job["folder"] not in sys.path:

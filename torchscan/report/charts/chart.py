@@ -1,0 +1,52 @@
+"""The chart data type: its SVG (when drawn) and its text alternative, and the HTML ``<figure>`` showing both."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .amounts import counted
+
+if TYPE_CHECKING:
+    from .canvas import Canvas
+
+TABLE_ROWS = 60  # rows of a text alternative
+
+
+@dataclass
+class Chart:
+    """One chart: the SVG (empty when it could not be drawn) and its text alternative (summary, notes, table)."""
+
+    key: str
+    title: str
+    summary: str
+    headers: tuple[str, ...] = ()
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    svg: str = ""
+
+    @property
+    def html(self) -> str:
+        return figure_html(self)
+
+
+Painter = Callable[[], "Canvas"]
+
+
+def figure_html(chart: Chart) -> str:
+    """The chart as a ``<figure>``: the SVG, a caption (summary and notes) and the numbers behind it."""
+    escape = html.escape
+    lines = ['<figure class="torchscan-chart" data-search-exclude>']
+    if chart.svg:
+        lines.append(chart.svg)
+    notes = "".join(f' <span class="torchscan-chart-note">{escape(note)}</span>' for note in chart.notes)
+    lines.append(f"<figcaption><strong>{escape(chart.title)}.</strong> {escape(chart.summary)}{notes}</figcaption>")
+    if chart.rows:
+        head = "".join(f"<th>{escape(cell)}</th>" for cell in chart.headers)
+        body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in chart.rows)
+        lines.append(f"<details><summary>The numbers ({counted(len(chart.rows), 'row')})</summary><table><thead>"
+                     f"<tr>{head}</tr></thead><tbody>{body}</tbody></table></details>")
+    lines.append("</figure>")
+    return "\n".join(lines)

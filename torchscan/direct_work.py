@@ -39,8 +39,12 @@ class DirectWork:
         totals[1] += estimate[1]
         totals[2] += estimate[2]
 
+    def known(self, field: str) -> int | float:
+        """What the estimated operators add up to for ``field``: exact, or a lower bound if some had no formula."""
+        return plain_number(self.totals[FIELDS.index(field)])
+
     def result(self, field: str) -> MetricResult:
-        value = plain_number(self.totals[FIELDS.index(field)])
+        value = self.known(field)
         if self.unestimated:
             return partial(value, UNITS[field], "module_call", METHOD)
         return complete(value, UNITS[field], "module_call", METHOD)

@@ -142,7 +142,7 @@ def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: Ca
 def _unsupported_leaf_result(name: str, direct: DirectWork | None) -> MetricResult:
     unit = METRIC_UNITS[name]
     if name in SUMMABLE_FIELDS and direct is not None and direct.operators:
-        return partial(direct.result(name)["known_value"], unit, "module_call", "unsupported_module")
+        return partial(direct.known(name), unit, "module_call", "unsupported_module")
     return unavailable(unit, "module_call", "unsupported_module")
 
 

@@ -125,13 +125,19 @@ def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") 
     return dict(custom_modules)
 
 
-def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
-    """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
+def _closest_registration(module_type: type, handlers: HandlerMap) -> tuple[type, ModuleHandler] | None:
+    """The nearest registered class in ``module_type``'s MRO and its handler (mapping order never matters)."""
     for klass in module_type.__mro__:
         handler = handlers.get(klass)
         if handler is not None:
-            return handler
+            return klass, handler
     return None
+
+
+def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
+    """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
+    found = _closest_registration(module_type, handlers)
+    return found[1] if found else None
 
 
 def builtin_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
@@ -140,11 +146,10 @@ def builtin_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
     A subclass that overrides ``forward`` (a LoRA ``Linear``, a fused QAT ``ConvBn2d``) does other work than its
     base class, so the base formula would silently miss it: such a module gets no built-in handler.
     """
-    for klass in module_type.__mro__:
-        handler = handlers.get(klass)
-        if handler is not None:
-            return handler if module_type.forward is klass.forward else None
-    return None
+    found = _closest_registration(module_type, handlers)
+    if found is None or module_type.forward is not found[0].forward:
+        return None
+    return found[1]
 
 
 @dataclass

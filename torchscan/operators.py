@@ -186,12 +186,13 @@ def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], rec
                            for p, c in total.ignored.items()), key=lambda row: row["operator"]),
         "custom_formulas": sorted(operator_name(p) for p in custom_mapping),
     }
+    errors = {operator_name(packet): error for packet, error in recorder.formula_errors.items()}
+    declined_names = {operator_name(packet) for packet in recorder.declined}
     diagnostics = []
     for row in section["uncounted"]:
         significant = row["significance"] == "significant"
-        packet_error = next((e for p, e in recorder.formula_errors.items() if operator_name(p) == row["operator"]),
-                            None)
-        declined = any(operator_name(p) == row["operator"] for p in recorder.declined)
+        packet_error = errors.get(row["operator"])
+        declined = row["operator"] in declined_names
         if packet_error is not None:
             diagnostics.append(diagnostic(
                 "operator_formula_error", f"the FLOP formula of {row['operator']} failed ({packet_error}); its "

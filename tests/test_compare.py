@@ -166,3 +166,71 @@ def test_an_unknown_schema_version_is_refused():
     future = {**report, "schema_version": 2}
     with pytest.raises(ValueError, match="schema_version"):
         compare_reports(report, future)
+
+
+# -- independent results and refused comparisons ------------------------------------------------------------------
+
+def test_the_comparison_shares_no_object_with_its_inputs():
+    before = analyze(Net(4, repeats=2), 4)
+    after = analyze(Net(6, extra=Block(6)), 6)
+    snapshots = copy.deepcopy(before), copy.deepcopy(after)
+    diff = compare_reports(before, after)
+    diff["totals"]["macs"]["before"]["value"] = -1
+    diff["totals"]["operator_flops"]["after"]["known_value"] = -1
+    diff["layers"]["removed"][0]["metrics"]["macs"]["value"] = -1
+    diff["layers"]["added"][0]["metrics"]["macs"]["value"] = -1
+    changed = next(row for row in diff["layers"]["changed"] if row["path"] == "stem")
+    changed["changes"]["output"]["after"]["shape"].append(99)
+    for entry in changed["changes"]["metrics"].values():
+        entry["before"]["value"] = entry["after"]["value"] = -1
+    assert (before, after) == snapshots
+
+
+def test_no_two_parts_of_a_comparison_are_one_object():
+    before = analyze(Net(4), 4)
+    after = analyze(Net(6), 6)
+    diff = compare_reports(before, after)
+    stem = next(row for row in diff["layers"]["changed"] if row["path"] == "stem")
+    stem["changes"]["metrics"]["macs"]["after"]["value"] = -1
+    assert stem["metrics"]["macs"]["value"] == 6  # the row's own metrics are a separate copy
+
+
+@pytest.mark.parametrize("side", ["before", "after"])
+def test_duplicate_layer_identities_are_refused(side):
+    report = analyze(Net(4, repeats=2), 4)
+    broken = copy.deepcopy(report)
+    broken["layers"][3]["call_index"] = 0  # the second call of "shared" now claims index 0 too
+    reports = {"before": report, "after": report, side: broken}
+    with pytest.raises(ValueError, match=rf"{side} has more than one layer record for path 'shared', call_index 0"):
+        compare_reports(reports["before"], reports["after"])
+
+
+@pytest.mark.parametrize("key, value", [("unit", "GMACs"), ("scope", "module_call"), ("method", "vendor_estimate")])
+def test_totals_measured_differently_are_refused(key, value):
+    report = analyze(Net(4), 4)
+    other = copy.deepcopy(report)
+    other["totals"]["macs"][key] = value
+    expected = rf"totals\.macs: the {key} differs \(before {report['totals']['macs'][key]!r}, after {value!r}\)"
+    with pytest.raises(ValueError, match=expected):
+        compare_reports(report, other)
+    with pytest.raises(ValueError, match=r"totals\.macs"):
+        compare_reports(other, report)
+
+
+def test_the_first_incompatibility_is_named():
+    report = analyze(Net(4), 4)
+    other = copy.deepcopy(report)
+    other["totals"]["dmas"]["unit"] = "bytes"
+    other["totals"]["macs"]["scope"] = "module_call"
+    with pytest.raises(ValueError, match=r"totals\.macs: the scope"):
+        compare_reports(report, other)
+
+
+def test_the_schema_version_comes_from_the_schema_module(monkeypatch):
+    from torchscan import compare, schema
+
+    report = analyze(Net(4), 4)
+    assert compare_reports(report, report)["schema_version"] == schema.SCHEMA_VERSION
+    monkeypatch.setattr(compare, "SCHEMA_VERSION", 7)
+    with pytest.raises(ValueError, match="this version reads 7"):
+        compare_reports(report, report)

@@ -1,6 +1,8 @@
 """``compare_reports``: a before/after comparison of two reports, joined by layer identity ``(path, call_index)``.
 
-A difference involving a lower bound or an unavailable value is never shown as an exact number.
+A difference involving a lower bound or an unavailable value is never shown as an exact number. The comparison
+is independent data: it shares no object with either report, nor between its own parts, so editing it (a review
+tool annotating rows, say) can never change a report or another row.
 """
 
 from __future__ import annotations
@@ -8,22 +10,68 @@ from __future__ import annotations
 from typing import Any
 
 from .results import SUMMABLE_METRICS, MetricResult, plain_number
+from .schema import SCHEMA_VERSION
 
 COMPARED_TOTALS = (*SUMMABLE_METRICS, "operator_flops")
+#: The fields that say what a total measures; two totals that differ in one of them are not comparable.
+MEASURE_KEYS = ("unit", "scope", "method")
+
+LayerKey = tuple[str, int]
 
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Totals with deltas and statuses, and layer calls that were added, removed or changed."""
-    for name, report in (("before", before), ("after", after)):
-        if not isinstance(report, dict) or "layers" not in report or "totals" not in report:
-            raise TypeError(f"{name} must be a report returned by crawl_module (a dict with 'layers' and 'totals')")
-        if report.get("schema_version") != 1:
-            raise ValueError(f"{name} has schema_version {report.get('schema_version')!r}; this version reads 1")
+    """Totals with deltas and statuses, and layer calls that were added, removed or changed.
+
+    Raises ``TypeError`` when a side is not a report, and ``ValueError`` naming the first incompatibility: a
+    schema version this version does not read, two layer records with one ``(path, call_index)``, or a total
+    whose ``unit``, ``scope`` or ``method`` differs between the sides (a metric that was not requested on one
+    side has no method to compare).
+    """
+    old_layers = _checked_layers("before", before)
+    new_layers = _checked_layers("after", after)
+    for name in COMPARED_TOTALS:
+        _check_same_measure(name, before["totals"][name], after["totals"][name])
     totals = {name: _compare_metric(before["totals"][name], after["totals"][name]) for name in COMPARED_TOTALS}
     totals["parameters"] = _compare_numbers(before["totals"]["parameters"]["total"],
                                             after["totals"]["parameters"]["total"])
-    return {"schema_version": 1, "totals": totals, "layers": _compare_layers(before["layers"], after["layers"]),
-            "context": {"before": _brief(before), "after": _brief(after)}}
+    comparison = {"schema_version": SCHEMA_VERSION, "totals": totals,
+                  "layers": _compare_layers(old_layers, new_layers),
+                  "context": {"before": _brief(before), "after": _brief(after)}}
+    return _detached(comparison)
+
+
+def _checked_layers(name: str, report: Any) -> dict[LayerKey, dict[str, Any]]:
+    """The report's layer records by identity, after checking that it is a report this version can compare."""
+    if not isinstance(report, dict) or "layers" not in report or "totals" not in report:
+        raise TypeError(f"{name} must be a report returned by crawl_module (a dict with 'layers' and 'totals')")
+    if report.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{name} has schema_version {report.get('schema_version')!r}; this version reads "
+                         f"{SCHEMA_VERSION}")
+    layers: dict[LayerKey, dict[str, Any]] = {}
+    for layer in report["layers"]:
+        key = (layer["path"], layer["call_index"])
+        if key in layers:
+            raise ValueError(f"{name} has more than one layer record for path {key[0]!r}, call_index {key[1]}: "
+                             "layer calls are matched by that identity, so it must be unique")
+        layers[key] = layer
+    return layers
+
+
+def _check_same_measure(name: str, before: MetricResult, after: MetricResult) -> None:
+    requested = before["status"] != "not_requested" and after["status"] != "not_requested"
+    for key in MEASURE_KEYS if requested else ("unit",):
+        if before[key] != after[key]:
+            raise ValueError(f"totals.{name}: the {key} differs (before {before[key]!r}, after {after[key]!r}); "
+                             "totals measured differently have no meaningful difference")
+
+
+def _detached(value: Any) -> Any:
+    """A fresh copy of a JSON-like value: unlike ``copy.deepcopy``, an object met twice is copied twice."""
+    if isinstance(value, dict):
+        return {key: _detached(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(item) for item in value)
+    return value
 
 
 def _brief(report: dict[str, Any]) -> dict[str, Any]:
@@ -56,9 +104,8 @@ def metric_delta(before: MetricResult | None, after: MetricResult | None) -> dic
     return {"status": "complete", "value": plain_number(new - old), "unit": unit}
 
 
-def _compare_layers(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    old = {(layer["path"], layer["call_index"]): layer for layer in before}
-    new = {(layer["path"], layer["call_index"]): layer for layer in after}
+def _compare_layers(old: dict[LayerKey, dict[str, Any]], new: dict[LayerKey, dict[str, Any]]
+                    ) -> dict[str, list[dict[str, Any]]]:
     added = [_identity(new[key]) for key in new if key not in old]
     removed = [_identity(old[key]) for key in old if key not in new]
     changed = []

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchscan import crawl_module
-from torchscan.inputs import generate_inputs, value_metadata
+from torchscan import crawl_module, summary
+from torchscan.inputs import generate_inputs, require_available, value_metadata
 from torchscan.schema import validate_report
 
 
@@ -272,6 +272,21 @@ def test_bad_input_shapes_are_refused_before_the_model_runs(input_shape, error):
     assert model.calls == []
 
 
+def test_an_empty_list_of_shapes_is_refused():
+    model = Capture()
+    with pytest.raises(ValueError, match="input_shape is an empty list: pass at least one shape"):
+        crawl_module(model, [])
+    assert model.calls == []
+
+
+def test_the_empty_tuple_is_the_shape_of_a_per_sample_scalar():
+    model = Capture()
+    report = analyze(model, ())
+    assert [args[0].shape for args, _ in model.calls] == [torch.Size([1])]
+    assert report["inputs"]["args"] == [tensor_meta((1,))]
+    assert analyze(Capture(), [()])["inputs"] == report["inputs"]
+
+
 def test_missing_inputs_are_refused():
     with pytest.raises(TypeError, match="input_shape"):
         crawl_module(Capture())
@@ -291,6 +306,37 @@ def test_bad_devices_are_refused_before_the_model_runs(device):
     with pytest.raises(ValueError, match="device"):
         crawl_module(model, (2,), device=device)
     assert model.calls == []
+
+
+def unavailable_devices() -> list[str]:
+    """Devices this torch build or machine does not have: CUDA when it is absent, else an index past the last GPU."""
+    cuda = ["cuda", "cuda:0"] if not torch.cuda.is_available() else [f"cuda:{torch.cuda.device_count()}"]
+    return [*cuda, *(["mps"] if not torch.mps.is_available() else [])]
+
+
+@pytest.mark.parametrize("device", unavailable_devices())
+@pytest.mark.parametrize("entry", ["crawl_module", "summary"])
+def test_a_device_this_machine_lacks_is_refused_by_name(device, entry):
+    model = Capture()
+    call = {"crawl_module": crawl_module, "summary": summary}[entry]
+    with pytest.raises(ValueError, match=rf"device='{device}' is not available: this (torch|machine)"):
+        call(model, (2,), device=device)
+    with pytest.raises(ValueError, match="device="):
+        call(model, (2,), device=torch.device(device))
+    assert model.calls == []
+
+
+def test_require_available_names_the_argument_it_checks():
+    require_available(torch.device("cpu"), argument="target")
+    require_available(torch.device("meta"), argument="target")
+    with pytest.raises(ValueError, match="^target="):
+        require_available(torch.device(unavailable_devices()[0]), argument="target")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_an_available_cuda_device_generates_inputs_there():
+    report = analyze(Capture(), (2,), device="cuda")
+    assert report["inputs"]["args"][0]["device"] == "cuda"
 
 
 @pytest.mark.parametrize("args", [torch.ones(3), "abc", {"x": 1}])

@@ -21,7 +21,15 @@ def _is_shape(value: Any) -> bool:
 
 
 def normalize_shapes(input_shape: Any) -> list[tuple[int, ...]]:
-    """One shape (a sequence of ints) or a list of shapes, as a list of shapes without the batch dimension."""
+    """One shape (a sequence of ints) or a list of shapes, as a list of shapes without the batch dimension.
+
+    An empty list is refused: it reads as "no inputs" as much as "one scalar input", and guessing would analyze a
+    call the caller did not describe. A per-sample scalar is the empty tuple ``()`` (or ``[()]``).
+    """
+    if isinstance(input_shape, list) and not input_shape:
+        raise ValueError("input_shape is an empty list: pass at least one shape without the batch dimension, such "
+                         "as (3, 224, 224); for a per-sample scalar input pass () (generated as shape (1,)); for a "
+                         "model that takes no inputs pass args=()")
     if _is_shape(input_shape):
         shapes = [tuple(input_shape)]
     elif isinstance(input_shape, (list, tuple)) and input_shape and all(_is_shape(s) for s in input_shape):
@@ -52,13 +60,40 @@ def normalize_dtypes(dtype: Any, count: int, default: torch.dtype) -> list[torch
 
 
 def normalize_device(device: Any) -> torch.device | None:
+    """``device`` as a ``torch.device`` this torch can use, or ``None`` when not given.
+
+    Refused with a ``ValueError`` naming the argument: a value that is not a device, and a device this torch
+    build or machine does not have (``"cuda"`` on a CPU-only torch), which torch itself would only report later
+    as a bare ``AssertionError`` from inside the model's forward.
+    """
     if device is None:
         return None
     try:
-        return torch.device(device)
+        target = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"device must be a torch.device or a device string such as 'cpu', 'cuda:0' or 'meta', "
                          f"got {_describe(device)}") from error
+    require_available(target)
+    return target
+
+
+def require_available(device: torch.device, argument: str = "device") -> None:
+    """Raise ``ValueError`` naming ``argument`` when ``device``'s backend reports it unavailable on this machine.
+
+    Backends with an ``is_available()``/``device_count()`` pair in ``torch`` (CUDA, MPS, XPU) are checked without
+    allocating anything; other device types (``cpu``, ``meta``, out-of-tree backends) are accepted as given.
+    """
+    backend = getattr(torch, device.type, None) if device.type not in ("cpu", "meta") else None
+    is_available = getattr(backend, "is_available", None)
+    if not callable(is_available):
+        return
+    if not is_available():
+        raise ValueError(f"{argument}={str(device)!r} is not available: this torch ({torch.__version__}) reports no "
+                         f"{device.type} device (torch.{device.type}.is_available() is False)")
+    count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        raise ValueError(f"{argument}={str(device)!r} is not available: this machine has {count()} {device.type} "
+                         f"device(s), numbered from 0")
 
 
 def infer_device_and_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:

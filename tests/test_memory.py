@@ -19,9 +19,11 @@ def test_a_four_mib_allocation_shows_in_the_cpu_peak():
         return float(block[0])
 
     result = measure_peak_memory(workload, device="cpu")
-    assert result["device"] == "cpu" and result["unit"] == "bytes"
+    assert result["device"] == "cpu" and result["unit"] == "bytes" and result["status"] == "complete"
     assert isinstance(result["peak_bytes"], int) and result["peak_bytes"] >= 4 * MIB
-    assert result["method"]
+    assert result["method"] == "profiler_memory_records"
+    assert result["observed"]["allocations"] >= 1 and result["observed"]["frees"] >= 1  # the block is freed
+    assert "outside PyTorch's allocator" in result["message"]  # what the number does not cover
     json.dumps(result)
 
 
@@ -90,3 +92,53 @@ def test_workload_must_be_callable():
 def test_device_is_required():
     with pytest.raises(TypeError):
         measure_peak_memory(lambda: None)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("device", ["cpu:0", torch.device("cpu", 0), torch.device("cpu")])
+def test_every_cpu_device_is_reported_as_cpu(device):
+    result = measure_peak_memory(lambda: torch.ones(1024), device=device)
+    assert result["device"] == "cpu" and result["status"] == "complete"
+
+
+@pytest.mark.parametrize("workload", [
+    lambda: None,
+    lambda: sum(range(1000)),  # Python objects only
+    lambda: torch.empty(MIB, device="meta"),  # the work happens on another device than the one measured
+])
+def test_a_workload_without_observed_allocations_has_no_peak(workload):
+    result = measure_peak_memory(workload, device="cpu")
+    assert result["status"] == "unavailable" and result["peak_bytes"] is None
+    assert result["observed"] == {"allocations": 0, "frees": 0}
+    assert "no PyTorch allocation on cpu was observed" in result["message"]
+    assert "did it run on another device?" in result["message"]
+    json.dumps(result)
+
+
+def missing_cuda_devices() -> list[str]:
+    if not torch.cuda.is_available():
+        return ["cuda", "cuda:0", "cuda:1"]
+    return [f"cuda:{torch.cuda.device_count()}"]
+
+
+@pytest.mark.parametrize("device", missing_cuda_devices())
+def test_a_cuda_device_this_machine_lacks_is_refused_by_name(device):
+    ran = []
+    with pytest.raises(ValueError, match=rf"device='{device}' is not available"):
+        measure_peak_memory(lambda: ran.append(1), device=device)
+    with pytest.raises(ValueError, match=rf"device='{device}'"):
+        measure_peak_memory(lambda: ran.append(1), device=torch.device(device))
+    assert ran == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_allocation_shows_in_the_cuda_peak_with_an_explicit_index():
+    def workload():
+        block = torch.ones(MIB, device="cuda")
+        return float(block[0])
+
+    result = measure_peak_memory(workload, device="cuda")
+    assert result["device"] == f"cuda:{torch.cuda.current_device()}" and result["status"] == "complete"
+    assert result["method"] == "cuda_allocator_peak" and result["peak_bytes"] >= 4 * MIB
+    assert result["observed"]["allocations"] >= 1
+    idle = measure_peak_memory(lambda: torch.ones(8), device="cuda:0")  # the work ran on the CPU
+    assert idle["status"] == "unavailable" and idle["peak_bytes"] is None

@@ -1,4 +1,8 @@
-"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device."""
+"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device.
+
+The result says what was observed. A workload in which the method saw no allocation at all (it ran on another
+device, or allocated only outside PyTorch's allocator) gets an ``unavailable`` peak, never a confident zero.
+"""
 
 from __future__ import annotations
 
@@ -7,48 +11,85 @@ from typing import Any
 
 import torch
 
+from .inputs import require_available
+
+CPU_METHOD, CUDA_METHOD = "profiler_memory_records", "cuda_allocator_peak"
+NOT_MEASURED = "memory allocated outside PyTorch's allocator (NumPy, Python objects, other libraries) is not measured"
+
 
 def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | str) -> dict[str, Any]:
-    """Run ``workload()`` once and report the peak bytes allocated on ``device`` above the starting level.
+    """Run ``workload()`` once and report the peak bytes PyTorch allocated on ``device`` above the starting level.
 
     CPU uses the profiler's memory records (allocations and frees in order); CUDA uses the caching allocator's
-    peak statistics. Other devices raise ``ValueError``: no number is better than a wrong one.
+    peak statistics. Other devices, and devices this machine lacks, raise ``ValueError`` before the workload runs:
+    no number is better than a wrong one. The reported ``device`` is normalized: ``"cpu"`` for any CPU device
+    (``"cpu:0"`` included: there is one CPU allocator), ``"cuda:N"`` with the index made explicit for CUDA.
+    ``status`` is ``complete`` when allocations were observed, and ``unavailable`` (``peak_bytes`` None) when the
+    method observed none; ``observed`` counts the allocation and free records it saw, and ``message`` says what the
+    number covers and what it does not.
     """
     if not callable(workload):
         raise TypeError(f"workload must be a callable taking no arguments, got {type(workload).__name__}")
+    target = _measured_device(device)
+    if target.type == "cpu":
+        peak, allocations, frees = _cpu_peak(workload)
+        method = CPU_METHOD
+    else:
+        peak, allocations, frees = _cuda_peak(workload, target)
+        method = CUDA_METHOD
+    return _result(str(target), method, peak, {"allocations": allocations, "frees": frees})
+
+
+def _measured_device(device: Any) -> torch.device:
+    """``device`` as the one device the result names, after checking that it is supported and present."""
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise ValueError(f"device must be 'cpu' or a CUDA device, got {device!r}") from error
+    if target.type not in ("cpu", "cuda"):
+        raise ValueError(f"measure_peak_memory supports 'cpu' and 'cuda' devices, got device={str(target)!r}")
+    require_available(target)
     if target.type == "cpu":
-        peak = _cpu_peak(workload)
-        method = "profiler_memory_records"
-    elif target.type == "cuda":
-        peak = _cuda_peak(workload, target)
-        method = "cuda_allocator_peak"
-    else:
-        raise ValueError(f"measure_peak_memory supports 'cpu' and 'cuda' devices, got {target.type!r}")
-    return {"device": str(target), "peak_bytes": peak, "unit": "bytes", "method": method}
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device() if target.index is None else target.index)
 
 
-def _cpu_peak(workload: Callable[[], Any]) -> int:
+def _result(device: str, method: str, peak: int, observed: dict[str, int]) -> dict[str, Any]:
+    if observed["allocations"] == 0:
+        message = (f"no PyTorch allocation on {device} was observed while the workload ran, so its peak is unknown "
+                   f"rather than zero: did it run on another device? {NOT_MEASURED}")
+        return {"device": device, "status": "unavailable", "peak_bytes": None, "unit": "bytes", "method": method,
+                "observed": observed, "message": message}
+    message = f"peak of PyTorch allocations on {device} above the level at the start; {NOT_MEASURED}"
+    return {"device": device, "status": "complete", "peak_bytes": peak, "unit": "bytes", "method": method,
+            "observed": observed, "message": message}
+
+
+def _cpu_peak(workload: Callable[[], Any]) -> tuple[int, int, int]:
+    """(peak bytes, allocation records, free records) from the profiler's CPU memory records, in time order."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         workload()
-    events = sorted((event for event in prof.events() if event.self_cpu_memory_usage != 0),
-                    key=lambda event: event.time_range.start)
+    changes = [event.self_cpu_memory_usage for event in sorted(
+        (event for event in prof.events() if event.self_cpu_memory_usage != 0),
+        key=lambda event: event.time_range.start)]
     level = peak = 0
-    for event in events:
-        level += event.self_cpu_memory_usage
+    for change in changes:
+        level += change
         peak = max(peak, level)
-    return int(peak)
+    return int(peak), sum(change > 0 for change in changes), sum(change < 0 for change in changes)
 
 
-def _cuda_peak(workload: Callable[[], Any], device: torch.device) -> int:
+def _cuda_peak(workload: Callable[[], Any], device: torch.device) -> tuple[int, int, int]:
+    """(peak bytes, allocation requests, frees) from the caching allocator's statistics of ``device``."""
     torch.cuda.synchronize(device)
     start = torch.cuda.memory_allocated(device)
+    before = torch.cuda.memory_stats(device)
     torch.cuda.reset_peak_memory_stats(device)
     workload()
     torch.cuda.synchronize(device)
-    return int(torch.cuda.max_memory_allocated(device) - start)
+    after = torch.cuda.memory_stats(device)
+    allocations, frees = (after.get(key, 0) - before.get(key, 0)
+                          for key in ("allocation.all.allocated", "allocation.all.freed"))
+    return int(torch.cuda.max_memory_allocated(device) - start), int(allocations), int(frees)

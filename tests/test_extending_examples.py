@@ -1,74 +1,66 @@
-"""The code examples of the extension guide (spec/extending.txt), run verbatim.
+"""The code examples of the extension guide (spec/extending.txt), run verbatim from the copies in tests/data/.
 
-Each example block of the guide appears below exactly as written: definitions at module level, and each block's
-analysis call with its own ``assert`` lines inside the test named after it (the only change is indentation, and
-the first block's ``signal`` line stays at module level because the later blocks reuse it). The tests then check
-what the guide says about each example beyond its own asserts. When the guide is available beside the checkout,
-``test_examples_are_verbatim`` confirms that every line of every example still appears here in order.
+The guide's three example blocks are vendored under ``tests/data/extending/``, exactly as the guide writes them,
+so that they run on a clean clone of this repository alone. They execute in order in one namespace, as the guide
+says ("this example extends the definitions above"), with their own ``assert`` lines; the tests then check what
+the guide says about each example beyond those asserts. Where the guide is available beside the checkout
+(``../shared/spec/extending.txt``), ``test_the_vendored_examples_are_the_guides`` confirms that the copies still
+match it, character for character.
 """
 
-# ruff: noqa: I001  (the example's own import block is kept exactly as the guide writes it)
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
-from torchscan import IncompleteAnalysisError
+from torchscan import IncompleteAnalysisError, ModuleHandler, crawl_module
 from torchscan.schema import validate_report
 
-# -- block 1: "A complete custom call" (definitions; the analysis is in test_complete_custom_call) -------------
-
-from math import prod
-
-import torch
-from torch import nn
-from torchscan import ModuleCall, ModuleEstimates, ModuleHandler, crawl_module
-
-
-class ComplexScale(nn.Module):
-    def forward(self, signal, *, gain: complex, tag: str = "example"):
-        return {"samples": (signal * gain,), "tag": tag}
+EXAMPLES = Path(__file__).resolve().parent / "data" / "extending"
+GUIDE = Path(__file__).resolve().parents[2] / "shared" / "spec" / "extending.txt"
+#: The first line of each example block in the guide, in the order of the vendored files.
+EXAMPLE_STARTS = ("from math import prod", "class ComplexPair(nn.Module):", "def lower_bound_scale(")
+PROSE = re.compile(r"^[A-Z][a-z]")  # the guide's prose resumes: a sentence starting at column 0
+NAMESPACE = "extending_guide"
 
 
-def estimate_complex_scale(call: ModuleCall) -> ModuleEstimates:
-    # Complete output and kwargs are available, including the non-tensor tag.
-    signal = call.args[0] if call.args else call.kwargs["signal"]
-    output = call.output["samples"][0]
-    assert signal.dtype.is_complex and output.shape == signal.shape
-    assert call.output["tag"] == call.kwargs.get("tag", "example")
-    assert isinstance(call.kwargs["gain"], complex)
-    elements = output.numel()
-    return {
-        "module_flops": 6 * elements,
-        "macs": 0,
-        "dmas": 2 * elements,
-        "receptive_field": 1,
-        "effective_stride": 1,
-        "effective_padding": 0,
-    }
+def vendored_examples() -> list[Path]:
+    return sorted(EXAMPLES.glob("*.txt"))
 
 
-def complex_mul_flops(*input_shapes, out_shape, **kwargs):
-    return 6 * prod(out_shape)
+def guide_examples(text: str) -> list[str]:
+    """Each example block of the guide, from its first line to the line before the prose resumes."""
+    lines = text.splitlines()
+    blocks = []
+    for start in EXAMPLE_STARTS:
+        index = next(i for i, line in enumerate(lines) if line.startswith(start))
+        end = next((i for i in range(index, len(lines)) if PROSE.match(lines[i])), len(lines))
+        blocks.append("\n".join(lines[index:end]).strip("\n") + "\n")
+    return blocks
 
 
-signal = torch.ones(2, 4, dtype=torch.complex64)
+@pytest.fixture(scope="module")
+def guide() -> dict[str, Any]:
+    """The namespace of the three examples run in order, each compiled under its own file name."""
+    namespace: dict[str, Any] = {"__name__": NAMESPACE}
+    for path in vendored_examples():
+        exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)  # noqa: S102 - our data
+    return namespace
 
 
-def test_complete_custom_call():
-    report = crawl_module(
-        ComplexScale(),
-        args=(signal,),
-        kwargs={"gain": 1 + 2j, "tag": "demo"},
-        custom_modules={ComplexScale: ModuleHandler(estimate_complex_scale)},
-        custom_mapping={torch.ops.aten.mul: complex_mul_flops},
-        strict=True,
-    )
-    assert report["totals"]["module_flops"]["value"] == 48
-    assert report["totals"]["operator_flops"]["value"] == 48
+def test_the_three_examples_are_vendored():
+    assert [path.name for path in vendored_examples()] == [
+        "1-complete-custom-call.txt", "2-own-an-inclusive-subtree.txt", "3-partial-results.txt"]
 
+
+# -- block 1: "A complete custom call" ---------------------------------------------------------------------------
+
+def test_complete_custom_call(guide):
+    report = guide["report"]
     validate_report(report)
     # 2 x 4 complex elements, 6 real FLOPs each; no accumulation; one read and one write per element.
     assert report["totals"]["module_flops"]["value"] == 6 * 2 * 4
@@ -77,45 +69,18 @@ def test_complete_custom_call():
     metrics = report["layers"][0]["metrics"]
     assert (metrics["receptive_field"]["value"], metrics["effective_stride"]["value"],
             metrics["effective_padding"]["value"]) == (1, 1, 0)
-    assert metrics["module_flops"]["method"] == f"custom_module_handler:{__name__}.estimate_complex_scale"
+    assert metrics["module_flops"]["method"] == f"custom_module_handler:{NAMESPACE}.estimate_complex_scale"
     assert report["operator_flops"]["by_operator"] == [{"operator": "aten.mul", "calls": 1, "flops": 48}]
     assert report["diagnostics"] == []
+    # "The frozen ModuleCall contains ... keyword kwargs": the callback saw the call as written.
+    assert report["inputs"]["kwargs"] == [{"key": "gain", "value": {"kind": "scalar", "type": "complex"}},
+                                          {"key": "tag", "value": {"kind": "scalar", "type": "str"}}]
 
 
-# -- block 2: "Own an inclusive subtree explicitly" (definitions; the analysis is in test_complex_pair) ---------
+# -- block 2: "Own an inclusive subtree explicitly" --------------------------------------------------------------
 
-class ComplexPair(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.first = ComplexScale()
-        self.second = ComplexScale()
-
-    def forward(self, signal):
-        first = self.first(signal, gain=1 + 2j)["samples"][0]
-        return self.second(first, gain=2 + 3j)["samples"][0]
-
-
-def estimate_pair(call: ModuleCall) -> ModuleEstimates:
-    elements = call.output.numel()
-    return {"module_flops": 12 * elements, "dmas": 4 * elements}
-
-
-def test_complex_pair():
-    pair_report = crawl_module(
-        ComplexPair(),
-        args=(signal,),
-        custom_modules={
-            ComplexScale: ModuleHandler(estimate_complex_scale),
-            ComplexPair: ModuleHandler(
-                estimate_pair,
-                subtree_metrics=frozenset({"module_flops", "dmas"}),
-            ),
-        },
-        custom_mapping={torch.ops.aten.mul: complex_mul_flops},
-    )
-    assert pair_report["totals"]["module_flops"]["value"] == 96
-    assert pair_report["totals"]["macs"]["value"] == 0
-
+def test_complex_pair(guide):
+    pair_report = guide["pair_report"]
     validate_report(pair_report)
     root, first, second = pair_report["layers"]
     # "It owns inclusive FLOPs and DMAs while delegating MACs and receptive-field estimates to the two children."
@@ -132,31 +97,19 @@ def test_complex_pair():
     assert pair_report["totals"]["operator_flops"]["value"] == 2 * 6 * 8
 
 
-# -- block 3: "Partial results, validation, and failure" -------------------------------------------------------
+# -- block 3: "Partial results, validation, and failure" ---------------------------------------------------------
 
-def lower_bound_scale(call: ModuleCall) -> ModuleEstimates:
-    elements = call.output["samples"][0].numel()
-    return {
-        "module_flops": {
-            "status": "partial",
-            "value": None,
-            "known_value": 4 * elements,
-            "unit": "FLOPs",
-            "scope": "module_call",
-            "method": "complex_real_multiplies_only",
-        },
-        "macs": 0,
-        "dmas": None,
-    }
+def analyze_lower_bound(guide: dict[str, Any], **options: Any) -> dict[str, Any]:
+    return crawl_module(guide["ComplexScale"](), args=(guide["signal"],), kwargs={"gain": 1 + 2j},
+                        custom_modules={guide["ComplexScale"]: ModuleHandler(guide["lower_bound_scale"])},
+                        custom_mapping={torch.ops.aten.mul: guide["complex_mul_flops"]}, **options)
 
 
-def test_lower_bound_scale():
-    report = crawl_module(ComplexScale(), args=(signal,), kwargs={"gain": 1 + 2j},
-                          custom_modules={ComplexScale: ModuleHandler(lower_bound_scale)},
-                          custom_mapping={torch.ops.aten.mul: complex_mul_flops})
+def test_lower_bound_scale(guide):
+    report = analyze_lower_bound(guide)
     validate_report(report)
     metrics = report["layers"][0]["metrics"]
-    label = f"custom_module_handler:{__name__}.lower_bound_scale"
+    label = f"custom_module_handler:{NAMESPACE}.lower_bound_scale"
     # "The four real multiplies are a lower bound ... Missing additions keep the result partial."
     assert metrics["module_flops"] == {"status": "partial", "value": None, "known_value": 4 * 8, "unit": "FLOPs",
                                        "scope": "module_call", "method": f"{label}:complex_real_multiplies_only"}
@@ -170,39 +123,21 @@ def test_lower_bound_scale():
     flagged = {(item["code"], item["metric"]) for item in report["diagnostics"]}
     assert {("incomplete_handler_estimate", "module_flops"), ("incomplete_handler_estimate", "dmas")} <= flagged
     with pytest.raises(IncompleteAnalysisError):
-        crawl_module(ComplexScale(), args=(signal,), kwargs={"gain": 1 + 2j},
-                     custom_modules={ComplexScale: ModuleHandler(lower_bound_scale)},
-                     custom_mapping={torch.ops.aten.mul: complex_mul_flops}, strict=True)
+        analyze_lower_bound(guide, strict=True)
 
 
-# -- the examples stay verbatim ---------------------------------------------------------------------------------
+# -- the vendored copies stay the guide's ------------------------------------------------------------------------
 
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "extending.txt"
-EXAMPLE_STARTS = ("from math import prod", "class ComplexPair(nn.Module):", "def lower_bound_scale(")
-EXAMPLE_END = re.compile(r"^[A-Z][a-z]")  # prose resumes: a sentence starting at column 0
-
-
-def spec_examples(text: str) -> list[list[str]]:
-    """The code lines of each example block of the guide (blank lines dropped)."""
-    lines = text.splitlines()
-    blocks = []
-    for start in EXAMPLE_STARTS:
-        index = next(i for i, line in enumerate(lines) if line.startswith(start))
-        block = []
-        for line in lines[index:]:
-            if EXAMPLE_END.match(line):
-                break
-            if line.strip():
-                block.append(line.strip())
-        blocks.append(block)
-    return blocks
+def test_guide_examples_finds_each_block_up_to_the_prose():
+    text = "Intro\n\nfrom math import prod\n\nx = 1\n\nProse.\nclass ComplexPair(nn.Module):\n    pass\n" \
+           "Prose again.\ndef lower_bound_scale(call):\n    return {}\n"
+    assert guide_examples(text) == ["from math import prod\n\nx = 1\n", "class ComplexPair(nn.Module):\n    pass\n",
+                                    "def lower_bound_scale(call):\n    return {}\n"]
 
 
-@pytest.mark.skipif(not SPEC.exists(), reason="the extension guide is not beside this checkout")
-def test_examples_are_verbatim():
-    source = [line.strip() for line in Path(__file__).read_text(encoding="utf-8").splitlines()]
-    for block in spec_examples(SPEC.read_text(encoding="utf-8")):
-        position = 0
-        for line in block:
-            assert line in source[position:], f"example line missing or out of order: {line!r}"
-            position = source.index(line, position) + 1
+@pytest.mark.skipif(not GUIDE.exists(), reason="the extension guide is not beside this checkout")
+def test_the_vendored_examples_are_the_guides():
+    vendored = [path.read_text(encoding="utf-8") for path in vendored_examples()]
+    assert vendored == guide_examples(GUIDE.read_text(encoding="utf-8")), (
+        "tests/data/extending/ no longer matches the guide: copy each example block of "
+        f"{GUIDE} into its file again (from its first line up to the prose that follows)")

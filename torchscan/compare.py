@@ -97,11 +97,16 @@ def metric_delta(before: MetricResult | None, after: MetricResult | None) -> dic
     if before is None or after is None or before["status"] != "complete" or after["status"] != "complete":
         return {"status": "unavailable", "value": None, "unit": unit}
     old, new = before["value"], after["value"]
-    if isinstance(old, list) or isinstance(new, list):  # per-dimension receptive fields differ element-wise
-        if not (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)):
-            return {"status": "not_applicable", "value": None, "unit": unit}
-        return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new)], "unit": unit}
+    if isinstance(old, list) or isinstance(new, list):
+        return _per_dimension_delta(old, new, unit)
     return {"status": "complete", "value": plain_number(new - old), "unit": unit}
+
+
+def _per_dimension_delta(old: Any, new: Any, unit: str) -> dict[str, Any]:
+    """Per-dimension values (receptive fields) differ element-wise, when both have the same dimensionality."""
+    if not (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)):
+        return {"status": "not_applicable", "value": None, "unit": unit}
+    return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new)], "unit": unit}
 
 
 def _compare_layers(old: dict[LayerKey, dict[str, Any]], new: dict[LayerKey, dict[str, Any]]

@@ -92,14 +92,14 @@ def test_diff_shows_deltas_only_for_complete_sides() -> None:
     assert rows[("Parameters", "structure")].delta == "−168"  # (272 + 68) - (136 + 36)
     assert rows[("MACs", "module view")].change == "decreased"
     assert [row.label for row in view.changed] == ["0", "1"] and not view.added and not view.removed
-    assert "parameters 272 → 136 (−136)" in view.changed[0].details
+    assert "parameters 272 → 136 (−136, −50.0%)" in view.changed[0].details
     partial_after = crawl_module(nn.Sequential(nn.Linear(16, 16), Bessel()), (16,))
     unknown = {row.label + row.view: row for row in diff_view(before, partial_after).totals}
     assert unknown["MACsmodule view"].delta == "unknown (a side is incomplete)"
     changed = [row.label for row in diff_view(before, partial_after).changed]
     assert "1" in changed and "0" not in changed  # the first Linear is the same on both sides
     md = render_diff_file(before, after, "md")
-    assert "| MACs | module view | 320 | 160 | −160 | decreased |" in md
+    assert "| MACs | module view | 320 | 160 | −160 | −50.0% | decreased |" in md
     html = render_diff_file(before, after, "html")
     assert html.count("<script>") == 1 and "−160" in html
 

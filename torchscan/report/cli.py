@@ -1,7 +1,8 @@
 """The ``torchscan-report`` command line: build, render, diff and check.
 
-Exit codes: 0 success; 1 some entries failed (build: the site is still built; check: a callable cannot be found);
-2 a registry or usage error (nothing written).
+Exit codes: 0 success; 1 some entries failed (build: the site is still built; check: a callable cannot be found;
+diff: a --fail-if budget is exceeded or cannot be checked, the review is still written); 2 a registry or usage
+error (nothing written); 3 diff --require-same-model on reports of two different models (the review is written).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .. import __version__
 from .registry import Registry, RegistryError, load_registry
 from .runner import default_jobs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,8 +48,13 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("before", type=Path)
     diff.add_argument("after", type=Path)
     diff.add_argument("--output", "-o", type=Path, required=True, help="OUT.html or OUT.md")
-    diff.add_argument("--title", default="Before / after", help="the page title")
+    diff.add_argument("--title", default="", help="the page title (default: names both reports' models)")
     diff.add_argument("--templates", type=_folder, help="a folder of template overrides")
+    diff.add_argument("--fail-if", dest="budgets", metavar="BUDGET", type=_budget, action="append", default=[],
+                      help="exit with status 1 when the change meets this condition, e.g. 'macs>+5%%' (relative to "
+                      "before) or 'parameters>1M' (absolute); repeat for several budgets")
+    diff.add_argument("--require-same-model", action="store_true",
+                      help="exit with status 3 when the two reports are of different model types")
 
     check = commands.add_parser("check", help="validate a registry without running any model")
     check.add_argument("registry", type=Path)
@@ -116,19 +122,33 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .documents import render_diff_file
+    from .diff_view import diff_view
+    from .documents import diff_document
 
     kind = _kind_or_exit(args.output)
     before, after = _read_report(args.before), _read_report(args.after)
     if before is None or after is None or kind is None:
         return EXIT_USAGE
     try:
-        text = render_diff_file(before, after, kind, title=args.title, templates=args.templates)
+        view = diff_view(before, after, title=args.title, budgets=args.budgets)
+        text = diff_document(view, kind, templates=args.templates)
     except (TypeError, ValueError, KeyError) as error:
         print(f"error: cannot compare these reports: {error}", file=sys.stderr)
         return EXIT_USAGE
     _write_output(args.output, text)
-    return EXIT_OK
+    return _diff_verdict(view, args.require_same_model)
+
+
+def _diff_verdict(view: Any, require_same_model: bool) -> int:
+    """Print the review's warnings and budget verdicts; the exit status a CI gate acts on."""
+    for warning in view.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for row in view.budgets:
+        print(f"budget {row.verdict}: {row.budget}: {row.observed}", file=sys.stderr if row.failed else sys.stdout)
+    if require_same_model and not view.same_model:
+        print("error: --require-same-model: the two reports are of different models", file=sys.stderr)
+        return EXIT_DIFFERENT_MODELS
+    return EXIT_FAILED if view.budget_failed else EXIT_OK
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -167,8 +187,10 @@ def _read_report(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as error:
         print(f"error: cannot read the report {path}: {error}", file=sys.stderr)
         return None
-    if not isinstance(report, dict) or report.get("schema_version") != 1 or "layers" not in report:
-        print(f"error: {path} is not a TorchScan report (schema_version 1)", file=sys.stderr)
+    from ..schema import SCHEMA_VERSION
+
+    if not isinstance(report, dict) or report.get("schema_version") != SCHEMA_VERSION or "layers" not in report:
+        print(f"error: {path} is not a TorchScan report (schema_version {SCHEMA_VERSION})", file=sys.stderr)
         return None
     return report
 
@@ -183,6 +205,15 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("expected a positive integer")
     return value
+
+
+def _budget(text: str) -> Any:
+    from .budgets import parse_budget
+
+    try:
+        return parse_budget(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
 
 
 def _positive_float(text: str) -> float:

@@ -1,16 +1,20 @@
 """View objects of a before/after review (built on `torchscan.compare_reports`), shared by HTML and Markdown.
 
 A delta is shown as a number only when both sides are complete; otherwise it reads "unknown", because a
-difference involving a lower bound has no bound of its own.
+difference involving a lower bound has no bound of its own. Every known delta has its percent change beside it.
+The title names the models, and two reports of different models are flagged, not silently compared.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports
 from ..formatting import format_count
+from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .views import EMPTY, Cell, layer_label, metric_cell, shape_text
 
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
@@ -18,6 +22,8 @@ TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "mod
                 ("operator_flops", "FLOPs", "operator view"))
 LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "receptive field",
                        "effective_stride": "stride", "effective_padding": "padding"}
+BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in TOTAL_LABELS}
+BUDGET_VERDICTS = {"met": "met", "exceeded": "exceeded", "unknown": "cannot be checked"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,8 @@ class DeltaRow:
     after: Cell
     delta: str
     change: str
+    #: The delta relative to ``before`` (``+5.0%``); ``new`` from zero, ``unknown`` when the delta is.
+    percent: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,7 @@ class LayerDelta:
 
     ``status`` is ``complete`` (``value`` is the exact delta), ``partial`` (an added or removed call whose estimate is
     a lower bound: the delta is at least ``value`` in magnitude, in its direction) or ``unavailable`` (unknown).
+    ``percent`` is the exact relative change (``new`` for an added call), or empty when it is not known.
     """
 
     label: str
@@ -52,6 +61,21 @@ class LayerDelta:
     after: Cell
     status: str
     value: float | None
+    percent: str = ""
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """One ``--fail-if`` budget as checked: ``verdict`` in words, ``observed`` the change it was checked against."""
+
+    budget: str
+    status: str
+    verdict: str
+    observed: str
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "met"
 
 
 @dataclass
@@ -66,11 +90,25 @@ class DiffView:
     cost_deltas: dict[str, list[LayerDelta]] = field(default_factory=dict)
     #: The charts (``torchscan.report.charts.Chart``), drawn once on demand by the documents that show them.
     charts: list[Any] | None = None
+    #: The model types of both sides (``context.model_type``), and whether they are the same model.
+    models: tuple[str, str] = ("", "")
+    #: What a reviewer must know before reading the numbers (two different models, for one).
+    warnings: list[str] = field(default_factory=list)
+    #: The ``--fail-if`` budgets, checked against this comparison, in the order given.
+    budgets: list[BudgetRow] = field(default_factory=list)
 
     @property
     def unchanged(self) -> bool:
         return not (self.added or self.removed or self.changed) and all(row.change == "unchanged"
                                                                         for row in self.totals)
+
+    @property
+    def same_model(self) -> bool:
+        return self.models[0] == self.models[1]
+
+    @property
+    def budget_failed(self) -> bool:
+        return any(row.failed for row in self.budgets)
 
 
 def signed(value: float | list) -> str:
@@ -82,19 +120,69 @@ def signed(value: float | list) -> str:
     return ("+" if value > 0 else "−") + format_count(abs(value))
 
 
-def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "Before / after") -> DiffView:
+def percent_text(before: Any, delta: Any) -> str:
+    """``+5.0%``, ``−0.013%``, ``0%``; ``new`` when growing from zero; empty for per-dimension values."""
+    if not isinstance(before, (int, float)) or not isinstance(delta, (int, float)):
+        return ""
+    percent = percent_change(before, delta)
+    if math.isinf(percent):
+        return "new"
+    if percent == 0:
+        return "0%"
+    magnitude = abs(percent)
+    digits = f"{magnitude:,.1f}" if magnitude >= 0.1 else f"{magnitude:.2g}" if magnitude >= 0.001 else "<0.001"
+    return ("+" if percent > 0 else "−") + digits + "%"
+
+
+def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
+              budgets: Sequence[Budget] = ()) -> DiffView:
+    """The review of ``before`` → ``after``; ``title`` defaults to one naming both models."""
     comparison = compare_reports(before, after)
+    sides = comparison["context"]["before"], comparison["context"]["after"]
+    models = (sides[0].get("model_type") or "", sides[1].get("model_type") or "")
     layers = comparison["layers"]
     return DiffView(
-        title=title,
-        context=_context(comparison["context"]["before"], comparison["context"]["after"]),
+        title=title or default_title(*models),
+        context=_context(*sides),
         totals=[_total_row(comparison["totals"][name], label, view) for name, label, view in TOTAL_LABELS],
-        added=[_identity(item, "added") for item in layers["added"]],
-        removed=[_identity(item, "removed") for item in layers["removed"]],
+        added=[_identity(item) for item in layers["added"]],
+        removed=[_identity(item) for item in layers["removed"]],
         changed=[LayerChange(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
                              _details(item["changes"])) for item in layers["changed"]],
         cost_deltas={name: _cost_deltas(layers, name) for name in ("macs", "module_flops")},
+        models=models,
+        warnings=_warnings(*models),
+        budgets=[_budget_row(check) for check in check_budgets(budgets, comparison)],
     )
+
+
+def default_title(before: str, after: str) -> str:
+    """``ResNet: before / after`` for one model, ``ResNet → VisionTransformer`` for two (qualified if needed)."""
+    short = before.rpartition(".")[2], after.rpartition(".")[2]
+    if not (before and after):
+        return "Before / after"
+    if before == after:
+        return f"{short[0]}: before / after"
+    return f"{short[0]} → {short[1]}" if short[0] != short[1] else f"{before} → {after}"
+
+
+def _warnings(before: str, after: str) -> list[str]:
+    if before == after:
+        return []
+    return [(f"The two reports are of different models: before is {before or 'unknown'}, after is "
+             f"{after or 'unknown'}. The deltas compare two models, not two versions of one model.")]
+
+
+def _budget_row(check: BudgetCheck) -> BudgetRow:
+    budget = check.budget
+    label = BUDGET_LABELS[budget.metric]
+    if check.status == "unknown":
+        observed = f"{label}: the delta is unknown (a side is incomplete or was not requested)"
+    else:
+        percent = percent_text(check.before, check.delta)
+        observed = (f"{label}: {format_count(check.before)} → {format_count(check.after)} "
+                    f"({signed(check.delta)}, {percent})")
+    return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed)
 
 
 def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[LayerDelta]:
@@ -105,14 +193,9 @@ def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[Lay
             result = item.get("metrics", {}).get(name)
             if result is None:
                 continue
-            cell = metric_cell(result)
-            status = result["status"] if result["status"] in ("complete", "partial") else "unavailable"
-            value = None if status == "unavailable" else sign * (cell.sort or 0)
-            if status == "complete" and not value:
-                continue
-            before, after = (EMPTY, cell) if sign > 0 else (cell, EMPTY)
-            deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
-                                     change, before, after, status, value))
+            delta = _added_or_removed(item, change, sign, metric_cell(result))
+            if delta is not None:
+                deltas.append(delta)
     for item in layers["changed"]:
         entry = item["changes"].get("metrics", {}).get(name)
         if entry is None:
@@ -121,8 +204,21 @@ def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[Lay
         deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
                                  "changed", metric_cell(entry["before"]) if entry["before"] else EMPTY,
                                  metric_cell(entry["after"]) if entry["after"] else EMPTY,
-                                 "complete" if known else "unavailable", entry["delta"]["value"] if known else None))
+                                 "complete" if known else "unavailable", entry["delta"]["value"] if known else None,
+                                 percent_text(entry["before"]["value"], entry["delta"]["value"]) if known else ""))
     return deltas
+
+
+def _added_or_removed(item: dict[str, Any], change: str, sign: int, cell: Cell) -> LayerDelta | None:
+    """An added call counts from nothing (``new``), a removed one down to nothing (−100% when exact)."""
+    status = cell.status if cell.status in ("complete", "partial") else "unavailable"
+    value = None if status == "unavailable" else sign * (cell.sort or 0)
+    if status == "complete" and not value:
+        return None
+    before, after = (EMPTY, cell) if sign > 0 else (cell, EMPTY)
+    percent = "" if status != "complete" else "new" if sign > 0 else "−100.0%"
+    return LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2], change,
+                      before, after, status, value, percent)
 
 
 def _context(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -135,24 +231,23 @@ def _text(value: Any) -> str:
 
 
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
+    delta = entry["delta"]
     if label == "Parameters":
-        delta = entry["delta"]
         return DeltaRow(label, view, Cell(format_count(entry["before"]), "complete", sort=entry["before"]),
                         Cell(format_count(entry["after"]), "complete", sort=entry["after"]), signed(delta),
-                        _direction(delta))
-    delta = entry["delta"]
+                        _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":
         return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),
-                        "unknown (a side is incomplete)", "unknown")
+                        "unknown (a side is incomplete)", "unknown", "unknown")
     return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]), signed(delta["value"]),
-                    _direction(delta["value"]))
+                    _direction(delta["value"]), percent_text(entry["before"]["value"], delta["value"]))
 
 
 def _direction(delta: float) -> str:
     return "unchanged" if delta == 0 else "increased" if delta > 0 else "decreased"
 
 
-def _identity(item: dict[str, Any], change: str) -> LayerChange:
+def _identity(item: dict[str, Any]) -> LayerChange:
     metrics = item.get("metrics", {})
     details = [f"{LAYER_METRIC_LABELS[name]} {metric_cell(metrics[name]).text}" for name in ("macs", "module_flops")
                if name in metrics]
@@ -166,13 +261,20 @@ def _details(changes: dict[str, Any]) -> list[str]:
     if "parameters" in changes:
         numbers = changes["parameters"]
         details.append(f"parameters {format_count(numbers['before'])} → {format_count(numbers['after'])} "
-                       f"({signed(numbers['delta'])})")
+                       f"({_signed_with_percent(numbers['before'], numbers['delta'])})")
     if "output" in changes:
         details.append(f"output {shape_text(changes['output']['before'])} → {shape_text(changes['output']['after'])}")
     for name, entry in changes.get("metrics", {}).items():
         old = metric_cell(entry["before"]) if entry["before"] else EMPTY
         new = metric_cell(entry["after"]) if entry["after"] else EMPTY
         delta = entry["delta"]
-        shown = signed(delta["value"]) if delta["status"] == "complete" else "delta unknown"
+        shown = (_signed_with_percent(entry["before"]["value"], delta["value"]) if delta["status"] == "complete"
+                 else "delta unknown")
         details.append(f"{LAYER_METRIC_LABELS.get(name, name)} {old.text or 'none'} → {new.text or 'none'} ({shown})")
     return details
+
+
+def _signed_with_percent(before: Any, delta: Any) -> str:
+    """``−136, −50.0%``; per-dimension deltas have no single percentage and show the delta alone."""
+    percent = percent_text(before, delta)
+    return f"{signed(delta)}, {percent}" if percent else signed(delta)

@@ -8,7 +8,7 @@ from typing import Any
 
 from .catalog import CatalogView, EntrySummary, RunSummary
 from .charts import catalog_charts, diff_charts, report_charts
-from .diff_view import diff_view
+from .diff_view import DiffView, diff_view
 from .render import render
 from .views import ReportView, report_view
 
@@ -47,10 +47,14 @@ def render_report_file(report: dict[str, Any], kind: str, title: str = "", templ
     return report_html(view, templates) if kind == "html" else report_markdown(view, templates)
 
 
-def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, title: str = "Before / after",
+def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, title: str = "",
                      templates: Path | None = None) -> str:
-    """The before/after review as ``html`` or ``md`` (the ``diff`` command)."""
-    view = diff_view(before, after, title=title)
+    """The before/after review as ``html`` or ``md``; the title defaults to one naming both models."""
+    return diff_document(diff_view(before, after, title=title), kind, templates)
+
+
+def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> str:
+    """A review view as ``html`` or ``md`` (the ``diff`` command, which also reads the view's budget verdicts)."""
     view.charts = diff_charts(view, drawn=kind == "html")
     return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view)
 

@@ -57,13 +57,13 @@ def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Paint
                      f"{counted(len(unknown), 'call')}" + (f", {len(unknown) - len(shown_unknown)} of them not drawn"
                                                 if len(unknown) > len(shown_unknown) else "") + ".")
     rows = [(delta.label, delta.type_name, delta.change, delta.before.text or "—", delta.after.text or "—",
-             delta_text(delta)) for delta in [*known, *unknown][:TABLE_ROWS]]
+             delta_text(delta), delta.percent or "—") for delta in [*known, *unknown][:TABLE_ROWS]]
     more = sum(1 for delta in known if (delta.value or 0) > 0)
     summary = (f"Per layer call, the change of its own {unit} estimate (after − before), largest first: {more} more "
                f"expensive, {len(known) - more} cheaper, {len(unknown)} unknown. Added calls count from nothing, "
                "removed ones down to nothing.") if deltas else f"No layer call's {unit} estimate changed."
     chart = Chart("layer-deltas", f"Largest per-layer {unit} changes", summary,
-                  ("Layer call", "Type", "Change", "Before", "After", "Delta"), rows, notes)
+                  ("Layer call", "Type", "Change", "Before", "After", "Delta", "%"), rows, notes)
 
     def paint() -> Canvas:
         count = max(len(shown) + len(shown_unknown), 1)

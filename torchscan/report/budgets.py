@@ -1,0 +1,108 @@
+"""Change budgets for before/after reviews: ``torchscan-report diff --fail-if "macs>+5%"``.
+
+A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``macs``, ``module_flops``, ``dmas``,
+``operator_flops``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
+either absolute in the metric's unit (``1.5M``, with an optional ``k``/``M``/``G``/``T`` scale) or relative to
+``before`` (``+5%``). The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
+review whose MACs grew by more than 5%. A change that cannot be computed exactly (a side incomplete or not
+requested) leaves the budget *unknown*, which a gate treats as failed: a lower bound cannot prove a budget met.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..compare import COMPARED_TOTALS
+from ..formatting import SCALES
+
+METRICS = ("parameters", *COMPARED_TOTALS)
+OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
+                                                       "<=": operator.le}
+SCALE_FACTORS = {suffix: scale for scale, suffix in SCALES}
+GRAMMAR = re.compile(r"(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
+                     r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kMGT])?")
+USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>1M' (absolute); OP is "
+         f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One parsed budget: exceeded when ``change OP limit`` holds (``change`` in percent when ``relative``)."""
+
+    text: str
+    metric: str
+    op: str
+    limit: float
+    relative: bool
+
+
+@dataclass(frozen=True)
+class BudgetCheck:
+    """A budget against one comparison. ``status`` is ``met``, ``exceeded`` or ``unknown`` (not computable)."""
+
+    budget: Budget
+    status: str
+    before: Any
+    after: Any
+    delta: float | None
+    percent: float | None
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "met"
+
+
+def parse_budget(text: str) -> Budget:
+    """``"macs>+5%"`` as a `Budget`; ``ValueError`` with the grammar and the valid metrics when malformed."""
+    match = GRAMMAR.fullmatch(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"budget {text!r}: {USAGE}")
+    metric = match["metric"]
+    if metric not in METRICS:
+        hint = (" ('flops' is ambiguous: module_flops is the module view, operator_flops the operator view)"
+                if metric.lower() == "flops" else "")
+        raise ValueError(f"budget {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}{hint}")
+    unit = match["unit"] or ""
+    limit = float(match["number"]) * SCALE_FACTORS.get(unit, 1)
+    if not math.isfinite(limit):
+        raise ValueError(f"budget {text!r}: the limit must be a finite number")
+    return Budget("".join(text.split()), metric, match["op"], limit, relative=unit == "%")
+
+
+def percent_change(before: float, delta: float) -> float:
+    """``delta`` as a percentage of ``before``; from zero, any growth is infinite (and no change is 0%)."""
+    if before == 0:
+        return 0.0 if delta == 0 else math.copysign(math.inf, delta)
+    return 100.0 * delta / before
+
+
+def check_budgets(budgets: Sequence[Budget], comparison: dict[str, Any]) -> list[BudgetCheck]:
+    """Each budget checked against the totals of a `torchscan.compare_reports` result, in the order given."""
+    return [_check(budget, comparison["totals"][budget.metric]) for budget in budgets]
+
+
+def _check(budget: Budget, entry: dict[str, Any]) -> BudgetCheck:
+    before, after, delta = _numbers(entry)
+    if delta is None or not isinstance(delta, (int, float)):
+        return BudgetCheck(budget, "unknown", before, after, None, None)
+    percent = percent_change(before, delta)
+    change = percent if budget.relative else delta
+    status = "exceeded" if OPERATORS[budget.op](change, budget.limit) else "met"
+    return BudgetCheck(budget, status, before, after, delta, percent)
+
+
+def _numbers(entry: dict[str, Any]) -> tuple[Any, Any, float | None]:
+    """(before, after, delta) of one compared total; the delta is None unless both sides are complete."""
+    if not isinstance(entry["delta"], dict):  # parameters: plain counts
+        return entry["before"], entry["after"], entry["delta"]
+    before, after = (_known(entry[side]) for side in ("before", "after"))
+    return before, after, entry["delta"]["value"] if entry["delta"]["status"] == "complete" else None
+
+
+def _known(result: dict[str, Any] | None) -> Any:
+    return None if result is None else result["value"] if result["status"] == "complete" else result["known_value"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,25 @@ def test_percent_text(before, delta, text) -> None:
 
 def test_percent_change_from_zero() -> None:
     assert percent_change(0, 3) == math.inf and percent_change(0, -3) == -math.inf and percent_change(0, 0) == 0
+
+
+# -- the documentation's CI example stays true ------------------------------------------------------------------
+
+CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def test_the_ci_example_uses_options_and_budgets_that_exist() -> None:
+    page = CLI_PAGE.read_text(encoding="utf-8")
+    workflow = page[page.index('```yaml title=".github/workflows/model-cost.yml"'):]
+    workflow = workflow[:workflow.index("\n```\n")]
+    budgets = re.findall(r'--fail-if "([^"]+)"', workflow)
+    assert budgets == ["macs>+5%", "parameters>1M"]
+    assert [parse_budget(budget).limit for budget in budgets] == [5.0, 1e6]
+    assert "--require-same-model" in workflow and "torchscan-report diff before.json after.json" in workflow
+
+
+def test_the_documented_usage_error_is_the_real_one(reports: Path) -> None:
+    page = CLI_PAGE.read_text(encoding="utf-8")
+    documented = next(line for line in page.splitlines() if line.startswith("torchscan-report diff: error:"))
+    result = diff(reports, "base", "grown", "never.md", "--fail-if", "macs>>5%")
+    assert result.stderr.splitlines()[-1] == documented

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchscan import IncompleteAnalysisError, ModuleCall, ModuleHandler, crawl_module
-from torchscan.formulas.functional import FUNCTIONAL_ESTIMATES
+from torchscan.formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from torchscan.schema import validate_report
 
 

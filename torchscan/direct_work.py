@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formulas.functional import FUNCTIONAL_ESTIMATES
+from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .results import MetricResult, complete, partial, plain_number
 
 METHOD = "functional_ops"

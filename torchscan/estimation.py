@@ -13,7 +13,7 @@ from typing import Any
 from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .direct_work import FIELDS as SUMMABLE_FIELDS
-from .formulas.aten import operator_significance
+from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, validate_estimates
 from .operators import operator_name
 from .results import METRIC_UNITS, MetricResult, is_incomplete, partial, unavailable

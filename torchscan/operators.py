@@ -19,7 +19,7 @@ from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, diagnostic
-from .formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 from .results import MetricResult, complete, is_count, partial, plain_number
 
 UNIT = "FLOPs"

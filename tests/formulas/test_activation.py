@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan.formulas.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
+from torchscan.formulas.modules.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
 from formula_calls import run_builtin
 
 

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from torchscan.formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from torchscan.formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 
 aten = torch.ops.aten
 FORMULAS = {**flop_registry, **OPERATOR_FORMULAS}

@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchscan.formulas import DEFAULT_HANDLERS, attention
-from torchscan.formulas.attention import HANDLERS, METHOD
+from torchscan.formulas import DEFAULT_HANDLERS
+from torchscan.formulas import transformer as attention
+from torchscan.formulas.transformer import HANDLERS, METHOD
 from torchscan.handlers import ModuleCall, closest_handler
 
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),

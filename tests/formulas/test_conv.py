@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torchscan.formulas.conv import HANDLERS, METHOD, transposed_window
+from torchscan.formulas.modules.conv import HANDLERS, METHOD, transposed_window
 from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
 
 

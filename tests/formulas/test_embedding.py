@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan.formulas.embedding import HANDLERS, METHOD
+from torchscan.formulas.modules.embedding import HANDLERS, METHOD
 from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
 
 TOKEN_POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torchscan.formulas.linear import HANDLERS, METHOD, dense_work
+from torchscan.formulas.modules.linear import HANDLERS, METHOD, dense_work
 from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
 
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

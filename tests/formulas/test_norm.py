@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan.formulas.norm import HANDLERS, METHOD
+from torchscan.formulas.modules.norm import HANDLERS, METHOD
 from formula_calls import run_builtin
 
 POINTWISE = {"macs": 0, "receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchscan.formulas.pooling import HANDLERS, METHOD
+from torchscan.formulas.modules.pooling import HANDLERS, METHOD
 from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
 
 

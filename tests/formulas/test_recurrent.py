@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from torchscan.formulas.recurrent import HANDLERS, METHOD
+from torchscan.formulas.modules.recurrent import HANDLERS, METHOD
 from formula_calls import run_builtin
 
 LSTM_UNIT, GRU_UNIT = 30, 23

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan.formulas.shape import HANDLERS, METHOD
+from torchscan.formulas.modules.shape import HANDLERS, METHOD
 from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
 
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

@@ -13,7 +13,8 @@ from torch import nn
 from ..handlers import ModuleHandler
 
 #: Family modules, each contributing ``HANDLERS``. A family that is not written yet is simply absent.
-FAMILIES = ("linear", "conv", "norm", "activation", "pooling", "shape", "embedding", "recurrent", "attention")
+FAMILIES = ("modules.linear", "modules.conv", "modules.norm", "modules.activation", "modules.pooling", "modules.shape",
+            "modules.embedding", "modules.recurrent", "transformer")
 
 
 def _collect_handlers() -> dict[type[nn.Module], ModuleHandler]:

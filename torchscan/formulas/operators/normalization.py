@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .aten_calls import CostFunction, CostTable, OpCost, affine_ops, argument, real_only
-from .elementwise_costs import GROUP_FLOPS, NORMALIZE_FLOPS, RUNNING_UPDATE_FLOPS, norm_flops_per_group
+from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, real_only
+from .elementwise import GROUP_FLOPS, NORMALIZE_FLOPS, RUNNING_UPDATE_FLOPS, norm_flops_per_group
 
 #: Normalization packets -> cost of one call.
 COSTS = CostTable()

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ..handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ..results import METRIC_UNITS, not_applicable, partial, unavailable
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from ...results import METRIC_UNITS, not_applicable, partial, unavailable
 from .activation import FLOPS_PER_ELEMENT
 
 METHOD = "formula:recurrent"

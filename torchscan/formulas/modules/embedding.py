@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleHandler
-from ..results import METRIC_UNITS, SPATIAL_METRICS, not_applicable, partial, unavailable
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import METRIC_UNITS, SPATIAL_METRICS, not_applicable, partial, unavailable
 
 METHOD = "formula:embedding"
 TOKEN_POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

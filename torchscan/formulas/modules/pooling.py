@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleHandler
-from ..results import METRIC_UNITS, unavailable
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import METRIC_UNITS, unavailable
 from .conv import effective_kernel, exact_ratio, transposed_window
 
 METHOD = "formula:pooling"

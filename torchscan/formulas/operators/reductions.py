@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from .aten_calls import NO_WORK, CostFunction, CostTable, OpCost, argument, numel, operand_kind
-from .aten_pointwise import pointwise
-from .elementwise_costs import (
+from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, numel, operand_kind
+from .pointwise import pointwise
+from .elementwise import (
     ARITHMETIC_FLOPS,
     COMPLEX_REDUCTION_FLOPS,
     REDUCTION_FLOPS,

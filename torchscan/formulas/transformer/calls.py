@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall
+from ...handlers import ModuleCall
 
 #: An attention mask and a key padding mask, as passed (either may be None).
 Masks = tuple[torch.Tensor | None, ...]

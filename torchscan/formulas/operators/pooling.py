@@ -11,9 +11,9 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-from .aten_calls import CostFunction, CostTable, OpCost, argument, first_tensor, numel, real_only
-from .elementwise_costs import interpolation_flops
-from .pooling import _adaptive_windows, _window_reads
+from .calls import CostFunction, CostTable, OpCost, argument, first_tensor, numel, real_only
+from .elementwise import interpolation_flops
+from ..modules.pooling import _adaptive_windows, _window_reads
 
 #: Pooling, interpolation and embedding-bag packets -> cost of one call.
 COSTS = CostTable()

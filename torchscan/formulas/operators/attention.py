@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .aten_calls import CostFunction, CostTable, OpCost, affine_ops, argument, operand_kind
-from .elementwise_costs import ACTIVATION_FLOPS, SOFTMAX_FLOPS, norm_flops_per_group
+from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, operand_kind
+from .elementwise import ACTIVATION_FLOPS, SOFTMAX_FLOPS, norm_flops_per_group
 
 #: Attention-kernel packets -> cost of one call.
 COSTS = CostTable()

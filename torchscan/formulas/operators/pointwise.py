@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .aten_calls import NO_WORK, CostFunction, CostTable, OpCost, argument, not_one, numel, operand_kind
-from .elementwise_costs import ACTIVATION_FLOPS, ARITHMETIC_FLOPS, COMPLEX_ARITHMETIC_FLOPS
+from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, not_one, numel, operand_kind
+from .elementwise import ACTIVATION_FLOPS, ARITHMETIC_FLOPS, COMPLEX_ARITHMETIC_FLOPS
 
 #: Pointwise packets -> cost of one call.
 COSTS = CostTable()

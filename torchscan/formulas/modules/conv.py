@@ -12,8 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleHandler
-from ..results import METRIC_UNITS, unavailable
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import METRIC_UNITS, unavailable
 from .linear import dense_work, own_parameter_elements
 
 METHOD = "formula:conv"

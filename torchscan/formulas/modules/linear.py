@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleHandler
-from ..results import METRIC_UNITS, unavailable
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import METRIC_UNITS, unavailable
 
 METHOD = "formula:linear"
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

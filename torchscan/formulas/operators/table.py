@@ -5,11 +5,11 @@ Every built-in operator is described once, by a *cost function* in `OPERATOR_COS
 ``None`` when the call is outside what the formula justifies (a dtype without a stated convention). The table is
 assembled here from one module per operator family:
 
-* :mod:`.aten_pointwise` (arithmetic, comparisons, activations, dropout), :mod:`.aten_reductions` (softmax,
-  reductions, scans, accumulations), :mod:`.aten_normalization`, :mod:`.aten_pooling` (pooling, interpolation,
+* :mod:`.pointwise` (arithmetic, comparisons, activations, dropout), :mod:`.reductions` (softmax,
+  reductions, scans, accumulations), :mod:`.normalization`, :mod:`.pooling` (pooling, interpolation,
   embedding bags): element and window work, ``minor``;
-* :mod:`.aten_dense` (matmul family, linear, convolutions), :mod:`.aten_attention` (SDPA, native multi-head
-  attention, fused encoder layer), :mod:`.aten_recurrent` (RNN layer and cell kernels): dot-product kernels,
+* :mod:`.dense` (matmul family, linear, convolutions), :mod:`.attention` (SDPA, native multi-head
+  attention, fused encoder layer), :mod:`.recurrent` (RNN layer and cell kernels): dot-product kernels,
   ``significant``;
 * :mod:`.aten_zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
 
@@ -34,16 +34,16 @@ from collections.abc import Callable
 from typing import Any
 
 from . import (
-    aten_attention,
-    aten_dense,
-    aten_normalization,
-    aten_pointwise,
-    aten_pooling,
-    aten_recurrent,
-    aten_reductions,
+    attention,
+    dense,
+    normalization,
+    pointwise,
+    pooling,
+    recurrent,
+    reductions,
 )
-from .aten_calls import NO_WORK, CostFunction, OpCost, operand_kind
-from .aten_zero_work import ZERO_WORK_OPERATORS
+from .calls import NO_WORK, CostFunction, OpCost, operand_kind
+from .zero_work import ZERO_WORK_OPERATORS
 
 __all__ = [
     "DENSE_NAME_PARTS", "NO_WORK", "OPERATOR_COSTS", "OPERATOR_FORMULAS", "SIGNIFICANT_OPERATORS",
@@ -51,9 +51,9 @@ __all__ = [
 ]
 
 #: Families of element and window work, in the order their packets are listed.
-MINOR_FAMILIES = (aten_pointwise.COSTS, aten_reductions.COSTS, aten_normalization.COSTS, aten_pooling.COSTS)
+MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, pooling.COSTS)
 #: Families of dot-product kernels, listed after the others: every packet they price is ``significant``.
-DOT_PRODUCT_FAMILIES = (aten_dense.COSTS, aten_attention.COSTS, aten_recurrent.COSTS)
+DOT_PRODUCT_FAMILIES = (dense.COSTS, attention.COSTS, recurrent.COSTS)
 
 #: ATen packet -> cost of one call. The single source of both the operator view and the functional estimates.
 OPERATOR_COSTS: dict[Any, CostFunction] = {packet: cost for family in (*MINOR_FAMILIES, *DOT_PRODUCT_FAMILIES)

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..handlers import ModuleCall, closest_handler
-from .activation import FLOPS_PER_ELEMENT
-from .sequence_calls import is_native
-from .subtree_estimates import SUMMABLE, UNKNOWN, Work
+from ...handlers import ModuleCall, closest_handler
+from ..modules.activation import FLOPS_PER_ELEMENT
+from .calls import is_native
+from .work import SUMMABLE, UNKNOWN, Work
 
 # --- linear layers and residual additions ---------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ def builtin_work(module: nn.Module, in_shape: tuple[int, ...], out_shape: tuple[
     This keeps one convention per family (LayerNorm, activation modules) whether or not PyTorch called the
     child. None when no built-in formula covers the type.
     """
-    from . import DEFAULT_HANDLERS  # the registry is complete once any callback runs
+    from .. import DEFAULT_HANDLERS  # the registry is complete once any callback runs
 
     handler = closest_handler(type(module), DEFAULT_HANDLERS)
     if handler is None:

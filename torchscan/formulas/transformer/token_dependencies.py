@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .sequence_calls import UnsupportedCall, is_native
+from .calls import UnsupportedCall, is_native
 
 
 class MaskValuesUnknown(Exception):

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ..results import METRIC_UNITS, unavailable
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from ...results import METRIC_UNITS, unavailable
 
 METHOD = "formula:activation"
 

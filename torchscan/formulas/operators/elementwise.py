@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import torch
 
-from .activation import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
-from .activation import FLOPS_PER_SLICE as SOFTMAX_FLOPS
-from .linear import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
-from .norm import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, RMS_FLOPS, RUNNING_UPDATE_FLOPS, VARIANCE_FLOPS
+from ..modules.activation import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
+from ..modules.activation import FLOPS_PER_SLICE as SOFTMAX_FLOPS
+from ..modules.linear import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
+from ..modules.norm import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, RMS_FLOPS, RUNNING_UPDATE_FLOPS, VARIANCE_FLOPS
 
 __all__ = [
     "ACTIVATION_FLOPS", "ARITHMETIC_FLOPS", "COMPLEX_ADD_REAL_FLOPS", "COMPLEX_ARITHMETIC_FLOPS",

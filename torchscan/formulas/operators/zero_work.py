@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .aten_calls import packets
+from .calls import packets
 
 #: Reason -> names of the operators that do no floating-point work for that reason.
 ZERO_WORK_NAMES: dict[str, list[str]] = {

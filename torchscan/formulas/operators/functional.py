@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .aten import OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
+from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
 
 aten = torch.ops.aten
 

@@ -16,12 +16,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleEstimates
-from .multihead_attention import attention_work
-from .sequence_calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
-from .subtree_estimates import UNKNOWN, Work, estimates, nothing_known, total
+from ...handlers import ModuleCall, ModuleEstimates
+from .attention import attention_work
+from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
+from .work import UNKNOWN, Work, estimates, nothing_known, total
 from .token_dependencies import stack_width
-from .transformer_blocks import feed_forward_work, norm_work, residual_work
+from .blocks import feed_forward_work, norm_work, residual_work
 
 # --- work -----------------------------------------------------------------------------------------------------
 

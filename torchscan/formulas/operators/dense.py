@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from .aten_calls import CostFunction, CostTable, OpCost, argument, first_tensor, not_one, numel, operand_kind
-from .elementwise_costs import ACTIVATION_FLOPS, COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
+from .calls import CostFunction, CostTable, OpCost, argument, first_tensor, not_one, numel, operand_kind
+from .elementwise import ACTIVATION_FLOPS, COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
 
 #: Dense-product packets -> cost of one call.
 COSTS = CostTable()

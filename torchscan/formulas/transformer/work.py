@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleEstimates
-from ..results import METRIC_UNITS, partial, unavailable
-from .sequence_calls import UnsupportedCall
+from ...handlers import ModuleCall, ModuleEstimates
+from ...results import METRIC_UNITS, partial, unavailable
+from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
 METHOD = "formula:transformer"

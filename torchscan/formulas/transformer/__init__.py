@@ -24,16 +24,16 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from .multihead_attention import (
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from .attention import (
     AttentionShape,
     attention_dmas,
     attention_flops,
     attention_macs,
     estimate_multihead_attention,
 )
-from .subtree_estimates import METHOD, SUBTREE_METRICS
-from .transformer import TRANSFORMER_ESTIMATES
+from .work import METHOD, SUBTREE_METRICS
+from .layers import TRANSFORMER_ESTIMATES
 
 __all__ = ["DEPENDENCY_BUDGET", "HANDLERS", "METHOD", "AttentionShape", "attention_dmas", "attention_flops",
            "attention_macs"]

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleHandler
-from ..results import METRIC_UNITS, SPATIAL_METRICS, not_applicable
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import METRIC_UNITS, SPATIAL_METRICS, not_applicable
 
 METHOD = "formula:shape"
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}

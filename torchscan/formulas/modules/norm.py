@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ..results import METRIC_UNITS, partial, unavailable
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from ...results import METRIC_UNITS, partial, unavailable
 
 METHOD = "formula:norm"
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .elementwise_costs import dtype_kind
+from .elementwise import dtype_kind
 
 aten = torch.ops.aten
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan.formulas.modules.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
+from torchscan.formulas.conventions import FLOPS_PER_ELEMENT
+from torchscan.formulas.modules.activation import HANDLERS, METHOD
 from formula_calls import run_builtin
 
 

@@ -14,14 +14,10 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
 from ...results import METRIC_UNITS, unavailable
+from ..conventions import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
 
 METHOD = "formula:linear"
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
-
-#: Real MACs per complex multiply-accumulate: (a+bi)(c+di) accumulates ac, -bd, ad and bc.
-COMPLEX_MAC_REAL_MACS = 4
-#: Real FLOPs per complex addition (a bias add).
-COMPLEX_ADD_REAL_FLOPS = 2
 
 
 def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int, method: str) -> dict[str, Any]:

@@ -20,24 +20,17 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import METRIC_UNITS, partial, unavailable
+from ..conventions import (
+    GROUP_FLOPS,
+    LRN_FLOPS,
+    MEAN_FLOPS,
+    NORMALIZE_FLOPS,
+    RMS_FLOPS,
+    RUNNING_UPDATE_FLOPS,
+    VARIANCE_FLOPS,
+)
 
 METHOD = "formula:norm"
-
-#: FLOPs per element of each step of a standardization (a group holds m elements).
-MEAN_FLOPS = 1        # m - 1 additions and 1 division per group
-VARIANCE_FLOPS = 3    # subtract the mean, square, accumulate (m - 1 additions and 1 division per group)
-NORMALIZE_FLOPS = 2   # subtract the mean, multiply by the inverse standard deviation
-#: FLOPs per normalized group: add eps, rsqrt (one transcendental).
-GROUP_FLOPS = 2
-#: FLOPs per channel of a training-mode running-statistics update: mean (2 multiplies, 1 add) and variance
-#: (1 multiply for the unbiased m/(m-1) correction, 2 multiplies, 1 add).
-RUNNING_UPDATE_FLOPS = 7
-
-#: RMSNorm per element: square, accumulate (m - 1 additions and 1 division per group), multiply by rsqrt.
-RMS_FLOPS = 3
-#: LocalResponseNorm per element, besides its size - 1 window additions: square, divide by size (average),
-#: multiply by alpha, add k, power beta, divide the input.
-LRN_FLOPS = 6
 
 POINTWISE_SPATIAL = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
 from ...results import METRIC_UNITS, unavailable
+from ..conventions import adaptive_windows, window_reads
 from .conv import effective_kernel, exact_ratio, transposed_window
 
 METHOD = "formula:pooling"
@@ -63,22 +64,6 @@ def _copy_dmas(call: ModuleCall) -> int:
 
 # --- window geometry -----------------------------------------------------------------------------------------------
 
-def _window_reads(length: int, outputs: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:
-    """Input elements (padding excluded) read by all ``outputs`` sliding windows along one dimension."""
-    reads = 0
-    for position in range(outputs):
-        start = position * stride - padding
-        first_tap = max(0, -(start // dilation))
-        last_tap = min(kernel - 1, (length - 1 - start) // dilation)
-        reads += max(0, last_tap - first_tap + 1)
-    return reads
-
-
-def _adaptive_windows(length: int, outputs: int) -> list[int]:
-    """Window sizes of PyTorch's adaptive rule: [floor(i * L / O), ceil((i + 1) * L / O))."""
-    return [-(-(index + 1) * length // outputs) - index * length // outputs for index in range(outputs)]
-
-
 def _leading_elements(tensor: torch.Tensor, dims: int) -> int:
     """Batch times channels: everything but the last ``dims`` spatial dimensions."""
     return prod(tensor.shape[:-dims])
@@ -87,13 +72,13 @@ def _leading_elements(tensor: torch.Tensor, dims: int) -> int:
 def _sliding_reads(call: ModuleCall, dims: int, kernel: list[int], stride: list[int], padding: list[int],
                    dilation: list[int]) -> int:
     inputs, output = _input(call), _pooled(call.output)
-    per_dim = [_window_reads(length, outputs, *window) for length, outputs, window in
+    per_dim = [window_reads(length, outputs, *window) for length, outputs, window in
                zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation))]
     return _leading_elements(output, dims) * prod(per_dim)
 
 
 def _adaptive_reads(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> int:
-    per_dim = [sum(_adaptive_windows(length, outputs))
+    per_dim = [sum(adaptive_windows(length, outputs))
                for length, outputs in zip(inputs.shape[-dims:], output.shape[-dims:])]
     return _leading_elements(output, dims) * prod(per_dim)
 
@@ -102,7 +87,7 @@ def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> 
     """Largest window and mean step L / O: exact when O divides L, a stated convention otherwise."""
     pairs = list(zip(inputs.shape[-dims:], output.shape[-dims:]))
     return {
-        "receptive_field": [max(_adaptive_windows(length, outputs), default=0) for length, outputs in pairs],
+        "receptive_field": [max(adaptive_windows(length, outputs), default=0) for length, outputs in pairs],
         "effective_stride": [exact_ratio(length, outputs) if outputs else 0 for length, outputs in pairs],
         "effective_padding": [0] * dims,
     }

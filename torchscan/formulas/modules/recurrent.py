@@ -13,7 +13,6 @@ inside the call and are not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 from typing import Any
 
@@ -23,37 +22,9 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import METRIC_UNITS, not_applicable, partial, unavailable
-from .activation import FLOPS_PER_ELEMENT
+from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
 
 METHOD = "formula:recurrent"
-
-SIGMOID = FLOPS_PER_ELEMENT["sigmoid"]
-TANH = FLOPS_PER_ELEMENT["tanh"]
-
-
-@dataclass(frozen=True)
-class CellKind:
-    """The gate structure of one recurrent cell."""
-
-    gates: int            # gate blocks stacked in each weight matrix
-    pointwise_flops: int  # per hidden unit and step, besides the gate matmuls and the biases
-
-
-def rnn_cell_kind(nonlinearity: str) -> CellKind:
-    # h' = act(W_ih x + W_hh h): 1 sum of the two products + the activation
-    return CellKind(gates=1, pointwise_flops=1 + FLOPS_PER_ELEMENT[nonlinearity])
-
-
-def lstm_cell_kind() -> CellKind:
-    # 4 sums of gate products; sigmoid for i, f, o and tanh for g; c' = f*c + i*g (3); h' = o * tanh(c') (2)
-    return CellKind(gates=4, pointwise_flops=4 + 3 * SIGMOID + TANH + 3 + TANH + 1)
-
-
-def gru_cell_kind() -> CellKind:
-    # r, z: 1 sum each; n = tanh(W_in x + r * (W_hn h)): 1 multiply + 1 sum; sigmoid for r, z, tanh for n;
-    # h' = (1 - z) * n + z * h: 4
-    return CellKind(gates=3, pointwise_flops=2 + 2 + 2 * SIGMOID + TANH + 4)
-
 
 def cell_kind(module: nn.Module) -> CellKind:
     """The gate structure of a recurrent module or cell."""
@@ -62,17 +33,6 @@ def cell_kind(module: nn.Module) -> CellKind:
     if isinstance(module, (nn.GRU, nn.GRUCell)):
         return gru_cell_kind()
     return rnn_cell_kind(module.nonlinearity)
-
-
-def step_macs(kind: CellKind, input_size: int, hidden_size: int, state_size: int, proj_size: int = 0) -> int:
-    """MACs of one step for one batch row: input-hidden and hidden-hidden gate matmuls, LSTM projection."""
-    return kind.gates * hidden_size * (input_size + state_size) + hidden_size * proj_size
-
-
-def step_flops(kind: CellKind, hidden_size: int, macs: int, bias: bool) -> int:
-    """FLOPs of one step for one batch row, given that step's MACs."""
-    bias_adds = 2 * kind.gates if bias else 0
-    return 2 * macs + hidden_size * (kind.pointwise_flops + bias_adds)
 
 
 def tensor_elements(value: Any) -> int:

@@ -1,8 +1,8 @@
 """What every operator-cost family shares: the cost of one call, packet lookup, and readers of a dispatched call.
 
 A *cost function* takes the raw ``(args, kwargs, out)`` of one dispatched ATen call and returns an `OpCost`,
-or ``None`` when the call is outside what its formula justifies. Each family module (``aten_pointwise``,
-``aten_dense``, ...) fills a `CostTable` of them; :mod:`.aten` assembles the tables. Readers use
+or ``None`` when the call is outside what its formula justifies. Each family module (:mod:`.pointwise`,
+:mod:`.dense`, ...) fills a `CostTable` of them; :mod:`.table` assembles the tables. Readers use
 only shapes, dtypes and non-tensor arguments, so they work on the ``meta`` device.
 """
 

@@ -1,8 +1,8 @@
 """The per-element and per-group FLOP counts shared by the operator view and the functional-op estimates.
 
-One table for both views of an operator (:mod:`.aten` and :mod:`.functional`), built on the module-view tables so
-that a module and the operators it dispatches are priced alike: activations and softmax come from
-:mod:`.activation`, normalization steps from :mod:`.norm`, dense-product rules from :mod:`.linear`.
+One table for both views of an operator (:mod:`.table` and :mod:`.functional`), built on the conventions that the
+module view uses too (:mod:`..conventions`: activations, softmax, normalization steps, complex arithmetic), so
+that a module and the operators it dispatches are priced alike.
 
 Conventions (real floating point): every arithmetic operation of the defining formula is 1 FLOP, a
 transcendental function (exp, log, sqrt, rsqrt, erf, tanh, pow) is 1 FLOP, a comparison is 1 FLOP, selecting a
@@ -17,10 +17,18 @@ from collections.abc import Callable
 
 import torch
 
-from ..modules.activation import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
-from ..modules.activation import FLOPS_PER_SLICE as SOFTMAX_FLOPS
-from ..modules.linear import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
-from ..modules.norm import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, RMS_FLOPS, RUNNING_UPDATE_FLOPS, VARIANCE_FLOPS
+from ..conventions import (
+    COMPLEX_ADD_REAL_FLOPS,
+    COMPLEX_MAC_REAL_MACS,
+    GROUP_FLOPS,
+    MEAN_FLOPS,
+    NORMALIZE_FLOPS,
+    RMS_FLOPS,
+    RUNNING_UPDATE_FLOPS,
+    VARIANCE_FLOPS,
+)
+from ..conventions import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
+from ..conventions import FLOPS_PER_SLICE as SOFTMAX_FLOPS
 
 __all__ = [
     "ACTIVATION_FLOPS", "ARITHMETIC_FLOPS", "COMPLEX_ADD_REAL_FLOPS", "COMPLEX_ARITHMETIC_FLOPS",

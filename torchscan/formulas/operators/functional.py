@@ -3,7 +3,7 @@
 Each estimator receives the operator's raw ``args``, ``kwargs`` and output and returns ``(flops, macs, dmas)``,
 or ``None`` when it cannot vouch for the call (an unsupported dtype, an unexpected argument layout).
 
-FLOPs and MACs come from the same cost functions as the operator view (`.aten.OPERATOR_COSTS`), so both
+FLOPs and MACs come from the same cost functions as the operator view (`.table.OPERATOR_COSTS`), so both
 views price an operator alike; MACs are non-zero only for dot products (matmuls, convolutions, attention,
 recurrent kernels, weighted embedding bags). DMAs are logical element accesses: every element of every tensor
 argument read once, every element of the call's results written once. Exceptions, each stated below: views

@@ -1,6 +1,6 @@
 """Operator costs of pointwise work: elementwise arithmetic, comparisons, activations and training dropout.
 
-Every output element costs the per-element count of :mod:`.elementwise_costs` (the module view's tables): real
+Every output element costs the per-element count of :mod:`.elementwise` (the module view's tables): real
 operands as listed, complex ones only where a count is stated (add, sub, rsub, mul, neg, without an ``alpha``
 scaling), integer and boolean arithmetic 0 FLOPs.
 """

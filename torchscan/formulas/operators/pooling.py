@@ -3,7 +3,7 @@
 Pooling follows the module view's rule (:mod:`.pooling`, whose window geometry it reuses): a window of m read
 elements (padding excluded) costs m - 1 comparisons (max) or m - 1 additions and 1 division (average).
 Interpolation costs the module view's per-output count for its taps; nearest modes are copies (see
-:mod:`.aten_zero_work`). Real floating point only.
+:mod:`.zero_work`). Real floating point only.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
+from ..conventions import adaptive_windows, window_reads
 from .calls import CostFunction, CostTable, OpCost, argument, first_tensor, numel, real_only
 from .elementwise import interpolation_flops
-from ..modules.pooling import _adaptive_windows, _window_reads
 
 #: Pooling, interpolation and embedding-bag packets -> cost of one call.
 COSTS = CostTable()
@@ -40,7 +40,7 @@ def _window_pool(dims: int, *, average: bool) -> CostFunction:
         padding = _per_dim(argument(args, kwargs, 3, "padding", 0), dims, [0] * dims)
         dilation = [1] * dims if average else _per_dim(argument(args, kwargs, 4, "dilation", 1), dims, [1] * dims)
         spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, stride, padding, dilation)
-        per_dim = [_window_reads(*window) for window in spatial]
+        per_dim = [window_reads(*window) for window in spatial]
         windows = pooled.numel()
         leading = windows // prod(pooled.shape[-dims:]) if windows else 0
         reads = leading * prod(per_dim)
@@ -54,7 +54,7 @@ def _adaptive_pool(*, average: bool) -> CostFunction:
         source, output_size = args[0], list(argument(args, kwargs, 1, "output_size"))
         spatial = list(source.shape[-len(output_size):])
         leading = source.numel() // prod(spatial) if prod(spatial) else 0
-        window_elements = leading * prod(sum(_adaptive_windows(size, target))
+        window_elements = leading * prod(sum(adaptive_windows(size, target))
                                          for size, target in zip(spatial, output_size))
         return OpCost(window_elements if average else window_elements - numel(out))
     return real_only(cost)

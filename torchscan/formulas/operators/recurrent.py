@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, operand_kind
-from ..modules.recurrent import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops
 
 #: Recurrent-kernel packets -> cost of one call.
 COSTS = CostTable()

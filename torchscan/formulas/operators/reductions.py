@@ -1,6 +1,6 @@
 """Operator costs of reductions: softmax, sums and means, extrema, statistics, norms, scans and accumulations.
 
-A reduction over groups of n elements costs the module view's per-group count (:mod:`.elementwise_costs`), where
+A reduction over groups of n elements costs the module view's per-group count (:mod:`.elementwise`), where
 the groups are the output elements; softmax is the activation table's per-slice count along its dimension.
 Integer and boolean reductions are 0 FLOPs; complex ones only where a count is stated.
 """
@@ -13,7 +13,6 @@ from typing import Any
 import torch
 
 from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, numel, operand_kind
-from .pointwise import pointwise
 from .elementwise import (
     ARITHMETIC_FLOPS,
     COMPLEX_REDUCTION_FLOPS,
@@ -21,6 +20,7 @@ from .elementwise import (
     SOFTMAX_FLOPS,
     vector_norm_flops,
 )
+from .pointwise import pointwise
 
 #: Reduction packets -> cost of one call.
 COSTS = CostTable()

@@ -11,7 +11,7 @@ assembled here from one module per operator family:
 * :mod:`.dense` (matmul family, linear, convolutions), :mod:`.attention` (SDPA, native multi-head
   attention, fused encoder layer), :mod:`.recurrent` (RNN layer and cell kernels): dot-product kernels,
   ``significant``;
-* :mod:`.aten_zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
+* :mod:`.zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
 
 Two views are derived from the one table:
 
@@ -23,7 +23,7 @@ Two views are derived from the one table:
 Entries here override ``torch.utils.flop_counter.flop_registry`` where both define one. The overrides keep
 PyTorch's dot-product counts and add what TorchScan's conventions also count: bias additions of ``addmm`` and
 convolutions, softmax and scaling inside fused attention kernels, and complex/integer dtype rules. Per-element
-numbers come from :mod:`.elementwise_costs` (itself built on the module-view tables). Only shapes, dtypes and
+numbers come from :mod:`.elementwise` (itself built on the shared :mod:`..conventions`). Only shapes, dtypes and
 non-tensor arguments are read, so every formula works on the ``meta`` device.
 """
 

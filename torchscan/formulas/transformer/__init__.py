@@ -10,9 +10,9 @@ path and call their children. Child calls that do run keep their rows; the crawl
 The handlers own the subtree either way, and their estimate is the same on either path.
 
 This module is the family's entry point: `HANDLERS` and the one tunable, `DEPENDENCY_BUDGET`. The
-formulas live in :mod:`.multihead_attention` (attention), :mod:`.transformer` and :mod:`.transformer_blocks`
+formulas live in :mod:`.attention` (attention), :mod:`.layers` and :mod:`.blocks`
 (layers, stacks, ``nn.Transformer``), :mod:`.token_dependencies` (the mask-derived receptive field),
-:mod:`.sequence_calls` (reading a call by the real ``forward`` signature) and :mod:`.subtree_estimates` (adding
+:mod:`.calls` (reading a call by the real ``forward`` signature) and :mod:`.work` (adding
 work up and reporting it). Counts come from shapes and module attributes only (they work on ``meta``); the token
 receptive field reads mask values when they exist. Formulas and their boundaries are documented in
 ``docs/transformer.md``.
@@ -32,8 +32,8 @@ from .attention import (
     attention_macs,
     estimate_multihead_attention,
 )
-from .work import METHOD, SUBTREE_METRICS
 from .layers import TRANSFORMER_ESTIMATES
+from .work import METHOD, SUBTREE_METRICS
 
 __all__ = ["DEPENDENCY_BUDGET", "HANDLERS", "METHOD", "AttentionShape", "attention_dmas", "attention_flops",
            "attention_macs"]

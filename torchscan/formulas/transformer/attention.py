@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
-from ..modules.activation import FLOPS_PER_SLICE
+from ..conventions import FLOPS_PER_SLICE
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
-from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known
 from .token_dependencies import attention_allowed, widest, without_padding
+from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known
 
 # --- formula --------------------------------------------------------------------------------------------------
 

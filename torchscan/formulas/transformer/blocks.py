@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...handlers import ModuleCall, closest_handler
-from ..modules.activation import FLOPS_PER_ELEMENT
+from ..conventions import FLOPS_PER_ELEMENT
 from .calls import is_native
 from .work import SUMMABLE, UNKNOWN, Work
 

@@ -1,7 +1,7 @@
 """Native Transformer encoder and decoder layers, their stacks, and ``nn.Transformer``: formulas and handlers.
 
-A layer is its attention blocks (:mod:`.multihead_attention`), feed-forward block, LayerNorms and residual
-additions (:mod:`.transformer_blocks`); a stack is the sum of its layers plus the optional final norm;
+A layer is its attention blocks (:mod:`.attention`), feed-forward block, LayerNorms and residual
+additions (:mod:`.blocks`); a stack is the sum of its layers plus the optional final norm;
 ``nn.Transformer`` is an encoder stack over src and a decoder stack over tgt and the encoder's memory. The token
 receptive field is measured along src (encoders) or tgt (decoders) and composed across the layers of a stack
 (:mod:`.token_dependencies`); ``budget`` bounds that composition. Formulas and their boundaries are documented in
@@ -18,10 +18,10 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
 from .attention import attention_work
-from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
-from .work import UNKNOWN, Work, estimates, nothing_known, total
-from .token_dependencies import stack_width
 from .blocks import feed_forward_work, norm_work, residual_work
+from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
+from .token_dependencies import stack_width
+from .work import UNKNOWN, Work, estimates, nothing_known, total
 
 # --- work -----------------------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import METRIC_UNITS, unavailable
+from ...results import POINTWISE_SPATIAL
 from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
 
 METHOD = "formula:activation"
@@ -52,18 +52,11 @@ SOFTMAX_KEYS: dict[type[nn.Module], str] = {
     nn.Softmin: "softmin",
 }
 
-POINTWISE_SPATIAL = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
-
-
-def _input_tensor(call: ModuleCall) -> torch.Tensor:
-    return call.args[0] if call.args else call.kwargs["input"]
-
-
 def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> Any:
     """The formulas are written for real floating-point tensors; other dtypes get no guessed count."""
     if tensor.is_floating_point():
         return flops
-    return unavailable(METRIC_UNITS["module_flops"], "module_call", METHOD)
+    return None
 
 
 def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
@@ -81,7 +74,7 @@ def elementwise_key(module: nn.Module) -> str:
 
 def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
     """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
-    source, result = _input_tensor(call), call.output
+    source, result = call.argument(0, "input"), call.output
     parameters = sum(parameter.numel() for parameter in call.module.parameters(recurse=False))
     flops = FLOPS_PER_ELEMENT[elementwise_key(call.module)] * result.numel()
     return {
@@ -103,7 +96,7 @@ def softmax_dim(module: nn.Module, ndim: int) -> int:
 
 def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
     """Per slice along the reduced dimension, the `FLOPS_PER_SLICE` formula of its family."""
-    source = _input_tensor(call)
+    source = call.argument(0, "input")
     shape = tuple(source.shape)
     length = shape[softmax_dim(call.module, len(shape))] if shape else 1
     slices = prod(shape) // length if length else 0

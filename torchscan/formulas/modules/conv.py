@@ -13,7 +13,6 @@ from typing import Any
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import METRIC_UNITS, unavailable
 from .linear import dense_work, own_parameter_elements
 
 METHOD = "formula:conv"
@@ -55,12 +54,8 @@ def exact_ratio(numerator: int, denominator: int) -> float | int:
     return numerator // denominator if numerator % denominator == 0 else numerator / denominator
 
 
-def _input(call: ModuleCall) -> Any:
-    return call.args[0] if call.args else call.kwargs["input"]
-
-
 def _dmas(call: ModuleCall) -> int:
-    return _input(call).numel() + own_parameter_elements(call.module) + call.output.numel()
+    return call.argument(0, "input").numel() + own_parameter_elements(call.module) + call.output.numel()
 
 
 def estimate_conv(call: ModuleCall) -> dict[str, Any]:
@@ -69,7 +64,7 @@ def estimate_conv(call: ModuleCall) -> dict[str, Any]:
     macs = output.numel() * (module.in_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if module.bias is not None else 0
     return {
-        **dense_work(macs, bias_adds, output.dtype, _dmas(call), METHOD),
+        **dense_work(macs, bias_adds, output.dtype, _dmas(call)),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(module.kernel_size, module.dilation)],
         "effective_stride": list(module.stride),
         "effective_padding": left_padding(module),
@@ -81,18 +76,17 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
 
     Output positions that no input reaches (``output_padding``) still receive the bias.
     """
-    module, inputs, output = call.module, _input(call), call.output
+    module, inputs, output = call.module, call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if module.bias is not None else 0
     windows = [transposed_window(effective_kernel(k, d), s, p)
                for k, d, s, p in zip(module.kernel_size, module.dilation, module.stride, module.padding)]
     offsets = [offset for _, _, offset in windows]
     return {
-        **dense_work(macs, bias_adds, output.dtype, _dmas(call), METHOD),
+        **dense_work(macs, bias_adds, output.dtype, _dmas(call)),
         "receptive_field": [field for field, _, _ in windows],
         "effective_stride": [stride for _, stride, _ in windows],
-        "effective_padding": (offsets if None not in offsets
-                              else unavailable(METRIC_UNITS["effective_padding"], "module_call", METHOD)),
+        "effective_padding": offsets if None not in offsets else None,
     }
 
 

@@ -13,25 +13,14 @@ from typing import Any
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import METRIC_UNITS, SPATIAL_METRICS, not_applicable, partial, unavailable
+from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS, Incomplete
 
 METHOD = "formula:embedding"
-TOKEN_POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 
 
-def _argument(call: ModuleCall, position: int, name: str) -> Any:
-    if len(call.args) > position:
-        return call.args[position]
-    return call.kwargs.get(name)
-
-
-def _lower_bound(metric: str, known: int) -> dict[str, Any]:
-    return partial(known, METRIC_UNITS[metric], "module_call", METHOD)
-
-
-def _at_least(metric: str, estimate: Any) -> Any:
+def _at_least(estimate: Any) -> Any:
     """A complete count turned into a lower bound; an estimate that is already incomplete stays as it is."""
-    return estimate if isinstance(estimate, dict) else _lower_bound(metric, estimate)
+    return estimate if estimate is None or isinstance(estimate, Incomplete) else Incomplete(estimate)
 
 
 def _renormalized(estimates: dict[str, Any]) -> dict[str, Any]:
@@ -39,8 +28,7 @@ def _renormalized(estimates: dict[str, Any]) -> dict[str, Any]:
 
     That extra work is not modelled, so FLOPs and DMAs become lower bounds of what is already counted.
     """
-    return {**estimates, "module_flops": _at_least("module_flops", estimates["module_flops"]),
-            "dmas": _at_least("dmas", estimates["dmas"])}
+    return {**estimates, "module_flops": _at_least(estimates["module_flops"]), "dmas": _at_least(estimates["dmas"])}
 
 
 def estimate_embedding(call: ModuleCall) -> dict[str, Any]:
@@ -48,10 +36,10 @@ def estimate_embedding(call: ModuleCall) -> dict[str, Any]:
 
     ``padding_idx`` only matters for gradients: its row is read like any other in the forward pass.
     """
-    module, indices = call.module, _argument(call, 0, "input")
+    module, indices = call.module, call.argument(0, "input")
     rows_read = indices.numel() * module.embedding_dim
     estimates = {"module_flops": 0, "macs": 0, "dmas": indices.numel() + rows_read + call.output.numel(),
-                 **TOKEN_POINTWISE}
+                 **POINTWISE_SPATIAL}
     return _renormalized(estimates) if module.max_norm is not None else estimates
 
 
@@ -73,7 +61,7 @@ def _bag_spatial(indices: Any) -> dict[str, Any]:
     if indices.dim() == 2:
         tokens = indices.shape[1]
         return {"receptive_field": tokens, "effective_stride": tokens, "effective_padding": 0}
-    return {metric: not_applicable(METRIC_UNITS[metric], "module_call", METHOD) for metric in SPATIAL_METRICS}
+    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
 
 
 def _skipping_padding_idx(estimates: dict[str, Any], mode: str, outputs: int, known_dmas: int) -> dict[str, Any]:
@@ -84,20 +72,20 @@ def _skipping_padding_idx(estimates: dict[str, Any], mode: str, outputs: int, kn
     flops = estimates["module_flops"]
     divisions = outputs if mode == "mean" else 0
     return {**estimates,
-            "module_flops": flops if isinstance(flops, dict) else _lower_bound("module_flops", divisions),
-            "macs": _lower_bound("macs", 0) if estimates["macs"] else 0,
-            "dmas": _lower_bound("dmas", known_dmas)}
+            "module_flops": None if flops is None else Incomplete(divisions),
+            "macs": Incomplete(0) if estimates["macs"] else 0,
+            "dmas": Incomplete(known_dmas)}
 
 
 def estimate_embedding_bag(call: ModuleCall) -> dict[str, Any]:
     """Lookups reduced per bag: indices, offsets and per-sample weights read, rows read, bag outputs written."""
     module, output = call.module, call.output
-    indices = _argument(call, 0, "input")
-    offsets, weights = _argument(call, 1, "offsets"), _argument(call, 2, "per_sample_weights")
+    indices = call.argument(0, "input")
+    offsets, weights = call.argument(1, "offsets", None), call.argument(2, "per_sample_weights", None)
     elements = indices.numel() * module.embedding_dim
     flops, macs = _bag_work(module.mode, elements, output.numel(), weights is not None)
     if not output.dtype.is_floating_point:
-        flops = unavailable(METRIC_UNITS["module_flops"], "module_call", METHOD)
+        flops = None
     known_dmas = indices.numel() + sum(extra.numel() for extra in (offsets, weights) if extra is not None)
     known_dmas += output.numel()
     estimates = {"module_flops": flops, "macs": macs, "dmas": known_dmas + elements, **_bag_spatial(indices)}

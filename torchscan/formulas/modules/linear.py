@@ -13,14 +13,13 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import METRIC_UNITS, unavailable
+from ...results import POINTWISE_SPATIAL
 from ..conventions import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
 
 METHOD = "formula:linear"
-POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 
 
-def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int, method: str) -> dict[str, Any]:
+def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> dict[str, Any]:
     """FLOPs, MACs and DMAs of ``macs`` multiply-accumulates plus ``bias_adds`` bias additions in ``dtype``.
 
     Real floating point: 1 MAC = 2 FLOPs, 1 bias add = 1 FLOP. Complex: one complex MAC is 4 real MACs
@@ -32,8 +31,7 @@ def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int, method:
         return {"module_flops": 2 * real_macs + COMPLEX_ADD_REAL_FLOPS * bias_adds, "macs": real_macs, "dmas": dmas}
     if dtype.is_floating_point:
         return {"module_flops": 2 * macs + bias_adds, "macs": macs, "dmas": dmas}
-    return {"module_flops": unavailable(METRIC_UNITS["module_flops"], "module_call", method), "macs": macs,
-            "dmas": dmas}
+    return {"module_flops": None, "macs": macs, "dmas": dmas}
 
 
 def own_parameter_elements(module: nn.Module) -> int:
@@ -41,17 +39,13 @@ def own_parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters(recurse=False))
 
 
-def _argument(call: ModuleCall, position: int, name: str) -> Any:
-    return call.args[position] if len(call.args) > position else call.kwargs[name]
-
-
 def estimate_linear(call: ModuleCall) -> dict[str, Any]:
     """y = x W^T + b over any number of leading dimensions: in_features MACs per output element."""
-    module, inputs, output = call.module, _argument(call, 0, "input"), call.output
+    module, inputs, output = call.module, call.argument(0, "input"), call.output
     macs = output.numel() * module.in_features
     bias_adds = output.numel() if module.bias is not None else 0
     dmas = inputs.numel() + own_parameter_elements(module) + output.numel()
-    return {**dense_work(macs, bias_adds, output.dtype, dmas, METHOD), **POINTWISE}
+    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
 
 
 def estimate_bilinear(call: ModuleCall) -> dict[str, Any]:
@@ -60,16 +54,16 @@ def estimate_bilinear(call: ModuleCall) -> dict[str, Any]:
     Per output element: in1 * in2 MACs for the first contraction and in2 for the second.
     """
     module, output = call.module, call.output
-    first, second = _argument(call, 0, "input1"), _argument(call, 1, "input2")
+    first, second = call.argument(0, "input1"), call.argument(1, "input2")
     macs = output.numel() * module.in2_features * (module.in1_features + 1)
     bias_adds = output.numel() if module.bias is not None else 0
     dmas = first.numel() + second.numel() + own_parameter_elements(module) + output.numel()
-    return {**dense_work(macs, bias_adds, output.dtype, dmas, METHOD), **POINTWISE}
+    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
 
 
 def estimate_identity(call: ModuleCall) -> dict[str, Any]:
     """Returns its input object itself: no arithmetic and no element is read or written."""
-    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE}
+    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE_SPATIAL}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import METRIC_UNITS, partial, unavailable
+from ...results import POINTWISE_SPATIAL, Incomplete
 from ..conventions import (
     GROUP_FLOPS,
     LRN_FLOPS,
@@ -31,9 +31,6 @@ from ..conventions import (
 )
 
 METHOD = "formula:norm"
-
-POINTWISE_SPATIAL = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
-
 
 @dataclass(frozen=True)
 class NormWork:
@@ -52,10 +49,6 @@ class NormWork:
 
     def dmas(self) -> int:
         return 2 * self.elements + self.state_reads + self.state_writes
-
-
-def _input_tensor(call: ModuleCall, name: str = "input") -> torch.Tensor:
-    return call.args[0] if call.args else call.kwargs[name]
 
 
 def _numel(tensor: torch.Tensor | None) -> int:
@@ -83,15 +76,11 @@ def _groups(elements: int, group_size: int) -> int:
 
 def _estimates(work: NormWork, source: torch.Tensor) -> ModuleEstimates:
     """The six fields; FLOPs need a real floating-point input, a lower bound where work is left out."""
-    flops = work.flops()
-    flops_result: Any = flops
-    dmas_result: Any = work.dmas()
-    if not work.exact:
-        flops_result = partial(flops, METRIC_UNITS["module_flops"], "module_call", METHOD)
-        dmas_result = partial(work.dmas(), METRIC_UNITS["dmas"], "module_call", METHOD)
+    flops: Any = work.flops() if work.exact else Incomplete(work.flops())
+    dmas: Any = work.dmas() if work.exact else Incomplete(work.dmas())
     if not source.is_floating_point():
-        flops_result = unavailable(METRIC_UNITS["module_flops"], "module_call", METHOD)
-    return {"module_flops": flops_result, "macs": 0, "dmas": dmas_result, **POINTWISE_SPATIAL}
+        flops = None
+    return {"module_flops": flops, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
 
 
 def _syncs_across_processes(module: nn.Module) -> bool:
@@ -102,7 +91,7 @@ def _syncs_across_processes(module: nn.Module) -> bool:
 
 def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
     """Running statistics in eval; batch statistics in training or without buffers (then also counted)."""
-    module, source = call.module, _input_tensor(call)
+    module, source = call.module, call.argument(0, "input")
     channels = module.num_features
     has_buffers = module.running_mean is not None and module.running_var is not None
     batch_statistics = module.training or not has_buffers
@@ -139,7 +128,7 @@ def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
 
     A training-mode running-statistics update (track_running_stats=True) is not counted: a lower bound.
     """
-    module, source = call.module, _input_tensor(call)
+    module, source = call.module, call.argument(0, "input")
     shape = tuple(source.shape)
     spatial = _spatial_dims(module)
     channels = shape[-spatial - 1]
@@ -156,7 +145,7 @@ def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
 
 def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics over the trailing ``normalized_shape`` dimensions; optional weight and bias."""
-    module, source = call.module, _input_tensor(call)
+    module, source = call.module, call.argument(0, "input")
     work = NormWork(
         elements=source.numel(),
         per_element_flops=standardize_flops(True, _affine_ops(module)),
@@ -168,7 +157,7 @@ def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
 
 def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics per (sample, group of channels) over those channels and all spatial positions."""
-    module, source = call.module, _input_tensor(call)
+    module, source = call.module, call.argument(0, "input")
     shape = tuple(source.shape)
     group_size = module.num_channels // module.num_groups * prod(shape[2:])
     work = NormWork(
@@ -182,7 +171,7 @@ def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
 
 def estimate_rms_norm(call: ModuleCall) -> ModuleEstimates:
     """x * rsqrt(mean(x^2) + eps) (* weight): no mean subtraction, no bias."""
-    module, source = call.module, _input_tensor(call, "x")
+    module, source = call.module, call.argument(0, "x")
     work = NormWork(
         elements=source.numel(),
         per_element_flops=RMS_FLOPS + _affine_ops(module),
@@ -197,7 +186,7 @@ def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
 
     The window sum is charged size - 1 additions for every element, as PyTorch's zero-padded average computes it.
     """
-    module, source = call.module, _input_tensor(call)
+    module, source = call.module, call.argument(0, "input")
     work = NormWork(elements=source.numel(), per_element_flops=module.size - 1 + LRN_FLOPS, groups=0, state_reads=0)
     return _estimates(work, source)
 

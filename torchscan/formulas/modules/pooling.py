@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import METRIC_UNITS, unavailable
+from ...results import METRIC_UNITS
 from ..conventions import adaptive_windows, window_reads
 from .conv import effective_kernel, exact_ratio, transposed_window
 
@@ -27,10 +27,6 @@ INTERPOLATION_TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear":
 
 
 # --- reading a call ------------------------------------------------------------------------------------------------
-
-def _input(call: ModuleCall) -> Any:
-    return call.args[0] if call.args else call.kwargs["input"]
-
 
 def _elements(value: Any) -> int:
     """Elements of a tensor, or of every tensor in a tuple (pooled values and their indices)."""
@@ -48,13 +44,9 @@ def _per_dim(value: Any, dims: int) -> list[int]:
     return list(value) if isinstance(value, (tuple, list)) else [value] * dims
 
 
-def _unavailable(metric: str) -> dict[str, Any]:
-    return unavailable(METRIC_UNITS[metric], "module_call", METHOD)
-
-
-def _flops(count: int, dtype: torch.dtype) -> int | dict[str, Any]:
+def _flops(count: int, dtype: torch.dtype) -> int | None:
     """Comparisons and averages are floating-point work only for real floating-point data."""
-    return count if dtype.is_floating_point else _unavailable("module_flops")
+    return count if dtype.is_floating_point else None
 
 
 def _copy_dmas(call: ModuleCall) -> int:
@@ -71,7 +63,7 @@ def _leading_elements(tensor: torch.Tensor, dims: int) -> int:
 
 def _sliding_reads(call: ModuleCall, dims: int, kernel: list[int], stride: list[int], padding: list[int],
                    dilation: list[int]) -> int:
-    inputs, output = _input(call), _pooled(call.output)
+    inputs, output = call.argument(0, "input"), _pooled(call.output)
     per_dim = [window_reads(length, outputs, *window) for length, outputs, window in
                zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation))]
     return _leading_elements(output, dims) * prod(per_dim)
@@ -103,7 +95,7 @@ def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     reads = _sliding_reads(call, dims, kernel, stride, padding, dilation)
     windows = _pooled(call.output).numel()
     return {
-        "module_flops": _flops(max(reads - windows, 0), _input(call).dtype), "macs": 0, "dmas": _copy_dmas(call),
+        "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation)],
         "effective_stride": stride, "effective_padding": padding,
     }
@@ -119,7 +111,7 @@ def estimate_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     stride = _per_dim(module.stride or module.kernel_size, dims)
     reads = _sliding_reads(call, dims, kernel, stride, padding, [1] * dims)
     return {
-        "module_flops": _flops(reads, _input(call).dtype), "macs": 0, "dmas": _copy_dmas(call),
+        "module_flops": _flops(reads, call.argument(0, "input").dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": kernel, "effective_stride": stride, "effective_padding": padding,
     }
 
@@ -130,7 +122,7 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     The rescaling PyTorch applies in between (an average, then a multiplication by the window size) is an
     implementation detail and is not counted.
     """
-    module, inputs = call.module, _input(call)
+    module, inputs = call.module, call.argument(0, "input")
     kernel = _per_dim(module.kernel_size, dims)
     stride = _per_dim(module.stride or module.kernel_size, dims)
     reads = _sliding_reads(call, dims, kernel, stride, [0] * dims, [1] * dims)
@@ -142,14 +134,14 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
 
 def estimate_adaptive_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """m FLOPs per window (m - 1 additions, 1 division), windows sized by the adaptive rule."""
-    inputs, output = _input(call), _pooled(call.output)
+    inputs, output = call.argument(0, "input"), _pooled(call.output)
     return {"module_flops": _flops(_adaptive_reads(inputs, output, dims), inputs.dtype), "macs": 0,
             "dmas": _copy_dmas(call), **_adaptive_spatial(inputs, output, dims)}
 
 
 def estimate_adaptive_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """m - 1 comparisons per window, windows sized by the adaptive rule."""
-    inputs, output = _input(call), _pooled(call.output)
+    inputs, output = call.argument(0, "input"), _pooled(call.output)
     comparisons = max(_adaptive_reads(inputs, output, dims) - output.numel(), 0)
     return {"module_flops": _flops(comparisons, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
             **_adaptive_spatial(inputs, output, dims)}
@@ -160,7 +152,7 @@ def estimate_fractional_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
 
     The stride is the mean step (L - k) / (O - 1) of PyTorch's window sequence (L when there is one window).
     """
-    module, inputs, output = call.module, _input(call), _pooled(call.output)
+    module, inputs, output = call.module, call.argument(0, "input"), _pooled(call.output)
     kernel = _per_dim(module.kernel_size, dims)
     steps = [exact_ratio(length - k, outputs - 1) if outputs > 1 else length
              for length, outputs, k in zip(inputs.shape[-dims:], output.shape[-dims:], kernel)]
@@ -180,7 +172,7 @@ def estimate_max_unpool(call: ModuleCall, dims: int) -> dict[str, Any]:
         "module_flops": 0, "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": [field for field, _, _ in windows],
         "effective_stride": [stride for _, stride, _ in windows],
-        "effective_padding": offsets if None not in offsets else _unavailable("effective_padding"),
+        "effective_padding": offsets if None not in offsets else None,
     }
 
 
@@ -213,12 +205,12 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     Nearest modes copy one element (0 FLOPs). ``area`` mode is adaptive average pooling. Tap weights depend
     only on output coordinates and are shared by every batch and channel; their computation is not counted.
     """
-    module, inputs, output = call.module, _input(call), call.output
+    module, inputs, output = call.module, call.argument(0, "input"), call.output
     dims, mode = inputs.dim() - 2, module.mode
     if mode == "area":
         return estimate_adaptive_avg_pool(call, dims)
     if mode not in INTERPOLATION_TAPS:
-        return {metric: None for metric in METRIC_UNITS}
+        return dict.fromkeys(METRIC_UNITS)
     taps = INTERPOLATION_TAPS[mode] ** dims
     flops = output.numel() * (2 * taps - 1) if taps > 1 else 0
     align_corners = bool(module.align_corners) and mode not in ("nearest", "nearest-exact")
@@ -229,7 +221,7 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     return {
         "module_flops": flops if taps == 1 else _flops(flops, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": [INTERPOLATION_TAPS[mode]] * dims, "effective_stride": steps,
-        "effective_padding": offsets if min(offsets) >= 0 else _unavailable("effective_padding"),
+        "effective_padding": offsets if min(offsets) >= 0 else None,
     }
 
 
@@ -256,7 +248,7 @@ def estimate_padding(call: ModuleCall) -> dict[str, Any]:
     padding = call.module.padding
     leading = [padding[index] for index in range(len(padding) - 2, -1, -2)]
     return {"module_flops": 0, "macs": 0, "dmas": _copy_dmas(call), "receptive_field": 1, "effective_stride": 1,
-            "effective_padding": leading if min(leading) >= 0 else _unavailable("effective_padding")}
+            "effective_padding": leading if min(leading) >= 0 else None}
 
 
 # --- registration --------------------------------------------------------------------------------------------------

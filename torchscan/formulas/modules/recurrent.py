@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import METRIC_UNITS, not_applicable, partial, unavailable
+from ...results import NOT_APPLICABLE, SPATIAL_METRICS, Incomplete
 from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
 
 METHOD = "formula:recurrent"
@@ -47,17 +47,11 @@ def tensor_elements(value: Any) -> int:
 
 
 def _call_inputs(call: ModuleCall) -> tuple[Any, Any]:
-    source = call.args[0] if call.args else call.kwargs["input"]
-    state = call.args[1] if len(call.args) > 1 else call.kwargs.get("hx")
-    return source, state
+    return call.argument(0, "input"), call.argument(1, "hx", None)
 
 
 def _parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
-
-
-def _unit(metric: str) -> str:
-    return METRIC_UNITS[metric]
 
 
 def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
@@ -89,11 +83,11 @@ def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
         + tensor_elements(call.output),
         "receptive_field": steps,
         "effective_stride": 1,
-        "effective_padding": not_applicable(_unit("effective_padding"), "module_call", METHOD),
+        "effective_padding": NOT_APPLICABLE,
     }
     if module.training and module.dropout > 0 and module.num_layers > 1:
         # Dropout between layers draws and applies a random mask that these formulas do not price.
-        estimates["module_flops"] = partial(flops, _unit("module_flops"), "module_call", METHOD)
+        estimates["module_flops"] = Incomplete(flops)
     return _real_floating_only(estimates, data)
 
 
@@ -110,8 +104,7 @@ def estimate_cell(call: ModuleCall) -> ModuleEstimates:
         "macs": rows * row_macs,
         "dmas": tensor_elements(source) + tensor_elements(state) + _parameter_elements(module)
         + tensor_elements(call.output),
-        **{field: not_applicable(_unit(field), "module_call", METHOD)
-           for field in ("receptive_field", "effective_stride", "effective_padding")},
+        **dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE),
     }
     return _real_floating_only(estimates, source)
 
@@ -119,8 +112,8 @@ def estimate_cell(call: ModuleCall) -> ModuleEstimates:
 def _real_floating_only(estimates: ModuleEstimates, data: torch.Tensor) -> ModuleEstimates:
     """FLOP and MAC formulas are stated for real floating-point data; other dtypes get no guessed count."""
     if not data.is_floating_point():
-        estimates["module_flops"] = unavailable(_unit("module_flops"), "module_call", METHOD)
-        estimates["macs"] = unavailable(_unit("macs"), "module_call", METHOD)
+        estimates["module_flops"] = None
+        estimates["macs"] = None
     return estimates
 
 

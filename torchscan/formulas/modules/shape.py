@@ -15,17 +15,12 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import METRIC_UNITS, SPATIAL_METRICS, not_applicable
+from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS
 
 METHOD = "formula:shape"
-POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 FIRST_SPATIAL_DIM = 2
 
 DROPOUT_TYPES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
-
-
-def _input(call: ModuleCall) -> Any:
-    return call.args[0] if call.args else call.kwargs["input"]
 
 
 def _storage_root(tensor: torch.Tensor) -> torch.Tensor:
@@ -40,16 +35,16 @@ def _movement_dmas(inputs: torch.Tensor, output: torch.Tensor) -> int:
 
 
 def _no_spatial_meaning() -> dict[str, Any]:
-    return {metric: not_applicable(METRIC_UNITS[metric], "module_call", METHOD) for metric in SPATIAL_METRICS}
+    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
 
 
 def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> dict[str, Any]:
     """Pointwise unless two or more dimensions merge and one of them is spatial."""
     if inputs.dim() == 0:
-        return dict(POINTWISE)
+        return dict(POINTWISE_SPATIAL)
     start, end = module.start_dim % inputs.dim(), module.end_dim % inputs.dim()
     if end <= start or end < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE)
+        return dict(POINTWISE_SPATIAL)
     return _no_spatial_meaning()
 
 
@@ -60,20 +55,20 @@ def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> dict[str, 
     """
     has_spatial = inputs.dim() > FIRST_SPATIAL_DIM
     if isinstance(module.dim, int) and has_spatial and module.dim % inputs.dim() < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE)
+        return dict(POINTWISE_SPATIAL)
     return _no_spatial_meaning()
 
 
 def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
     """A reshape: a view whenever the input's strides allow it."""
-    inputs = _input(call)
+    inputs = call.argument(0, "input")
     return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
             **_flatten_spatial(call.module, inputs)}
 
 
 def estimate_unflatten(call: ModuleCall) -> dict[str, Any]:
     """A view that splits one dimension into several."""
-    inputs = _input(call)
+    inputs = call.argument(0, "input")
     return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
             **_unflatten_spatial(call.module, inputs)}
 
@@ -84,13 +79,13 @@ def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
     In training mode the work depends on random masks this formula does not model: unavailable, never zero.
     """
     if call.module.training:
-        return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE}
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(_input(call), call.output), **POINTWISE}
+        return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
 
 
 def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that permutes channels; every spatial position reads only itself."""
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(_input(call), call.output), **POINTWISE}
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

@@ -9,7 +9,8 @@ children, but PyTorch disables it while hooks are attached, so under the crawler
 path and call their children. Child calls that do run keep their rows; the crawler omits their covered fields.
 The handlers own the subtree either way, and their estimate is the same on either path.
 
-This module is the family's entry point: `HANDLERS` and the one tunable, `DEPENDENCY_BUDGET`. The
+This module is the family's entry point: `handlers` (given the registry's built-in lookup, which prices the
+norms and activation of a layer) and the one tunable, `DEPENDENCY_BUDGET`. The
 formulas live in :mod:`.attention` (attention), :mod:`.layers` and :mod:`.blocks`
 (layers, stacks, ``nn.Transformer``), :mod:`.token_dependencies` (the mask-derived receptive field),
 :mod:`.calls` (reading a call by the real ``forward`` signature) and :mod:`.work` (adding
@@ -32,11 +33,12 @@ from .attention import (
     attention_macs,
     estimate_multihead_attention,
 )
+from .blocks import BuiltinLookup, Children
 from .layers import TRANSFORMER_ESTIMATES
 from .work import METHOD, SUBTREE_METRICS
 
-__all__ = ["DEPENDENCY_BUDGET", "HANDLERS", "METHOD", "AttentionShape", "attention_dmas", "attention_flops",
-           "attention_macs"]
+__all__ = ["DEPENDENCY_BUDGET", "METHOD", "AttentionShape", "attention_dmas", "attention_flops", "attention_macs",
+           "handlers"]
 
 #: Multiply-accumulates allowed for composing a stack's token dependencies from general mask values; beyond it
 #: the single-layer value is reported as a lower bound.
@@ -47,12 +49,17 @@ def _handler(callback: Callable[[ModuleCall], ModuleEstimates]) -> ModuleHandler
     return ModuleHandler(callback, subtree_metrics=SUBTREE_METRICS, method=METHOD)
 
 
-def _within_budget(estimate: Callable[[ModuleCall, int], ModuleEstimates]) -> Callable[[ModuleCall], ModuleEstimates]:
+def _configured(estimate: Callable[[ModuleCall, int, Children], ModuleEstimates], children: Children
+                ) -> Callable[[ModuleCall], ModuleEstimates]:
     """``estimate`` given `DEPENDENCY_BUDGET` as it stands when the call is estimated (so a change applies)."""
-    return lambda call: estimate(call, DEPENDENCY_BUDGET)
+    return lambda call: estimate(call, DEPENDENCY_BUDGET, children)
 
 
-HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    nn.MultiheadAttention: _handler(estimate_multihead_attention),
-    **{module_type: _handler(_within_budget(estimate)) for module_type, estimate in TRANSFORMER_ESTIMATES.items()},
-}
+def handlers(builtin: BuiltinLookup) -> dict[type[nn.Module], ModuleHandler]:
+    """The family's handlers; ``builtin`` is the registry's lookup that prices a layer's norms and activation."""
+    children = Children(builtin)
+    return {
+        nn.MultiheadAttention: _handler(estimate_multihead_attention),
+        **{module_type: _handler(_configured(estimate, children))
+           for module_type, estimate in TRANSFORMER_ESTIMATES.items()},
+    }

@@ -15,14 +15,13 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
-from ...results import METRIC_UNITS, partial, unavailable
+from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
 from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
 METHOD = "formula:transformer"
 SUBTREE_METRICS = frozenset(METRIC_UNITS)
-SUMMABLE = frozenset({"module_flops", "macs", "dmas"})
-SCOPE = "subtree"
+SUMMABLE = frozenset(SUMMABLE_METRICS)
 #: Report field -> Work attribute.
 FIELD_NAMES = {"module_flops": "flops", "macs": "macs", "dmas": "dmas"}
 
@@ -32,7 +31,8 @@ class Work:
     """Additive FLOPs, MACs and DMAs of part of a call, with the metrics it knows only partly or not at all.
 
     ``lower_bound`` metrics count known work but leave some out; ``unknown`` metrics count nothing. Adding a
-    known part to an unknown one gives a lower bound, never a complete count.
+    known part to an unknown one gives a lower bound, never a complete count. ``gaps`` says in words which parts
+    are left out (a child without a built-in formula); the diagnostic about an incomplete field quotes them.
     """
 
     flops: int = 0
@@ -40,12 +40,14 @@ class Work:
     dmas: int = 0
     lower_bound: frozenset[str] = frozenset()
     unknown: frozenset[str] = frozenset()
+    gaps: tuple[str, ...] = ()
 
     def __add__(self, other: Work) -> Work:
         unknown = self.unknown & other.unknown
         incomplete = self.lower_bound | other.lower_bound | self.unknown | other.unknown
+        gaps = self.gaps + tuple(gap for gap in other.gaps if gap not in self.gaps)
         return Work(self.flops + other.flops, self.macs + other.macs, self.dmas + other.dmas,
-                    frozenset(incomplete - unknown), unknown)
+                    frozenset(incomplete - unknown), unknown, gaps)
 
     def at_least(self, metrics: frozenset[str]) -> Work:
         """The same counts, known to leave out some work for ``metrics``."""
@@ -55,6 +57,10 @@ class Work:
         """Nothing known for ``metrics`` (their counts are dropped)."""
         dropped = {FIELD_NAMES[name]: 0 for name in metrics}
         return replace(self, lower_bound=self.lower_bound - metrics, unknown=self.unknown | metrics, **dropped)
+
+    def missing(self, gap: str) -> Work:
+        """The same work, with ``gap`` named among the parts it leaves out."""
+        return replace(self, gaps=(*self.gaps, gap))
 
 
 UNKNOWN = Work(unknown=SUMMABLE)
@@ -68,12 +74,14 @@ def total(parts: list[Work]) -> Work:
 
 
 def summable_fields(work: Work) -> dict[str, Any]:
+    """FLOPs, MACs and DMAs as handler values: a count, a lower bound or nothing known, naming what is missing."""
+    reason = "; ".join(work.gaps) or None
     fields: dict[str, Any] = {}
     for name, value in (("module_flops", work.flops), ("macs", work.macs), ("dmas", work.dmas)):
         if name in work.unknown:
-            fields[name] = unavailable(METRIC_UNITS[name], SCOPE, METHOD)
+            fields[name] = Incomplete(None, reason) if reason else None
         elif name in work.lower_bound:
-            fields[name] = partial(value, METRIC_UNITS[name], SCOPE, METHOD)
+            fields[name] = Incomplete(value, reason)
         else:
             fields[name] = value
     return fields
@@ -81,18 +89,17 @@ def summable_fields(work: Work) -> dict[str, Any]:
 
 def token_fields(width: Callable[[], tuple[int, bool]]) -> dict[str, Any]:
     """Receptive field in tokens (exact, a lower bound, or unavailable without mask values); stride 1, padding 0."""
-    unit = METRIC_UNITS["receptive_field"]
     try:
         value, exact = width()
     except (MaskValuesUnknown, UnsupportedCall):
-        receptive: Any = unavailable(unit, SCOPE, METHOD)
+        receptive: Any = None
     else:
-        receptive = value if exact else partial(value, unit, SCOPE, METHOD)
+        receptive = value if exact else Incomplete(value)
     return {"receptive_field": receptive, "effective_stride": 1, "effective_padding": 0}
 
 
 def nothing_known() -> dict[str, Any]:
-    return {name: unavailable(unit, SCOPE, METHOD) for name, unit in METRIC_UNITS.items()}
+    return dict.fromkeys(METRIC_UNITS)
 
 
 def _dropout_active(module: nn.Module) -> bool:

@@ -32,22 +32,36 @@ NO_WORK = OpCost(0)
 # --- packets --------------------------------------------------------------------------------------------------
 
 
+def packet(name: str) -> Any:
+    """The ATen packet ``name`` of the installed PyTorch; ``ValueError`` naming it when there is none."""
+    found = getattr(aten, name, None)
+    if found is None:
+        raise ValueError(f"aten.{name} is not an operator of the installed PyTorch {torch.__version__}: remove it "
+                         "from the table or make its registration depend on the version")
+    return found
+
+
 def packets(names: Iterable[str], *, inplace: bool = False) -> Iterator[Any]:
-    """The packets of ``names`` that exist in this PyTorch (and their ``name_`` in-place twins if asked)."""
+    """The packets of ``names`` (and their ``name_`` in-place twins if asked); each must exist."""
     for name in names:
-        for candidate in (name, name + "_") if inplace else (name,):
-            packet = getattr(aten, candidate, None)
-            if packet is not None:
-                yield packet
+        yield packet(name)
+        if inplace:
+            yield packet(name + "_")
 
 
 class CostTable(dict[Any, CostFunction]):
     """One operator family's packets -> cost of one call."""
 
     def register(self, names: Iterable[str], cost: CostFunction, *, inplace: bool = False) -> None:
-        """Price every existing packet of ``names`` (and its in-place twin if asked) with ``cost``."""
-        for packet in packets(names, inplace=inplace):
-            self[packet] = cost
+        """Price every packet of ``names`` (and its in-place twin if asked) with ``cost``.
+
+        Raises ``ValueError`` for a name that is not an operator of the installed PyTorch and for a packet that
+        this table already prices: every entry is written once, on purpose.
+        """
+        for found in packets(names, inplace=inplace):
+            if found in self:
+                raise ValueError(f"{found} is registered twice in this cost table")
+            self[found] = cost
 
 
 # --- reading a call -------------------------------------------------------------------------------------------

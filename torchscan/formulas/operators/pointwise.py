@@ -59,8 +59,14 @@ def _clamp(args: tuple, kwargs: dict) -> int:
     return sum(argument(args, kwargs, index, name) is not None for index, name in ((1, "min"), (2, "max")))
 
 
+#: Pointwise operators that PyTorch has no in-place ``name_`` variant of.
+WITHOUT_INPLACE_TWIN = frozenset({"rsub", "fmax", "fmin", "maximum", "minimum", "hardshrink", "softshrink",
+                                  "isfinite", "isinf", "isnan", "isneginf", "isposinf", "_prelu_kernel", "prelu",
+                                  "softplus", "log_sigmoid_forward", "glu"})
+
 for _name in ("add", "sub", "rsub"):
-    COSTS.register([_name], pointwise(_add_like, COMPLEX_ARITHMETIC_FLOPS[_name]), inplace=True)
+    COSTS.register([_name], pointwise(_add_like, COMPLEX_ARITHMETIC_FLOPS[_name]),
+                   inplace=_name not in WITHOUT_INPLACE_TWIN)
 COSTS.register(["mul"], pointwise(ARITHMETIC_FLOPS["mul"], COMPLEX_ARITHMETIC_FLOPS["mul"]), inplace=True)
 COSTS.register(["neg"], pointwise(ARITHMETIC_FLOPS["neg"], COMPLEX_ARITHMETIC_FLOPS["neg"]), inplace=True)
 COSTS.register(["div"], pointwise(_div), inplace=True)
@@ -69,7 +75,7 @@ COSTS.register(["addcdiv"], pointwise(_with_value_scale("addcdiv")), inplace=Tru
 COSTS.register(["clamp"], pointwise(_clamp), inplace=True)
 for _name in sorted(set(ARITHMETIC_FLOPS) - {"add", "sub", "rsub", "mul", "neg", "div", "addcmul", "addcdiv",
                                              "rrelu"}):
-    COSTS.register([_name], pointwise(ARITHMETIC_FLOPS[_name]), inplace=True)
+    COSTS.register([_name], pointwise(ARITHMETIC_FLOPS[_name]), inplace=_name not in WITHOUT_INPLACE_TWIN)
 
 
 # --- activations ----------------------------------------------------------------------------------------------
@@ -94,7 +100,8 @@ ACTIVATION_OPERATORS: dict[str, str | Callable[[tuple, dict], int]] = {
     "hardsigmoid": "hardsigmoid", "softplus": "softplus", "log_sigmoid_forward": "log_sigmoid", "glu": "glu",
 }
 for _name, _key in ACTIVATION_OPERATORS.items():
-    COSTS.register([_name], pointwise(ACTIVATION_FLOPS[_key] if isinstance(_key, str) else _key), inplace=True)
+    COSTS.register([_name], pointwise(ACTIVATION_FLOPS[_key] if isinstance(_key, str) else _key),
+                   inplace=_name not in WITHOUT_INPLACE_TWIN)
 COSTS.register(["rrelu_with_noise"], pointwise(ARITHMETIC_FLOPS["rrelu"]), inplace=True)
 
 

@@ -61,12 +61,15 @@ def _adaptive_pool(*, average: bool) -> CostFunction:
 
 
 for _dims in (1, 2, 3):
-    COSTS.register([f"max_pool{_dims}d", f"max_pool{_dims}d_with_indices", f"mkldnn_max_pool{_dims}d"],
-                   _window_pool(_dims, average=False))
-    COSTS.register([f"avg_pool{_dims}d", f"mkldnn_avg_pool{_dims}d"], _window_pool(_dims, average=True))
-    COSTS.register([f"adaptive_avg_pool{_dims}d", f"_adaptive_avg_pool{_dims}d",
-                    f"mkldnn_adaptive_avg_pool{_dims}d"], _adaptive_pool(average=True))
+    COSTS.register([f"max_pool{_dims}d", f"max_pool{_dims}d_with_indices"], _window_pool(_dims, average=False))
+    COSTS.register([f"avg_pool{_dims}d"], _window_pool(_dims, average=True))
+    COSTS.register([f"adaptive_avg_pool{_dims}d"], _adaptive_pool(average=True))
     COSTS.register([f"adaptive_max_pool{_dims}d"], _adaptive_pool(average=False))
+# The kernels PyTorch dispatches to for some dimensions only (oneDNN, and the 2-D/3-D adaptive average kernels).
+COSTS.register(["mkldnn_max_pool2d"], _window_pool(2, average=False))
+COSTS.register(["mkldnn_max_pool3d"], _window_pool(3, average=False))
+COSTS.register(["_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "mkldnn_adaptive_avg_pool2d"],
+               _adaptive_pool(average=True))
 
 
 # --- interpolation --------------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from .zero_work import ZERO_WORK_OPERATORS
 
 __all__ = [
     "DENSE_NAME_PARTS", "NO_WORK", "OPERATOR_COSTS", "OPERATOR_FORMULAS", "SIGNIFICANT_OPERATORS",
-    "ZERO_WORK_OPERATORS", "CostFunction", "OpCost", "operand_kind", "operator_formula", "operator_significance",
+    "ZERO_WORK_OPERATORS", "CostFunction", "OpCost", "merge_families", "operand_kind", "operator_formula",
+    "operator_significance",
 ]
 
 #: Families of element and window work, in the order their packets are listed.
@@ -55,9 +56,21 @@ MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, poolin
 #: Families of dot-product kernels, listed after the others: every packet they price is ``significant``.
 DOT_PRODUCT_FAMILIES = (dense.COSTS, attention.COSTS, recurrent.COSTS)
 
+
+def merge_families(families: tuple[dict[Any, CostFunction], ...], zero_work: dict[Any, str]
+                   ) -> dict[Any, CostFunction]:
+    """One table of every family's packets; ``ValueError`` for a packet priced twice or also listed as zero-work."""
+    merged: dict[Any, CostFunction] = {}
+    for family in families:
+        for packet, cost in family.items():
+            if packet in merged or packet in zero_work:
+                raise ValueError(f"{packet} is priced by two operator families (or also listed as zero-work)")
+            merged[packet] = cost
+    return merged
+
+
 #: ATen packet -> cost of one call. The single source of both the operator view and the functional estimates.
-OPERATOR_COSTS: dict[Any, CostFunction] = {packet: cost for family in (*MINOR_FAMILIES, *DOT_PRODUCT_FAMILIES)
-                                           for packet, cost in family.items()}
+OPERATOR_COSTS: dict[Any, CostFunction] = merge_families((*MINOR_FAMILIES, *DOT_PRODUCT_FAMILIES), ZERO_WORK_OPERATORS)
 #: Packets whose cost is dominated by dot products (matmul, convolution, attention, recurrent kernels).
 SIGNIFICANT_OPERATORS: set[Any] = {packet for family in DOT_PRODUCT_FAMILIES for packet in family}
 

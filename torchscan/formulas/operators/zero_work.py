@@ -29,7 +29,7 @@ ZERO_WORK_NAMES: dict[str, list[str]] = {
              "_upsample_nearest_exact3d", "_nested_tensor_from_mask", "_nested_tensor_from_tensor_list",
              "to_padded_tensor", "_local_scalar_dense", "view_copy", "permute_copy", "expand_copy",
              "transpose_copy", "t_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy", "slice_copy",
-             "select_copy", "detach_copy", "split_copy", "split_with_sizes_copy", "unbind_copy", "_unsafe_view_copy"],
+             "select_copy", "detach_copy", "split_copy", "split_with_sizes_copy", "unbind_copy"],
     "selection": ["where", "masked_fill", "masked_fill_"],
     "allocation": ["empty", "empty_like", "empty_strided", "empty_permuted", "zeros", "zeros_like", "ones",
                    "ones_like", "full", "full_like", "fill_", "zero_", "new_empty", "new_zeros", "new_ones",
@@ -45,6 +45,18 @@ ZERO_WORK_NAMES: dict[str, list[str]] = {
                  "record_stream", "is_nonzero", "_version", "is_coalesced", "dense_dim", "sparse_dim"],
 }
 
+
+
+def _by_packet(names_by_reason: dict[str, list[str]]) -> dict[Any, str]:
+    """Packet -> reason; every name must be an operator of the installed PyTorch, listed once."""
+    reasons: dict[Any, str] = {}
+    for reason, names in names_by_reason.items():
+        for packet in packets(names):
+            if packet in reasons:
+                raise ValueError(f"{packet} is listed twice as zero-work")
+            reasons[packet] = reason
+    return reasons
+
+
 #: Operators that do no floating-point work, with the reason: listed as ignored, never counted.
-ZERO_WORK_OPERATORS: dict[Any, str] = {packet: reason for reason, names in ZERO_WORK_NAMES.items()
-                                       for packet in packets(names)}
+ZERO_WORK_OPERATORS: dict[Any, str] = _by_packet(ZERO_WORK_NAMES)

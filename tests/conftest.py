@@ -1,11 +1,43 @@
-"""Shared pytest set-up: import the package from this checkout and validate every report against the schema."""
+"""Shared pytest set-up: import the package from this checkout, and check every report analyzed in this process.
+
+Every report that ``crawl_module`` or ``summary`` builds while the tests run (whatever test builds it, and however
+it is called) is validated against the shipped JSON Schema and its MetricResult invariants, and must be written by
+``json.dumps`` as is: the check wraps the analysis itself (``torchscan.crawler._analyze``), so a report that breaks
+the contract fails the test that produced it. Reports analyzed in other processes (the ``torchscan-report``
+workers of the end-to-end tests) are outside this check; those tests read the JSON files the workers wrote.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-for entry in (ROOT, ROOT / "site_models"):
+for entry in (ROOT, ROOT / "site_models", ROOT / "tests"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
+
+@pytest.fixture(scope="session", autouse=True)
+def _every_report_is_validated() -> Iterator[None]:
+    from torchscan_testing import VALIDATED
+
+    from torchscan import crawler
+    from torchscan.schema import validate_report
+
+    analyze = crawler._analyze
+
+    def validated_analysis(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        report = analyze(*args, **kwargs)
+        validate_report(report)
+        json.dumps(report)
+        VALIDATED["reports"] += 1
+        return report
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(crawler, "_analyze", validated_analysis)
+        yield

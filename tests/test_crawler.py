@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchscan import IncompleteAnalysisError, ModuleCall, ModuleHandler, crawl_module
-from torchscan.formulas.functional import FUNCTIONAL_ESTIMATES
+from torchscan.formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from torchscan.schema import validate_report
 
 
@@ -165,6 +165,54 @@ def test_one_forward_in_eval_mode_under_no_grad_and_every_flag_restored():
     assert report["context"]["execution"] == {"mode": "eval", "grad": "no_grad", "forward_passes": 1}
     assert report["context"]["prior_training"] == {"root": True, "training_modules": 3, "modules": 5}
     assert torch.is_grad_enabled()
+
+
+class CachedAttention(nn.Module):
+    """Caches an eval-time bias, and clears it in its own ``train()`` (as timm's LeViT and EfficientFormer do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+        self.cache: dict[str, torch.Tensor] = {}
+        self.train_calls: list[bool] = []
+
+    def train(self, mode: bool = True) -> CachedAttention:
+        super().train(mode)
+        self.train_calls.append(mode)
+        if mode:
+            self.cache.clear()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            self.cache.setdefault("bias", torch.zeros(3))
+        return self.proj(x) + self.cache.get("bias", 0)
+
+
+def test_modes_are_switched_and_restored_through_the_models_own_train():
+    model = nn.Sequential(CachedAttention(), nn.Sequential(CachedAttention(), nn.ReLU())).train()
+    model[1].eval()  # a subtree in eval inside a model in training mode
+    model[0].train_calls.clear()
+    flags = training_flags(model)
+    analyze(model, (3,))
+    assert training_flags(model) == flags
+    assert model[0].cache == {} and model[0].train_calls == [False, True]  # the override ran both ways
+    assert model[1][0].train_calls[-1] is False  # the eval subtree was put back in eval through its own train()
+
+
+def test_a_train_override_that_ignores_its_mode_still_leaves_every_flag_as_it_was():
+    class Stubborn(nn.Module):
+        def train(self, mode: bool = True) -> Stubborn:
+            return self  # never changes a flag
+
+        def forward(self, x):
+            return x
+
+    model = nn.Sequential(nn.Linear(3, 3), Stubborn(), nn.ReLU()).train()
+    model[2].eval()
+    flags = training_flags(model)
+    analyze(model, (3,))
+    assert training_flags(model) == flags
 
 
 def test_a_forward_error_propagates_unchanged_and_state_is_restored():

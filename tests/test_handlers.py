@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import analyze
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module
+from torchscan.estimation import CallContext
 from torchscan.handlers import METRIC_FIELDS, closest_handler, validate_estimates, validate_handler_map
+from torchscan.results import NOT_APPLICABLE, Incomplete
 from torchscan.schema import validate_report
 
 
@@ -264,3 +268,67 @@ def test_handlers_may_say_a_receptive_field_is_not_applicable_but_not_a_count():
     counted = {**not_applicable, "unit": "MACs"}
     validated = validate_estimates({"macs": counted}, ModuleHandler(lambda call: {}))
     assert validated.metrics["macs"]["status"] == "unavailable" and validated.problems
+
+
+# -- values a formula returns -------------------------------------------------------------------------------------
+
+
+def test_formula_values_are_filled_in_with_unit_scope_and_method():
+    builtin = ModuleHandler(estimate_nothing, frozenset({"dmas"}), method="formula:test")
+    validated = validate_estimates({"macs": Incomplete(7), "dmas": Incomplete(), "receptive_field": NOT_APPLICABLE,
+                                    "module_flops": None}, builtin)
+    assert validated.problems == [] and validated.reasons == {}
+    assert validated.metrics["macs"] == {"status": "partial", "value": None, "known_value": 7, "unit": "MACs",
+                                         "scope": "module_call", "method": "formula:test"}
+    assert validated.metrics["dmas"] == {"status": "unavailable", "value": None, "known_value": None, "unit": "DMAs",
+                                         "scope": "subtree", "method": "formula:test"}
+    assert validated.metrics["receptive_field"]["status"] == "not_applicable"
+    assert validated.metrics["module_flops"]["status"] == "unavailable"
+
+
+def test_a_formula_value_says_what_is_missing_and_invalid_ones_are_refused():
+    validated = validate_estimates({"macs": Incomplete(4, "the gate work is not counted"),
+                                    "dmas": Incomplete(-1), "module_flops": NOT_APPLICABLE}, HANDLER)
+    assert validated.reasons == {"macs": "the gate work is not counted"}
+    assert validated.metrics["macs"]["known_value"] == 4
+    assert {name for name, _ in validated.problems} == {"dmas", "module_flops"}
+    assert validated.metrics["dmas"]["status"] == validated.metrics["module_flops"]["status"] == "unavailable"
+
+
+def test_the_diagnostic_of_an_incomplete_field_quotes_what_the_formula_said_is_missing():
+    callback = constant(**{**SIX, "macs": Incomplete(4, "the gate work is not counted")})
+    report = analyze(Child(), (3,), custom_modules={Child: ModuleHandler(callback)})
+    (finding,) = [item for item in report["diagnostics"] if item["code"] == "incomplete_handler_estimate"]
+    assert finding["metric"] == "macs" and finding["message"].endswith(": the gate work is not counted")
+
+
+# -- reading the call's arguments --------------------------------------------------------------------------------
+
+
+def test_module_call_argument_reads_a_positional_or_keyword_argument():
+    module = nn.Linear(2, 2)
+    positional = ModuleCall(module, (1, 2), {}, None)
+    keyword = ModuleCall(module, (1,), {"offsets": 2}, None)
+    assert positional.argument(0, "input") == keyword.argument(0, "input") == 1
+    assert positional.argument(1, "offsets") == keyword.argument(1, "offsets") == 2
+    assert keyword.argument(2, "weights", None) is None  # omitted: the forward's own default
+    assert ModuleCall(module, (), {"input": 0}, None).argument(0, "input", 5) == 0  # a falsy value, not the default
+
+
+def test_a_missing_argument_without_a_default_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"Linear has no argument 'input' \(neither positional argument 0 nor "
+                                        r"keyword 'input'\)"):
+        ModuleCall(nn.Linear(2, 2), (), {"x": 1}, None).argument(0, "input")
+
+
+# -- the call context ----------------------------------------------------------------------------------------------
+
+
+def test_the_call_context_is_keyword_only_and_frozen():
+    context = CallContext(path="a", call_index=0, type_name="T", leaf=True, caller=None, builtin=None,
+                          needed=frozenset({"macs"}))
+    assert context.where == {"path": "a", "call_index": 0} and context.direct is None and not context.expanded
+    with pytest.raises(TypeError):
+        CallContext("a", 0, "T", True, None, None, frozenset())  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        context.leaf = False  # type: ignore[misc]

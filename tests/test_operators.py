@@ -10,33 +10,13 @@ import pytest
 import torch
 from torch import nn
 from torch.utils import flop_counter
+from torchscan_testing import OPAQUE, OPAQUE_PACKET, OpaqueLeaf, analyze, opaque
 
 from torchscan import crawl_module, measure_flops
-from torchscan.schema import validate_report
+from torchscan.direct_work import DirectWork
+from torchscan.operators import OperatorScope, build_formula_table, new_recorder, operator_name
 
 aten = torch.ops.aten
-
-
-@torch.library.custom_op("torchscan_test_operators::opaque", mutates_args=())
-def opaque(x: torch.Tensor) -> torch.Tensor:
-    """An operator no formula of TorchScan or PyTorch knows."""
-    return x.clone()
-
-
-@opaque.register_fake
-def _(x):
-    return torch.empty_like(x)
-
-
-OPAQUE_PACKET = torch.ops.torchscan_test_operators.opaque
-OPAQUE = "torchscan_test_operators.opaque"
-
-
-def analyze(model, *args, **kwargs):
-    report = crawl_module(model, *args, **kwargs)
-    validate_report(report)
-    json.dumps(report)
-    return report
 
 
 def sin_flops(input_shape, *, out_shape):
@@ -55,11 +35,6 @@ class Sine(nn.Module):
     def forward(self, x):
         self.calls += 1
         return torch.sin(x)
-
-
-class OpaqueLeaf(nn.Module):
-    def forward(self, x):
-        return opaque(x)
 
 
 def row(section, kind, name):
@@ -333,7 +308,7 @@ def test_measure_flops_validates_before_running():
 
 
 def test_torch_cond_counts_the_branch_that_ran():
-    import torch._dynamo  # noqa: F401  torch.cond compiles its branches; the recorder then steps out of its way
+    import torch._dynamo  # torch.cond compiles its branches; the recorder then steps out of its way
 
     class Branching(nn.Module):
         def forward(self, x):
@@ -343,3 +318,73 @@ def test_torch_cond_counts_the_branch_that_ran():
     names = [row["operator"] for row in report["operator_flops"]["by_operator"]]
     assert "aten.sin" in names and "aten.cos" not in names
     assert report["totals"]["operator_flops"]["status"] == "complete"
+
+
+def test_a_higher_order_operator_whose_inside_is_not_observed_is_diagnosed_as_such():
+    from torch._higher_order_ops.while_loop import while_loop
+
+    class Loop(nn.Module):
+        def forward(self, x):
+            return while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y.sin()), (torch.tensor(0), x))[1]
+
+    report = analyze(nn.Sequential(Loop()), (3,))
+    assert report["operator_flops"]["uncounted"] == [{"operator": "higher_order.while_loop", "calls": 1,
+                                                      "significance": "minor"}]
+    (finding,) = [item for item in report["diagnostics"] if item.get("operator") == "higher_order.while_loop"]
+    assert finding["code"] == "higher_order_operator" and finding["severity"] == "warning"
+    assert "the work inside it unobserved" in finding["message"]
+    assert report["totals"]["operator_flops"]["status"] == "partial"
+    loop = report["layers"][1]
+    assert loop["operator_flops"]["direct"]["status"] == "partial"
+    direct = [item for item in report["diagnostics"] if item["code"] == "unestimated_direct_work"]
+    assert direct and all("higher_order.while_loop x1" in item["message"] for item in direct)
+
+
+# -- the recorder's stack ---------------------------------------------------------------------------------------------
+
+
+def test_the_recorder_counts_into_the_innermost_entered_scope_and_then_the_root():
+    recorder = new_recorder(build_formula_table({}))
+    outer, inner = OperatorScope(), OperatorScope()
+    x = torch.ones(4)
+    with recorder:
+        torch.sin(x)
+        recorder.enter(outer)
+        torch.sin(x)
+        recorder.enter(inner)
+        torch.cos(x)
+        assert recorder.leave() is inner
+        torch.sin(x)
+        assert recorder.leave() is outer
+    assert {operator_name(p): c for p, (c, _) in recorder.root.counted.items()} == {"aten.sin": 1}
+    assert {operator_name(p): c for p, (c, _) in outer.counted.items()} == {"aten.sin": 2}
+    assert {operator_name(p): c for p, (c, _) in inner.counted.items()} == {"aten.cos": 1}
+
+
+def test_the_root_scope_cannot_be_left():
+    recorder = new_recorder(build_formula_table({}))
+    recorder.enter(OperatorScope())
+    recorder.leave()
+    with pytest.raises(RuntimeError, match="without a matching enter"):
+        recorder.leave()
+
+
+def test_nothing_is_counted_while_paused_and_pauses_nest():
+    recorder = new_recorder(build_formula_table({}))
+    x = torch.ones(4)
+    with recorder:
+        with recorder.paused():
+            torch.sin(x)
+            with recorder.paused():
+                torch.sin(x)
+            torch.sin(x)  # still inside the outer pause
+        torch.cos(x)
+    assert [operator_name(p) for p in recorder.root.counted] == ["aten.cos"]
+
+
+def test_direct_work_files_an_operator_without_estimate():
+    work = DirectWork()
+    work.add_unestimated(OPAQUE_PACKET)
+    work.add_unestimated(OPAQUE_PACKET)
+    assert work.unestimated == {OPAQUE_PACKET: 2} and work.operators == 0
+    assert work.result("macs")["status"] == "partial"

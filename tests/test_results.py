@@ -19,10 +19,10 @@ from torchscan.results import (
     is_count,
     is_incomplete,
     is_spatial_value,
+    lower_bound,
     normalized,
     not_applicable,
     not_requested,
-    partial,
     plain_number,
     unavailable,
     validation_error,
@@ -35,7 +35,7 @@ KEYS = {"status", "value", "known_value", "unit", "scope", "method"}
 
 def test_metric_result_has_exactly_six_keys():
     assert METRIC_RESULT_KEYS == KEYS
-    for result in (complete(3, "MACs", "module_call", "m"), partial(2, "MACs", "module_call", "m"),
+    for result in (complete(3, "MACs", "module_call", "m"), lower_bound(2, "MACs", "module_call", "m"),
                    unavailable("MACs", "module_call", "m"), not_applicable("elements", "module_call", "m"),
                    not_requested("FLOPs", "model")):
         assert set(result) == KEYS
@@ -54,7 +54,7 @@ def test_complete_zero_is_a_legitimate_value():
 
 
 def test_partial_hides_the_value_and_keeps_the_lower_bound():
-    result = partial(7, "DMAs", "module_call", "m")
+    result = lower_bound(7, "DMAs", "module_call", "m")
     assert result["status"] == "partial" and result["value"] is None and result["known_value"] == 7
 
 
@@ -160,7 +160,7 @@ def test_lists_are_only_valid_for_spatial_fields():
 
 
 def test_is_incomplete_flags_only_partial_and_unavailable():
-    assert is_incomplete(partial(1, "MACs", "s", "m")) and is_incomplete(unavailable("MACs", "s", "m"))
+    assert is_incomplete(lower_bound(1, "MACs", "s", "m")) and is_incomplete(unavailable("MACs", "s", "m"))
     for result in (complete(1, "MACs", "s", "m"), not_applicable("elements", "s", "m"), not_requested("MACs", "s")):
         assert not is_incomplete(result)
 
@@ -178,7 +178,7 @@ def test_sum_of_complete_results_is_complete():
 
 
 def test_a_partial_part_makes_the_sum_a_lower_bound():
-    total = _sum(complete(3, "MACs", "s", "a"), partial(4, "MACs", "s", "b"))
+    total = _sum(complete(3, "MACs", "s", "a"), lower_bound(4, "MACs", "s", "b"))
     assert total["status"] == "partial" and total["value"] is None and total["known_value"] == 3 + 4
 
 

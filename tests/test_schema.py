@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 from importlib import resources
 
@@ -10,8 +11,10 @@ import jsonschema
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import VALIDATED
 
-from torchscan import SCHEMA_VERSION, ModuleCall, ModuleHandler, crawl_module
+from torchscan import SCHEMA_VERSION, ModuleCall, ModuleHandler, crawl_module, summary
+from torchscan.results import SCOPES
 from torchscan.schema import report_schema, validate_report
 
 
@@ -163,3 +166,33 @@ def test_structural_breakage_is_rejected(report, mutate):
     broken = copy.deepcopy(report)
     mutate(broken)
     assert rejected(broken)
+
+
+def test_scope_is_an_enumeration_of_the_scopes_results_defines(report):
+    assert report_schema()["$defs"]["metric"]["properties"]["scope"] == {"enum": list(SCOPES)}
+    broken = copy.deepcopy(report)
+    scale_metric(broken)["scope"] = "layer"
+    assert rejected(broken)
+    used = {result["scope"] for layer in report["layers"] for result in (*layer["metrics"].values(),
+                                                                          *layer["operator_flops"].values())}
+    assert used | {report["totals"]["macs"]["scope"]} <= set(SCOPES)
+
+
+def test_every_report_analyzed_in_the_test_process_is_validated(monkeypatch):
+    """tests/conftest.py wraps the analysis: a report that breaks the schema fails the test that made it."""
+    from torchscan import crawler
+
+    before = VALIDATED["reports"]
+    crawl_module(nn.Linear(3, 2), (3,))
+    summary(nn.Linear(3, 2), (3,), file=io.StringIO())
+    assert VALIDATED["reports"] == before + 2
+    assemble = crawler._assemble
+
+    def broken_assembly(*args, **kwargs):
+        report = assemble(*args, **kwargs)
+        report["totals"]["macs"]["scope"] = "nowhere"
+        return report
+
+    monkeypatch.setattr(crawler, "_assemble", broken_assembly)
+    with pytest.raises(jsonschema.ValidationError, match="nowhere"):
+        crawl_module(nn.Linear(3, 2), (3,))

@@ -17,6 +17,7 @@ from torch.nn.parameter import is_lazy
 
 from . import __version__
 from .diagnostics import diagnostic, sort_key
+from .formulas import builtin_for
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
     call_metadata,
@@ -27,7 +28,15 @@ from .inputs import (
     normalize_shapes,
 )
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
-from .results import METRIC_UNITS, SUMMABLE_METRICS, add_results, as_lower_bound, incomplete_metrics, not_requested
+from .results import (
+    METRIC_UNITS,
+    MODEL,
+    SUMMABLE_METRICS,
+    add_results,
+    as_lower_bound,
+    incomplete_metrics,
+    not_requested,
+)
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer, tensor_statistics
 
@@ -106,7 +115,7 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
              handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
     full = mode == "full"
     recorder = new_recorder(build_formula_table(mapping)) if full else None
-    tracer = CallTracer(model, handlers, recorder)
+    tracer = CallTracer(model, handlers, recorder, builtin_for)
     training_flags = [(module, module.training) for module in model.modules()]
     inputs = {"source": source, **call_metadata(args, kwargs)}
     try:
@@ -119,8 +128,7 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
             model(*args, **kwargs)
     finally:
         tracer.detach()
-        for module, flag in training_flags:
-            module.training = flag
+        restore_training_flags(training_flags)
     context = _context(model, training_flags, mode, handlers, mapping)  # after lazy modules have materialized
     return _assemble(model, tracer, recorder, mapping, context, inputs, full)
 
@@ -131,13 +139,13 @@ def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder |
     statistics = tensor_statistics(model)
     for layer in layers:
         layer["parameters"], layer["buffers"] = statistics[layer["path"]]
-    diagnostics = [item for _, item in tracer.diagnostics]
+    diagnostics = list(tracer.diagnostics)
     if recorder is not None:
-        tracer.totals_scope.merge(recorder.scopes[0])
+        tracer.totals_scope.merge(recorder.root)
         operators, operator_diagnostics = operator_report(tracer.totals_scope, mapping, recorder)
         diagnostics.extend(operator_diagnostics)
     else:
-        operators = {"total": not_requested("FLOPs", "model"), "by_operator": [], "uncounted": [], "ignored": [],
+        operators = {"total": not_requested("FLOPs", MODEL), "by_operator": [], "uncounted": [], "ignored": [],
                      "custom_formulas": []}
     totals = _totals(statistics, layers, operators["total"], full)
     if tracer.foreign_thread_calls:
@@ -175,9 +183,9 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
         unit = METRIC_UNITS[name]
         if full:
             totals[name] = add_results((layer["metrics"][name] for layer in layers if name in layer["metrics"]),
-                                       unit, "model", TOTALS_METHOD)
+                                       unit, MODEL, TOTALS_METHOD)
         else:
-            totals[name] = not_requested(unit, "model")
+            totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = operator_total
     return totals
 
@@ -203,6 +211,23 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
                                  key=lambda row: row["type"]),
         "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
     }
+
+
+def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None:
+    """Put every module back in the mode it had, through its own ``train(mode)`` so that overrides run.
+
+    Models clear eval-time caches in their ``train()`` (timm's LeViT and EfficientFormer drop their attention-bias
+    cache): assigning ``training`` would skip that. The flags are in ``model.modules()`` order, parents first:
+    ``train(mode)`` on the root sets the whole tree, then each module whose flag still differs is switched, which
+    also switches its descendants before they are visited. An override that ignores ``mode`` is corrected last,
+    by assignment, so that every flag ends as it was.
+    """
+    for module, flag in training_flags:
+        if module.training != flag:
+            module.train(flag)
+    for module, flag in training_flags:
+        if module.training != flag:
+            module.training = flag
 
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:

@@ -28,8 +28,8 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "unestimated_direct_work": (
         "warning",
-        "A module call executed an operator directly (outside any child call) that no handler covers and the "
-        "module view has no formula for, so the affected metrics are partial.",
+        ("A module call executed an operator directly (outside any child call) that no handler covers and the "
+         "module view has no formula for, so the affected metrics are partial."),
     ),
     "uncounted_operator": (
         "warning",
@@ -53,28 +53,28 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "expanded_atomic_boundary": (
         "warning",
-        "A registered descendant opened a built-in atomic module whose inclusive formula was dropped; the "
-        "descendant counts are a lower bound of the module's work.",
+        ("A registered descendant opened a built-in atomic module whose inclusive formula was dropped; the "
+         "descendant counts are a lower bound of the module's work."),
     ),
     "unsupported_configuration": (
         "warning",
-        "A module supported by a built-in handler ran in a configuration its formulas do not justify; the "
-        "affected metrics are partial or unavailable.",
+        ("A module supported by a built-in handler ran in a configuration its formulas do not justify; the "
+         "affected metrics are partial or unavailable."),
     ),
     "unobserved_thread": (
         "error",
-        "Modules ran in threads other than the analysing one, where dispatch is not observed: their work is "
-        "missing and every total is a lower bound.",
+        ("Modules ran in threads other than the analysing one, where dispatch is not observed: their work is "
+         "missing and every total is a lower bound."),
     ),
     "higher_order_operator": (
         "warning",
-        "A higher-order operator (torch.cond, flex_attention, ...) ran without a way to count the work inside it; "
-        "the operator FLOPs are a lower bound.",
+        ("A higher-order operator (torch.cond on meta, while_loop, flex_attention, ...) ran without its inner work "
+         "being observed, so the operator FLOPs are a lower bound."),
     ),
     "operator_formula_error": (
         "error",
-        "An operator FLOP formula raised or returned something other than a non-negative number; the operator "
-        "is counted as uncounted.",
+        ("An operator FLOP formula raised or returned something other than a non-negative number; the operator "
+         "is counted as uncounted."),
     ),
 }
 

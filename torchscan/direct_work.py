@@ -9,21 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formulas.functional import FUNCTIONAL_ESTIMATES
-from .results import MetricResult, complete, partial, plain_number
+from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
+from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, MetricResult, complete, lower_bound, plain_number
 
 METHOD = "functional_ops"
-FIELDS = ("module_flops", "macs", "dmas")
-UNITS = {"module_flops": "FLOPs", "macs": "MACs", "dmas": "DMAs"}
 
 
 class DirectWork:
     """Running totals of one call's direct operators: FLOPs, MACs, DMAs, and operators without estimates."""
 
-    __slots__ = ("totals", "operators", "unestimated")
+    __slots__ = ("operators", "totals", "unestimated")
 
     def __init__(self) -> None:
-        self.totals = [0, 0, 0]
+        self.totals = [0, 0, 0]  # in the order of SUMMABLE_METRICS
         self.operators = 0
         self.unestimated: dict[Any, int] = {}
 
@@ -39,12 +37,16 @@ class DirectWork:
         totals[1] += estimate[1]
         totals[2] += estimate[2]
 
+    def add_unestimated(self, operator: Any) -> None:
+        """An operator that ran directly in the call and that no formula can estimate (a higher-order operator)."""
+        self.unestimated[operator] = self.unestimated.get(operator, 0) + 1
+
     def known(self, field: str) -> int | float:
         """What the estimated operators add up to for ``field``: exact, or a lower bound if some had no formula."""
-        return plain_number(self.totals[FIELDS.index(field)])
+        return plain_number(self.totals[SUMMABLE_METRICS.index(field)])
 
     def result(self, field: str) -> MetricResult:
         value = self.known(field)
         if self.unestimated:
-            return partial(value, UNITS[field], "module_call", METHOD)
-        return complete(value, UNITS[field], "module_call", METHOD)
+            return lower_bound(value, METRIC_UNITS[field], MODULE_CALL, METHOD)
+        return complete(value, METRIC_UNITS[field], MODULE_CALL, METHOD)

@@ -12,11 +12,19 @@ from typing import Any
 
 from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
-from .direct_work import FIELDS as SUMMABLE_FIELDS
-from .formulas.aten import operator_significance
-from .handlers import ModuleCall, ModuleHandler, validate_estimates
+from .formulas.operators.table import operator_significance
+from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
 from .operators import operator_name
-from .results import METRIC_UNITS, MetricResult, is_incomplete, partial, unavailable
+from .results import (
+    METRIC_UNITS,
+    MODULE_CALL,
+    SUBTREE,
+    SUMMABLE_METRICS,
+    MetricResult,
+    is_incomplete,
+    lower_bound,
+    unavailable,
+)
 
 FIELD_ORDER = tuple(METRIC_UNITS)
 
@@ -27,12 +35,12 @@ class CallEstimate:
 
     metrics: dict[str, MetricResult] = field(default_factory=dict)
     ownership: dict[str, str] = field(default_factory=dict)
-    builtin_owned: set[str] = field(default_factory=set)  # fields a built-in inclusive formula covers
+    builtin_owned: frozenset[str] = frozenset()  # fields a built-in inclusive formula covers
     delegated: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CallContext:
     """What the estimator needs to know about a call besides its objects."""
 
@@ -43,29 +51,35 @@ class CallContext:
     caller: ModuleHandler | None
     builtin: ModuleHandler | None
     needed: frozenset[str]
-    expanded: bool
-    direct: DirectWork | None
+    expanded: bool = False  # a registered descendant opened this built-in inclusive owner
+    direct: DirectWork | None = None  # the operators the call ran directly, when the module view needs them
     opened_by: str | None = None  # the caller-registered descendant type that opened a built-in owner
+
+    @property
+    def where(self) -> dict[str, Any]:
+        return {"path": self.path, "call_index": self.call_index}
 
 
 def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
     """Estimates for the ``needed`` fields of one call; ``call`` is None when the forward raised."""
     estimate = CallEstimate()
-    where = {"path": context.path, "call_index": context.call_index}
     if call is None:
-        _mark_failed(context, estimate, where)
+        _mark_failed(context, estimate)
         return estimate
     if context.caller is not None:
-        _apply_handler(context.caller, call, context.needed, estimate, where, builtin=False)
+        _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys()
     if context.builtin is not None and remaining:
         if context.expanded and context.caller is None:
-            _mark_expanded(context, remaining, estimate, where)
+            _mark_expanded(context, remaining, estimate)
         else:
-            _apply_handler(context.builtin, call, remaining, estimate, where, builtin=True)
-            estimate.builtin_owned = {name for name in remaining & estimate.metrics.keys()
-                                      if name in context.builtin.subtree_metrics}
-    _fill_unhandled(context, estimate, where)
+            _apply_handler(context.builtin, call, remaining, estimate, context.where, builtin=True)
+            estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
+                                               if name in context.builtin.subtree_metrics)
+    unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
+    if unhandled:
+        unsupported = _choose_unhandled(context, unhandled, estimate)
+        _report_unhandled(context, unhandled, unsupported, estimate)
     estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
     return estimate
 
@@ -75,7 +89,7 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
     label = handler.label if builtin else handler.caller_label
     try:
         raw = handler.callback(call)
-    except Exception as error:  # a failing estimate must not fail the analysis; it is reported instead
+    except Exception as error:  # noqa: BLE001 -- a failing estimate must not fail the analysis; it is reported
         estimate.diagnostics.append(diagnostic(
             "handler_exception", f"{label} raised {type(error).__name__}; its fields are unavailable", **where))
         for name in sorted(needed):
@@ -86,28 +100,43 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
     for name, result in validated.metrics.items():
         _set(estimate, handler, name, result)
-        if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
-            estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where))
+        if is_incomplete(result) and not validated.invalid_whole and not _rejected(validated, name):
+            estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where,
+                                                           validated.reasons.get(name)))
     if not validated.invalid_whole:
-        for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
-            _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
-            estimate.diagnostics.append(diagnostic(
-                "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
-                "descendants stay covered and the result is unavailable", metric=name, **where))
+        _mark_omitted_owned(handler, needed, validated, estimate, label, where)
 
 
-def _incomplete_result(label: str, name: str, result: MetricResult, builtin: bool, where: dict[str, Any]
-                       ) -> Diagnostic:
-    """A built-in's incomplete result means the call is outside what its formula justifies; a caller's is theirs."""
+def _rejected(validated: ValidatedEstimates, name: str) -> bool:
+    """The field's value was invalid (its diagnostic already says why it is unavailable)."""
+    return any(field_name == name for field_name, _ in validated.problems)
+
+
+def _mark_omitted_owned(handler: ModuleHandler, needed: frozenset[str], validated: ValidatedEstimates,
+                        estimate: CallEstimate, label: str, where: dict[str, Any]) -> None:
+    """Fields a handler owns for its subtree but did not supply: unavailable, and the descendants stay covered."""
+    for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
+        _set(estimate, handler, name, unavailable(METRIC_UNITS[name], SUBTREE, label))
+        estimate.diagnostics.append(diagnostic(
+            "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
+            "descendants stay covered and the result is unavailable", metric=name, **where))
+
+
+def _incomplete_result(label: str, name: str, result: MetricResult, builtin: bool, where: dict[str, Any],
+                       reason: str | None) -> Diagnostic:
+    """A built-in's incomplete result means the call is outside what its formula justifies; a caller's is theirs.
+
+    ``reason`` is what the formula said is missing; it replaces the generic explanation of a built-in's result.
+    """
     article = "an" if result["status"] == "unavailable" else "a"
     detail = "" if result["method"] == label else f" (method {result['method']})"
+    returned = f"{label} returned {article} {result['status']} {name} estimate{detail}"
     if builtin:
-        return diagnostic("unsupported_configuration",
-                          f"{label} returned {article} {result['status']} {name} estimate{detail}: this call is "
-                          "outside what the built-in formula justifies (see the counting conventions)",
-                          metric=name, **where)
-    return diagnostic("incomplete_handler_estimate", f"{label} returned {article} {result['status']} {name} "
-                      f"estimate{detail}", metric=name, **where)
+        why = reason or ("this call is outside what the built-in formula justifies (see the counting "
+                         "conventions)")
+        return diagnostic("unsupported_configuration", f"{returned}: {why}", metric=name, **where)
+    return diagnostic("incomplete_handler_estimate", f"{returned}: {reason}" if reason else returned, metric=name,
+                      **where)
 
 
 def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: MetricResult) -> None:
@@ -115,10 +144,10 @@ def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: Metr
     estimate.ownership[name] = handler.scope(name)
 
 
-def _mark_failed(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
+def _mark_failed(context: CallContext, estimate: CallEstimate) -> None:
     for name in sorted(context.needed):
-        estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "module_forward_error")
-    estimate.diagnostics.append(forward_error(context.type_name, **where))
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, "module_forward_error")
+    estimate.diagnostics.append(forward_error(context.type_name, **context.where))
 
 
 def forward_error(type_name: str, path: str, call_index: int) -> Diagnostic:
@@ -127,57 +156,72 @@ def forward_error(type_name: str, path: str, call_index: int) -> Diagnostic:
                       "and continued, so this call has no output and no estimates", path=path, call_index=call_index)
 
 
-def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: CallEstimate,
-                   where: dict[str, Any]) -> None:
+def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: CallEstimate) -> None:
     builtin = context.builtin
     assert builtin is not None
     for name in sorted(remaining):  # the call's own work is unknown; its descendants keep their estimates
-        estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", builtin.label)
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, builtin.label)
     estimate.diagnostics.append(diagnostic(
         "expanded_atomic_boundary", f"the registered descendant {context.opened_by} opened {context.type_name}: "
         "its inclusive built-in formula is dropped and the descendant counts are a lower bound; register "
-        f"{context.type_name} too to supply its own work", **where))
+        f"{context.type_name} too to supply its own work", **context.where))
 
 
-def _unsupported_leaf_result(name: str, direct: DirectWork | None) -> MetricResult:
-    unit = METRIC_UNITS[name]
-    if name in SUMMABLE_FIELDS and direct is not None and direct.operators:
-        return partial(direct.known(name), unit, "module_call", "unsupported_module")
-    return unavailable(unit, "module_call", "unsupported_module")
+# -- fields no handler supplied ----------------------------------------------------------------------------------
 
 
-def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[str, Any]) -> None:
-    remaining = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
-    if not remaining:
-        return
-    direct = context.direct
+def _unsupported_leaf(context: CallContext) -> bool:
+    """A leaf module that no formula covers at all (its own work is unknown)."""
+    return context.leaf and context.builtin is None
+
+
+def _observed_direct_work(context: CallContext, name: str) -> bool:
+    """Dispatch observed operators run directly in the call, which the module view can price for ``name``."""
+    return name in SUMMABLE_METRICS and context.direct is not None and context.direct.operators > 0
+
+
+def _choose_unhandled(context: CallContext, unhandled: list[str], estimate: CallEstimate) -> list[str]:
+    """The result of each field no handler supplied; returns the fields left unsupported on a leaf.
+
+    An unsupported leaf's counts are lower bounds from the operators observed in its call (work in numpy or an
+    extension is invisible to dispatch, and nothing observed is no evidence of zero work). A composite's
+    summable fields come from its observed direct work; its other fields are delegated to its descendants.
+    """
     unsupported = []
-    for name in remaining:
-        if context.leaf and context.builtin is None:
-            # No formula covers this leaf: what dispatch observed is a lower bound (work in numpy or an extension
-            # is invisible to it), and nothing observed is no evidence of zero work.
-            estimate.metrics[name] = _unsupported_leaf_result(name, direct)
+    for name in unhandled:
+        unit = METRIC_UNITS[name]
+        if _unsupported_leaf(context):
+            estimate.metrics[name] = (lower_bound(context.direct.known(name), unit, MODULE_CALL, "unsupported_module")
+                                      if _observed_direct_work(context, name)
+                                      else unavailable(unit, MODULE_CALL, "unsupported_module"))
             unsupported.append(name)
-        elif name in SUMMABLE_FIELDS and direct is not None and direct.operators:
-            estimate.metrics[name] = direct.result(name)
+        elif _observed_direct_work(context, name):
+            estimate.metrics[name] = context.direct.result(name)  # type: ignore[union-attr]
         elif context.leaf:
-            estimate.metrics[name] = unavailable(METRIC_UNITS[name], "module_call", "unsupported_module")
+            estimate.metrics[name] = unavailable(unit, MODULE_CALL, "unsupported_module")
             unsupported.append(name)
         else:
             estimate.delegated.append(name)
+    return unsupported
+
+
+def _report_unhandled(context: CallContext, unhandled: list[str], unsupported: list[str],
+                      estimate: CallEstimate) -> None:
+    """The diagnostics of the fields no handler supplied: an unsupported leaf, and direct work without formula."""
     if unsupported:
         estimate.diagnostics.append(diagnostic(
             "unsupported_module", f"no formula supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
             "module: counts are lower bounds from the operators observed in its call (unavailable when none "
             "was observed) and receptive fields are unavailable; register a ModuleHandler for it in "
-            "custom_modules", **where))
-    if direct is not None and direct.unestimated:
-        names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
-                                                                         key=lambda item: operator_name(item[0])))
-        significant = any(operator_significance(p) == "significant" for p in direct.unestimated)
-        for name in (n for n in remaining if n in SUMMABLE_FIELDS):
-            estimate.diagnostics.append(diagnostic(
-                "unestimated_direct_work", f"{context.type_name} executed {names} directly, with no module-view "
-                f"formula; {name} is a lower bound", metric=name, severity="error" if significant else "warning",
-                **where))
-
+            "custom_modules", **context.where))
+    direct = context.direct
+    if direct is None or not direct.unestimated:
+        return
+    names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
+                                                                     key=lambda item: operator_name(item[0])))
+    significant = any(operator_significance(p) == "significant" for p in direct.unestimated)
+    for name in (n for n in unhandled if n in SUMMABLE_METRICS):
+        estimate.diagnostics.append(diagnostic(
+            "unestimated_direct_work", f"{context.type_name} executed {names} directly, with no module-view "
+            f"formula; {name} is a lower bound", metric=name, severity="error" if significant else "warning",
+            **context.where))

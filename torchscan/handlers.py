@@ -15,12 +15,18 @@ from torch import nn
 
 from .results import (
     METRIC_UNITS,
+    MODULE_CALL,
+    NOT_APPLICABLE,
     SPATIAL_METRICS,
+    SUBTREE,
+    Incomplete,
     MetricResult,
     complete,
     is_count,
     is_spatial_value,
+    lower_bound,
     normalized,
+    not_applicable,
     plain_number,
     unavailable,
     validation_error,
@@ -31,6 +37,7 @@ METRIC_FIELDS = frozenset(METRIC_UNITS)
 #: say it has no meaning for the call (``not_applicable``). ``not_requested`` belongs to the analysis mode alone.
 COUNT_STATUSES = frozenset({"complete", "partial", "unavailable"})
 SPATIAL_STATUSES = COUNT_STATUSES | {"not_applicable"}
+_REQUIRED: Any = object()
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,22 @@ class ModuleCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     output: Any
+
+    def argument(self, position: int, name: str, default: Any = _REQUIRED) -> Any:
+        """The argument the forward received at ``position`` or as keyword ``name``.
+
+        An argument the caller omitted reads as ``default`` (pass the forward's own default); without a
+        ``default``, a missing argument raises ``TypeError`` naming it (a handler's exception is reported as a
+        ``handler_exception`` diagnostic, never as a made-up count).
+        """
+        if len(self.args) > position:
+            return self.args[position]
+        if name in self.kwargs:
+            return self.kwargs[name]
+        if default is not _REQUIRED:
+            return default
+        raise TypeError(f"the call of {type(self.module).__qualname__} has no argument {name!r} "
+                        f"(neither positional argument {position} nor keyword {name!r})")
 
 
 class ModuleEstimates(TypedDict, total=False):
@@ -104,7 +127,7 @@ class ModuleHandler:
         return f"custom_module_handler:{module}.{qualname}"
 
     def scope(self, metric: str) -> str:
-        return "subtree" if metric in self.subtree_metrics else "module_call"
+        return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
 
 
 HandlerMap = Mapping[type, ModuleHandler]
@@ -154,11 +177,13 @@ def builtin_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
 
 @dataclass
 class ValidatedEstimates:
-    """A callback's result after validation: metric results by field, and why any field was rejected."""
+    """A callback's result after validation: metric results by field, why any field was rejected, and what an
+    `Incomplete` value said is missing (quoted by the diagnostic about that field)."""
 
     metrics: dict[str, MetricResult]
     problems: list[tuple[str | None, str]]  # (field or None for the whole result, message)
     invalid_whole: bool = False
+    reasons: dict[str, str] = field(default_factory=dict)
 
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
@@ -166,10 +191,11 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     """Turn a callback result into MetricResults; invalid fields become unavailable with a reason.
 
     A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
-    handler becomes unavailable), as the extension contract states. Caller results are labelled with the caller
-    label (their own method appended); built-in results keep their method. Either may say a receptive-field
-    field is ``not_applicable``; counts are complete, partial or unavailable. ``builtin`` defaults to whether the
-    handler carries a ``method`` label (the crawler always says which role a handler plays).
+    handler becomes unavailable), as the extension contract states. Values are filled in with the field's unit,
+    the handler's scope and its method label: caller results are labelled with the caller label (a MetricResult's
+    own method appended); built-in results keep their method. Either may say a receptive-field field is
+    ``not_applicable``; counts are complete, partial or unavailable. ``builtin`` defaults to whether the handler
+    carries a ``method`` label (the crawler always says which role a handler plays).
     """
     if builtin is None:
         builtin = handler.method is not None
@@ -181,16 +207,17 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if unknown:
         reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
         return _whole_invalid(handler, requested, label, reason)
-    metrics: dict[str, MetricResult] = {}
-    problems: list[tuple[str | None, str]] = []
+    validated = ValidatedEstimates({}, [])
     for name, value in raw.items():
         if name not in requested:
             continue
         result, problem = _estimate_to_result(name, value, handler, label, builtin)
-        metrics[name] = result
+        validated.metrics[name] = result
         if problem:
-            problems.append((name, problem))
-    return ValidatedEstimates(metrics, problems)
+            validated.problems.append((name, problem))
+        elif isinstance(value, Incomplete) and value.reason:
+            validated.reasons[name] = value.reason
+    return validated
 
 
 def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str, reason: str) -> ValidatedEstimates:
@@ -200,21 +227,45 @@ def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str
 
 def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str, builtin: bool
                         ) -> tuple[MetricResult, str | None]:
+    """One field's value as a MetricResult, or an unavailable result and why the value is invalid."""
     unit, scope = METRIC_UNITS[name], handler.scope(name)
     if type(value) is int and value >= 0:  # the common case, kept cheap: it runs for every call of every layer
         return complete(value, unit, scope, label), None
     spatial = name in SPATIAL_METRICS
     if value is None:
         return unavailable(unit, scope, label), None
+    if isinstance(value, Incomplete):
+        return _incomplete_to_result(name, value, unit, scope, label)
+    if value is NOT_APPLICABLE:
+        if spatial:
+            return not_applicable(unit, scope, label), None
+        return unavailable(unit, scope, label), f"{name} is a count: it cannot be not applicable"
     if isinstance(value, Mapping):
-        statuses = SPATIAL_STATUSES if spatial else COUNT_STATUSES
-        problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
-        if problem:
-            return unavailable(unit, scope, label), problem
-        result = normalized(value)
-        method = result["method"] if builtin else f"{label}:{result['method']}"
-        return {**result, "scope": scope, "method": method}, None
+        return _structured_to_result(name, value, scope, label, builtin)
     if is_count(value) or (spatial and is_spatial_value(value)):
         return complete(plain_number(value), unit, scope, label), None
     what = "a finite non-negative number" + (" or a list of them" if spatial else "")
     return unavailable(unit, scope, label), f"{name} must be {what}, None or a MetricResult, got {type(value).__name__}"
+
+
+def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: str, label: str
+                          ) -> tuple[MetricResult, str | None]:
+    """A lower bound (partial) or nothing known (unavailable)."""
+    if value.known is None:
+        return unavailable(unit, scope, label), None
+    if is_count(value.known) or (name in SPATIAL_METRICS and is_spatial_value(value.known)):
+        return lower_bound(plain_number(value.known), unit, scope, label), None
+    return unavailable(unit, scope, label), f"the known part of {name} must be a finite non-negative number"
+
+
+def _structured_to_result(name: str, value: Mapping[str, Any], scope: str, label: str, builtin: bool
+                          ) -> tuple[MetricResult, str | None]:
+    """A MetricResult mapping, checked; its scope becomes the handler's, a caller's method gets the caller label."""
+    unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
+    statuses = SPATIAL_STATUSES if spatial else COUNT_STATUSES
+    problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
+    if problem:
+        return unavailable(unit, scope, label), problem
+    result = normalized(value)
+    method = result["method"] if builtin else f"{label}:{result['method']}"
+    return {**result, "scope": scope, "method": method}, None

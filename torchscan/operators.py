@@ -9,7 +9,6 @@ contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
 from __future__ import annotations
 
 import sys
-
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,18 +18,21 @@ from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, diagnostic
-from .formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
-from .results import MetricResult, complete, is_count, partial, plain_number
+from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from .results import MODEL, MetricResult, complete, is_count, lower_bound, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
 OpPacket = torch._ops.OpOverloadPacket
 
 
+HIGHER_ORDER_PREFIX = "higher_order."
+
+
 def operator_name(packet: Any) -> str:
     """``aten.mm`` for ``torch.ops.aten.mm`` (``higher_order.cond`` for a higher-order operator): stable names."""
     if isinstance(packet, HigherOrderOperator):
-        return f"higher_order.{packet.name()}"
+        return f"{HIGHER_ORDER_PREFIX}{packet.name()}"
     name = getattr(packet, "_qualified_op_name", None)
     return name.replace("::", ".") if name else str(packet)
 
@@ -65,7 +67,7 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
 class OperatorScope:
     """Operator counts of one module call (or of a whole workload): FLOPs by operator, ignored and uncounted."""
 
-    __slots__ = ("flops", "counted", "ignored", "uncounted", "direct_work")
+    __slots__ = ("counted", "direct_work", "flops", "ignored", "uncounted")
 
     def __init__(self) -> None:
         self.flops = 0
@@ -76,7 +78,7 @@ class OperatorScope:
 
     def result(self, scope: str) -> MetricResult:
         if self.uncounted:
-            return partial(plain_number(self.flops), UNIT, scope, METHOD)
+            return lower_bound(plain_number(self.flops), UNIT, scope, METHOD)
         return complete(plain_number(self.flops), UNIT, scope, METHOD)
 
     def merge(self, other: OperatorScope) -> None:
@@ -91,11 +93,31 @@ class OperatorScope:
             self.uncounted[packet] = self.uncounted.get(packet, 0) + calls
 
 
-class OperatorRecorder(TorchDispatchMode):
-    """Counts every dispatched operator into the scope on top of ``scopes`` (the active module call).
+class _Pause:
+    """The context of `OperatorRecorder.paused`: counting stops inside, and resumes when the outermost pause ends."""
 
-    A scope with a ``direct_work`` accumulator also feeds it each operator, so the module view can estimate work
-    that a module performs directly. ``suspended`` stops counting while module estimates run.
+    __slots__ = ("depth", "recorder")
+
+    def __init__(self, recorder: OperatorRecorder) -> None:
+        self.recorder = recorder
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+        self.recorder.suspended = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.depth -= 1
+        self.recorder.suspended = self.depth > 0
+
+
+class OperatorRecorder(TorchDispatchMode):
+    """Counts every dispatched operator into the active scope: the innermost module call entered, else the root.
+
+    The recorder owns its stack of scopes: `enter` a module call's scope when the call starts, `leave` it when the
+    call ends, and run estimates inside `paused` so that their own tensor work is not counted. A scope with a
+    ``direct_work`` accumulator also feeds it each operator, so the module view can estimate work that a module
+    performs directly.
     """
 
     supports_higher_order_operators = True
@@ -108,10 +130,30 @@ class OperatorRecorder(TorchDispatchMode):
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]], root: OperatorScope | None = None) -> None:
         super().__init__()
         self.formulas = formulas
-        self.scopes: list[OperatorScope] = [root or OperatorScope()]
-        self.suspended = False
+        self.scopes: list[OperatorScope] = [root or OperatorScope()]  # the root, then one scope per open call
+        self.suspended = False  # set only through paused()
+        self._pause = _Pause(self)
         self.formula_errors: dict[Any, str] = {}
         self.declined: set[Any] = set()  # operators whose formula had no convention for some call
+
+    @property
+    def root(self) -> OperatorScope:
+        """The scope of everything that ran outside any entered scope (the whole workload for measure_flops)."""
+        return self.scopes[0]
+
+    def enter(self, scope: OperatorScope) -> None:
+        """Count the operators that follow into ``scope`` until the matching `leave`."""
+        self.scopes.append(scope)
+
+    def leave(self) -> OperatorScope:
+        """Close the innermost entered scope and return it; the root cannot be left."""
+        if len(self.scopes) == 1:
+            raise RuntimeError("OperatorRecorder.leave() without a matching enter(): only the root scope is open")
+        return self.scopes.pop()
+
+    def paused(self) -> _Pause:
+        """A context in which nothing is counted (module estimates run there); pauses may nest."""
+        return self._pause
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -147,7 +189,7 @@ class OperatorRecorder(TorchDispatchMode):
             scope = self.scopes[-1]
             scope.uncounted[func] = scope.uncounted.get(func, 0) + 1
             if scope.direct_work is not None:
-                scope.direct_work.unestimated[func] = scope.direct_work.unestimated.get(func, 0) + 1
+                scope.direct_work.add_unestimated(func)
         return out
 
     def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
@@ -177,7 +219,7 @@ def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], rec
                     ) -> tuple[dict[str, Any], list[Diagnostic]]:
     """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
     section = {
-        "total": total.result("model"),
+        "total": total.result(MODEL),
         "by_operator": sorted(({"operator": operator_name(p), "calls": c, "flops": plain_number(f)}
                                for p, (c, f) in total.counted.items()), key=lambda row: row["operator"]),
         "uncounted": sorted(({"operator": operator_name(p), "calls": c, "significance": operator_significance(p)}
@@ -187,25 +229,29 @@ def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], rec
         "custom_formulas": sorted(operator_name(p) for p in custom_mapping),
     }
     errors = {operator_name(packet): error for packet, error in recorder.formula_errors.items()}
-    declined_names = {operator_name(packet) for packet in recorder.declined}
-    diagnostics = []
-    for row in section["uncounted"]:
-        significant = row["significance"] == "significant"
-        packet_error = errors.get(row["operator"])
-        declined = row["operator"] in declined_names
-        if packet_error is not None:
-            diagnostics.append(diagnostic(
-                "operator_formula_error", f"the FLOP formula of {row['operator']} failed ({packet_error}); its "
-                f"{row['calls']} call(s) are not counted", metric="operator_flops", operator=row["operator"]))
-            continue
-        reason = ("with a formula that has no convention for some of these calls (dtype, layout or mode)"
-                  if declined else "without a FLOP formula")
-        diagnostics.append(diagnostic(
-            "uncounted_operator",
-            f"{row['operator']} ran {row['calls']} uncounted time(s), {reason}"
-            + (" (significant work such as a matmul, convolution or attention kernel)" if significant else ""),
-            metric="operator_flops", severity="error" if significant else "warning", operator=row["operator"]))
-    return section, diagnostics
+    declined = {operator_name(packet) for packet in recorder.declined}
+    return section, [_uncounted_diagnostic(row, errors, declined) for row in section["uncounted"]]
+
+
+def _uncounted_diagnostic(row: dict[str, Any], errors: dict[str, str], declined: set[str]) -> Diagnostic:
+    """Why one operator's calls are uncounted: its formula failed, declined some calls, it has no formula, or it is
+    a higher-order operator whose inner work was not observed."""
+    name, calls = row["operator"], row["calls"]
+    if name in errors:
+        return diagnostic("operator_formula_error", f"the FLOP formula of {name} failed ({errors[name]}); its "
+                          f"{calls} call(s) are not counted", metric="operator_flops", operator=name)
+    significant = row["significance"] == "significant"
+    severity = "error" if significant else "warning"
+    if name.startswith(HIGHER_ORDER_PREFIX):
+        return diagnostic("higher_order_operator", f"{name} ran {calls} time(s) with the work inside it unobserved; "
+                          "the operator FLOPs are a lower bound", metric="operator_flops", severity=severity,
+                          operator=name)
+    reason = ("with a formula that has no convention for some of these calls (dtype, layout or mode)"
+              if name in declined else "without a FLOP formula")
+    return diagnostic(
+        "uncounted_operator", f"{name} ran {calls} uncounted time(s), {reason}"
+        + (" (significant work such as a matmul, convolution or attention kernel)" if significant else ""),
+        metric="operator_flops", severity=severity, operator=name)
 
 
 class CompileSafeRecorder(OperatorRecorder):
@@ -240,6 +286,6 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, C
     recorder = new_recorder(build_formula_table(mapping))
     with recorder:
         workload()
-    section, diagnostics = operator_report(recorder.scopes[0], mapping, recorder)
+    section, diagnostics = operator_report(recorder.root, mapping, recorder)
     section["diagnostics"] = diagnostics
     return section

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from numbers import Real
-from typing import Any, Literal, TypedDict
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypedDict
 
 Status = Literal["complete", "partial", "unavailable", "not_requested", "not_applicable"]
+Scope = Literal["module_call", "subtree", "direct", "inclusive", "model"]
 Value = float | int | list[float | int] | None
 
-#: Statuses whose numbers are known exactly; ``not_applicable`` is exact too: there is nothing to count.
-EXACT_STATUSES = frozenset({"complete", "not_applicable"})
 #: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
 INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
+ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
+
+#: Where a number applies: one module call, a call with its whole subtree (an inclusive owner), the operators run
+#: directly in a call or inclusively under it, or the whole model. The report schema enumerates exactly these.
+SCOPES: tuple[Scope, ...] = ("module_call", "subtree", "direct", "inclusive", "model")
+MODULE_CALL, SUBTREE, DIRECT, INCLUSIVE, MODEL = SCOPES
 
 #: The unit of every module-estimate field, in report order.
 METRIC_UNITS: dict[str, str] = {
@@ -32,7 +39,37 @@ METRIC_UNITS: dict[str, str] = {
 SUMMABLE_METRICS = ("module_flops", "macs", "dmas")
 #: The estimate fields that describe a call locally and are never summed.
 SPATIAL_METRICS = ("receptive_field", "effective_stride", "effective_padding")
+#: The spatial fields of an operation that maps every position to itself (elementwise, per token, per feature).
+POINTWISE_SPATIAL: Mapping[str, int] = MappingProxyType(
+    {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0})
 METRIC_RESULT_KEYS = frozenset({"status", "value", "known_value", "unit", "scope", "method"})
+
+
+@dataclass(frozen=True, slots=True)
+class Incomplete:
+    """A formula's answer for a field it cannot count completely.
+
+    ``known`` is a lower bound of the true value (a partial result), or ``None`` when nothing is known (an
+    unavailable one); ``reason`` says what is missing, and the diagnostic about the field quotes it. Handlers
+    return values (numbers, ``None``, `Incomplete`, `NOT_APPLICABLE`); validation turns them into MetricResults
+    with the field's unit, the handler's scope and its method label.
+    """
+
+    known: Value = None
+    reason: str | None = None
+
+
+class _NotApplicable:
+    """The type of `NOT_APPLICABLE`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_APPLICABLE"
+
+
+#: A handler's value for a spatial field that has no meaning for the call (a receptive field through Flatten).
+NOT_APPLICABLE: Final = _NotApplicable()
 
 
 class MetricResult(TypedDict):
@@ -42,7 +79,7 @@ class MetricResult(TypedDict):
     value: Value
     known_value: Value
     unit: str
-    scope: str
+    scope: Scope
     method: str
 
 
@@ -52,7 +89,7 @@ def complete(value: Value, unit: str, scope: str, method: str) -> MetricResult:
             "method": method}
 
 
-def partial(known_value: Value, unit: str, scope: str, method: str) -> MetricResult:
+def lower_bound(known_value: Value, unit: str, scope: str, method: str) -> MetricResult:
     """A lower bound: the true value is at least ``known_value``."""
     return {"status": "partial", "value": None, "known_value": known_value, "unit": unit, "scope": scope,
             "method": method}
@@ -97,9 +134,6 @@ def plain_number(value: Any) -> Value:
         return int(value)  # exact, however large (a 70B model's FLOPs exceed 2**53)
     number = float(value)
     return int(number) if number.is_integer() and abs(number) < 2**53 else number
-
-
-ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
 
 
 def validation_error(result: Any, unit: str | None = None, spatial: bool = False,
@@ -168,7 +202,7 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: 
     if not any_incomplete:
         return complete(plain_number(known), unit, scope, method)
     if any_known:
-        return partial(plain_number(known), unit, scope, method)
+        return lower_bound(plain_number(known), unit, scope, method)
     return unavailable(unit, scope, method)
 
 
@@ -181,7 +215,7 @@ def as_lower_bound(result: MetricResult) -> MetricResult:
     """The same result, known to miss some work: a complete value becomes a partial lower bound."""
     if result["status"] != "complete":
         return result
-    return partial(result["known_value"], result["unit"], result["scope"], result["method"])
+    return lower_bound(result["known_value"], result["unit"], result["scope"], result["method"])
 
 
 def incomplete_metrics(report: dict[str, Any]) -> list[str]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from functools import cache
 from importlib import resources
-from collections.abc import Iterator
 from typing import Any
 
 from .results import METRIC_UNITS, SPATIAL_METRICS, validation_error

@@ -1,14 +1,21 @@
 """The module-call tracer: forward hooks that build one record per call and keep the call stack.
 
 Pre-hooks open a `Frame` (record, operator scope, metric coverage inherited from owning ancestors);
-post-hooks close it, run the estimates immediately with operator counting suspended, attribute operator FLOPs
+post-hooks close it, run the estimates immediately with operator counting paused, attribute operator FLOPs
 directly and inclusively, and release every reference to the call's objects.
+
+Speculative ownership: when a caller registration matches some module of the model, a built-in inclusive owner
+(a native Transformer layer) may still be opened by a registered descendant, so its descendants are estimated
+before the owner knows whether its formula applies. Their outcomes wait in the owner frame's ``pending`` overlay
+and are written to the records only when no undecided owner encloses them: an owner whose formula applied drops
+the fields it covers from them first. Records are written once, never edited afterwards.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +25,27 @@ from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
-from .estimation import CallContext, estimate_call, forward_error
-from .formulas import DEFAULT_HANDLERS
-from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, builtin_handler, closest_handler
+from .estimation import CallContext, CallEstimate, estimate_call, forward_error
+from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .operators import OperatorRecorder, OperatorScope
-from .results import METRIC_UNITS, complete, is_incomplete, not_requested, partial, plain_number
+from .results import (
+    DIRECT,
+    INCLUSIVE,
+    METRIC_UNITS,
+    MODULE_CALL,
+    SUMMABLE_METRICS,
+    complete,
+    is_incomplete,
+    lower_bound,
+    not_requested,
+    plain_number,
+)
 
 NO_FIELDS: frozenset[str] = frozenset()
+SUMMABLE = frozenset(SUMMABLE_METRICS)
+#: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
+BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 
 
 @dataclass(frozen=True)
@@ -39,19 +59,55 @@ class ModuleInfo:
     builtin: ModuleHandler | None
 
 
+@dataclass
+class CallOutcome:
+    """A closed call's estimates and operator FLOPs, waiting to be written to its record."""
+
+    index: int
+    estimate: CallEstimate | None
+    owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
+    operator_flops: dict[str, Any]
+
+    def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
+        """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
+        ``fields``: the outermost owner is recorded, as if ownership had been sure from the start."""
+        estimate = self.estimate
+        for name in sorted(fields):
+            if estimate is not None and name in estimate.metrics:
+                del estimate.metrics[name]
+                estimate.ownership.pop(name, None)
+            elif estimate is not None and name in estimate.delegated:
+                estimate.delegated.remove(name)
+            elif name not in self.owners:
+                continue
+            self.owners[name] = owner
+        if estimate is not None:
+            estimate.diagnostics = [item for item in estimate.diagnostics
+                                    if not _superseded(item, estimate, fields)]
+
+
+def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]) -> bool:
+    """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
+    if item.get("metric") in fields:
+        return True
+    return item["code"] == "unsupported_module" and not any(
+        is_incomplete(result) for result in estimate.metrics.values())
+
+
 class Frame:
     """One open module call."""
 
-    __slots__ = ("module_id", "info", "record", "index", "covered", "owned_sure", "owned_maybe", "expanded",
-                 "opened_by", "scope", "inclusive_flops", "inclusive_uncounted", "exception_before")
+    __slots__ = ("covered", "exception_before", "expanded", "inclusive_flops", "inclusive_uncounted", "index",
+                 "info", "module_id", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
+                 "scope")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], index: int,
-                 covered: dict[str, int]) -> None:
+                 parent: Frame | None) -> None:
         self.module_id = module_id
         self.info = info
         self.record = record
         self.index = index
-        self.covered = covered  # field -> index of the owning ancestor's record
+        self.covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
         self.expanded = False
@@ -60,20 +116,50 @@ class Frame:
         self.inclusive_flops = 0
         self.inclusive_uncounted = False
         self.exception_before = sys.exc_info()[1]
+        self.pending: list[CallOutcome] | None = None  # a list while this call's ownership is undecided
+        # the innermost enclosing frame whose ownership is undecided: where this call's outcome waits
+        self.overlay: Frame | None = None if parent is None else (
+            parent if parent.pending is not None else parent.overlay)
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {"path": self.record["path"], "call_index": self.record["call_index"]}
+
+
+def _inherited_coverage(parent: Frame | None) -> dict[str, int]:
+    if parent is None:
+        return {}
+    if not parent.owned_sure:
+        return parent.covered
+    covered = dict(parent.covered)
+    for name in parent.owned_sure:
+        covered.setdefault(name, parent.index)
+    return covered
+
+
+def _failed_in_this_call(frame: Frame) -> bool:
+    """The forward of this call raised: an exception is propagating that was not already active when it began."""
+    error = sys.exc_info()[1]
+    return error is not None and error is not frame.exception_before
+
+
+def _needs_direct_work(frame: Frame) -> bool:
+    """Whether the module view must estimate the operators this call runs directly: some summable field is not
+    covered by an owner, and no built-in formula alone prices the call (a caller handler may omit fields)."""
+    info = frame.info
+    return not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None)
 
 
 class CallTracer:
     """Hooks every module of ``model``; with a ``recorder`` it also estimates and attributes operator FLOPs."""
 
     def __init__(self, model: nn.Module, custom_modules: dict[type, ModuleHandler],
-                 recorder: OperatorRecorder | None) -> None:
+                 recorder: OperatorRecorder | None, builtin: BuiltinLookup | None) -> None:
         self.model = model
-        self.custom_modules = custom_modules
         self.recorder = recorder
         self.full = recorder is not None
-        self.infos = module_infos(model, custom_modules if self.full else {}, DEFAULT_HANDLERS if self.full else {})
+        self.infos = module_infos(model, custom_modules if self.full else {}, builtin if self.full else None)
         self.records: list[dict[str, Any]] = []
-        self.diagnostics: list[tuple[int, Diagnostic]] = []  # (record index, diagnostic)
+        self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
         self.call_counts: dict[int, int] = {}
         self.totals_scope = OperatorScope()
@@ -105,56 +191,44 @@ class CallTracer:
         record = {
             "path": info.path, "call_index": call_index, "name": info.path.rpartition(".")[2],
             "depth": len(self.stack), "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else {"path": parent.record["path"],
-                                                   "call_index": parent.record["call_index"]},
+            "parent": None if parent is None else parent.owner_reference(),
             "input": call_metadata(args, kwargs), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
-        frame = Frame(id(module), info, record, len(self.records), self._inherited_coverage(parent))
+        frame = Frame(id(module), info, record, len(self.records), parent)
         self.records.append(record)
         if self.full:
             self._open_ownership(frame)
-            if not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None):
+            if _needs_direct_work(frame):
                 frame.scope.direct_work = DirectWork()
-            self.recorder.scopes.append(frame.scope)
+            self.recorder.enter(frame.scope)
         self.stack.append(frame)
 
     def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if threading.get_ident() != self.thread or not self.stack or self.stack[-1].module_id != id(module):
             return  # another thread's call, or an earlier pre-hook (not ours) raised and no frame was opened
         frame = self.stack.pop()
-        failed = sys.exc_info()[1] is not None and sys.exc_info()[1] is not frame.exception_before
-        record = frame.record
-        record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
+        failed = _failed_in_this_call(frame)
+        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if not self.full:
-            record["metrics"] = {name: not_requested(unit, "module_call") for name, unit in METRIC_UNITS.items()}
-            record["operator_flops"] = {"direct": not_requested("FLOPs", "direct"),
-                                        "inclusive": not_requested("FLOPs", "inclusive")}
-            if failed:
-                self.diagnostics.append((frame.index, forward_error(frame.info.type_name, frame.info.path,
-                                                                    record["call_index"])))
+            self._close_structure(frame, failed)
             return
         recorder = self.recorder
-        recorder.scopes.pop()
-        recorder.suspended = True
-        try:
-            with torch.no_grad():
-                self._estimate(frame, None if failed else ModuleCall(module, args, kwargs, output))
-        finally:
-            recorder.suspended = False
-        self._close_operators(frame)
+        recorder.leave()
+        with recorder.paused(), torch.no_grad():
+            estimate = self._estimate(frame, None if failed else ModuleCall(module, args, kwargs, output))
+        self._settle(frame, CallOutcome(frame.index, estimate, self._owners(frame), self._close_operators(frame)))
+
+    def _close_structure(self, frame: Frame, failed: bool) -> None:
+        """``mode="structure"``: no estimates, every compute metric explicitly not requested."""
+        record = frame.record
+        record["metrics"] = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
+        record["operator_flops"] = {DIRECT: not_requested("FLOPs", DIRECT),
+                                    INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+        if failed:
+            self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, record["call_index"]))
 
     # -- ownership ---------------------------------------------------------------------------------------------
-
-    def _inherited_coverage(self, parent: Frame | None) -> dict[str, int]:
-        if parent is None:
-            return {}
-        if not parent.owned_sure:
-            return parent.covered
-        covered = dict(parent.covered)
-        for name in parent.owned_sure:
-            covered.setdefault(name, parent.index)
-        return covered
 
     def _open_ownership(self, frame: Frame) -> None:
         """Which fields this call will own for its descendants: surely (caller) or pending its own estimate.
@@ -176,6 +250,8 @@ class CallTracer:
                 frame.owned_maybe = info.builtin.subtree_metrics & free
             else:
                 frame.owned_sure = info.builtin.subtree_metrics & free
+        if frame.owned_maybe:
+            frame.pending = []
 
     def _open_builtin_owners(self, opener: str) -> None:
         """A caller-registered call opens every enclosing built-in inclusive owner that no caller registered."""
@@ -184,83 +260,69 @@ class CallTracer:
                 ancestor.expanded = True
                 ancestor.opened_by = opener
 
-    # -- estimation ----------------------------------------------------------------------------------------------
+    def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
+        """The owning ancestor of each covered field, by path and call_index."""
+        return {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
+                for name, index in sorted(frame.covered.items())}
 
-    def _estimate(self, frame: Frame, call: ModuleCall | None) -> None:
-        info, record = frame.info, frame.record
-        needed = METRIC_FIELDS - frame.covered.keys()
-        owners = {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
-                  for name, index in sorted(frame.covered.items())}
-        context = CallContext(info.path, record["call_index"], info.type_name, info.leaf,
-                              info.caller, info.builtin, frozenset(needed), frame.expanded, frame.scope.direct_work,
-                              frame.opened_by)
-        estimate = estimate_call(context, call) if needed else None
-        frame.scope.direct_work = None
+    def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
+        """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""
+        settled = [outcome]
+        if frame.pending is not None:
+            covering = frame.owned_maybe & outcome.estimate.builtin_owned if outcome.estimate else NO_FIELDS
+            if covering:
+                owner = frame.owner_reference()
+                for waiting in frame.pending:
+                    waiting.cover(covering, owner)
+            settled = [*frame.pending, outcome]
+            frame.pending = None
+        if frame.overlay is not None:
+            frame.overlay.pending.extend(settled)  # type: ignore[union-attr]
+            return
+        for waiting in settled:
+            self._write(waiting)
+
+    def _write(self, outcome: CallOutcome) -> None:
+        record, estimate = self.records[outcome.index], outcome.estimate
         record["metrics"] = estimate.metrics if estimate else {}
         if estimate and estimate.ownership:
             record["metric_ownership"] = dict(sorted(estimate.ownership.items()))
-        if owners:
-            record["metric_owners"] = owners
+        if outcome.owners:
+            record["metric_owners"] = dict(sorted(outcome.owners.items()))
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
+        record["operator_flops"] = outcome.operator_flops
         if estimate:
-            self.diagnostics.extend((frame.index, item) for item in estimate.diagnostics)
-            covering = estimate.builtin_owned & frame.owned_maybe
-            if covering:
-                self._cover_descendants(frame, covering)
+            self.diagnostics.extend(estimate.diagnostics)
 
-    def _cover_descendants(self, frame: Frame, fields: set[str]) -> None:
-        """A built-in inclusive fallback replaces the descendant estimates that ran speculatively."""
-        owner = {"path": frame.record["path"], "call_index": frame.record["call_index"]}
-        first = frame.index + 1
-        for record in self.records[first:]:
-            for name in sorted(fields):
-                if name in record["metrics"]:
-                    del record["metrics"][name]
-                    record.get("metric_ownership", {}).pop(name, None)
-                elif name in record.get("delegated_metrics", ()):
-                    record["delegated_metrics"].remove(name)
-                elif name not in record.get("metric_owners", {}):
-                    continue
-                record.setdefault("metric_owners", {})[name] = owner  # the outermost owner, as without speculation
-            for key in ("metric_ownership", "delegated_metrics"):
-                if key in record and not record[key]:
-                    del record[key]
-            if "metric_owners" in record:
-                record["metric_owners"] = dict(sorted(record["metric_owners"].items()))
-        self.diagnostics = [(index, item) for index, item in self.diagnostics
-                            if index < first or not self._superseded(item, self.records[index], fields)]
+    # -- estimation and operators --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _superseded(item: Diagnostic, record: dict[str, Any], fields: set[str]) -> bool:
-        """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
-        if item.get("metric") in fields:
-            return True
-        return item["code"] == "unsupported_module" and not any(
-            is_incomplete(result) for result in record["metrics"].values())
+    def _estimate(self, frame: Frame, call: ModuleCall | None) -> CallEstimate | None:
+        info, record = frame.info, frame.record
+        needed = METRIC_FIELDS - frame.covered.keys()
+        direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
+        if not needed:
+            return None
+        context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
+                              leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=frozenset(needed),
+                              expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
+        return estimate_call(context, call)
 
-    # -- operators -----------------------------------------------------------------------------------------------
-
-    def _close_operators(self, frame: Frame) -> None:
+    def _close_operators(self, frame: Frame) -> dict[str, Any]:
         scope = frame.scope
         frame.inclusive_flops += scope.flops
         uncounted = frame.inclusive_uncounted or bool(scope.uncounted)
-        frame.record["operator_flops"] = {
-            "direct": scope.result("direct"),
-            "inclusive": (partial if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs",
-                                                              "inclusive", "operator_dispatch"),
-        }
+        inclusive = (lower_bound if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs", INCLUSIVE,
+                                                             "operator_dispatch")
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += frame.inclusive_flops
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
         self.totals_scope.merge(scope)
+        return {DIRECT: scope.result(DIRECT), INCLUSIVE: inclusive}
 
 
-SUMMABLE = frozenset({"module_flops", "macs", "dmas"})
-
-
-def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: dict[type, ModuleHandler]
+def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None
                  ) -> dict[int, ModuleInfo]:
     """Path, type and handlers of every module, looked up once per type."""
     handler_cache: dict[type, tuple[ModuleHandler | None, ModuleHandler | None]] = {}
@@ -268,10 +330,10 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: 
     for path, module in model.named_modules():
         kind = type(module)
         if kind not in handler_cache:
-            handler_cache[kind] = (closest_handler(kind, custom), builtin_handler(kind, builtins))
-        caller, builtin = handler_cache[kind]
+            handler_cache[kind] = (closest_handler(kind, custom), builtin(kind) if builtin is not None else None)
+        caller, found = handler_cache[kind]
         infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
-                                       leaf=next(module.children(), None) is None, caller=caller, builtin=builtin)
+                                       leaf=next(module.children(), None) is None, caller=caller, builtin=found)
     return infos
 
 

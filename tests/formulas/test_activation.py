@@ -7,14 +7,17 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import estimate as estimate_call
 
-from torchscan.formulas.activation import FLOPS_PER_ELEMENT, HANDLERS, METHOD
-from formula_calls import run_builtin
-
+from torchscan.formulas.conventions import FLOPS_PER_ELEMENT
+from torchscan.formulas.modules.activation import HANDLERS, METHOD
 
 
 def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    return run_builtin(HANDLERS, module, *args, **kwargs)
+    """The built-in estimate of one call, in the mode the test put the module in."""
+    return estimate_call(module, *args, training=None, **kwargs)
+
+
 
 
 def estimate_on_meta(module: nn.Module, *args: torch.Tensor) -> dict:

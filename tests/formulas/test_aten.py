@@ -9,7 +9,17 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from torchscan.formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from torchscan.formulas.operators.calls import CostTable, OpCost
+from torchscan.formulas.operators.table import (
+    DOT_PRODUCT_FAMILIES,
+    MINOR_FAMILIES,
+    OPERATOR_COSTS,
+    OPERATOR_FORMULAS,
+    ZERO_WORK_OPERATORS,
+    merge_families,
+    operator_significance,
+)
+from torchscan.formulas.operators.zero_work import ZERO_WORK_NAMES
 
 aten = torch.ops.aten
 FORMULAS = {**flop_registry, **OPERATOR_FORMULAS}
@@ -515,3 +525,43 @@ def test_significance_of_operators():
     assert operator_significance(aten._weight_int8pack_mm) == "significant"
     assert operator_significance(aten._upsample_bilinear2d_aa) == "minor"
     assert operator_significance(aten.sort) == "minor"
+
+
+# --- the table itself ------------------------------------------------------------------------------------------
+
+
+def test_cost_table_refuses_a_name_the_installed_torch_does_not_have():
+    table = CostTable()
+    with pytest.raises(ValueError, match=r"aten\.not_an_operator is not an operator of the installed PyTorch"):
+        table.register(["not_an_operator"], lambda args, kwargs, out: OpCost(0))
+    with pytest.raises(ValueError, match=r"aten\.rsub_ is not an operator"):  # rsub has no in-place twin
+        table.register(["rsub"], lambda args, kwargs, out: OpCost(0), inplace=True)
+
+
+def test_cost_table_refuses_a_second_registration_of_a_packet():
+    table = CostTable()
+    table.register(["mul"], lambda args, kwargs, out: OpCost(1), inplace=True)
+    assert set(table) == {aten.mul, aten.mul_}
+    with pytest.raises(ValueError, match="registered twice"):
+        table.register(["mul_"], lambda args, kwargs, out: OpCost(2))
+
+
+def test_families_never_price_one_packet_twice():
+    first, second = CostTable(), CostTable()
+    first.register(["sin"], lambda args, kwargs, out: OpCost(1))
+    second.register(["sin"], lambda args, kwargs, out: OpCost(2))
+    with pytest.raises(ValueError, match="priced by two operator families"):
+        merge_families((first, second), {})
+    with pytest.raises(ValueError, match="zero-work"):
+        merge_families((first,), {aten.sin: "view"})
+
+
+def test_every_listed_operator_name_resolves_on_the_installed_torch():
+    """Every name of every family (and of the zero-work list) is an operator of this PyTorch, listed once."""
+    listed = [name for names in ZERO_WORK_NAMES.values() for name in names]
+    assert len(listed) == len(set(listed)) == len(ZERO_WORK_OPERATORS)
+    assert all(getattr(aten, name, None) is not None for name in listed)
+    for packet in (*OPERATOR_COSTS, *ZERO_WORK_OPERATORS):
+        name = packet._qualified_op_name.removeprefix("aten::")
+        assert getattr(aten, name) is packet
+    assert len(OPERATOR_COSTS) == sum(len(family) for family in (*MINOR_FAMILIES, *DOT_PRODUCT_FAMILIES))

@@ -6,10 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchscan_testing import estimate, value
 
-from torchscan.formulas import DEFAULT_HANDLERS, attention
-from torchscan.formulas.attention import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, closest_handler
+from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
+from torchscan.formulas import transformer as attention
+from torchscan.formulas.transformer import METHOD, handlers
+from torchscan.handlers import ModuleCall
 
 pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),
               pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")]
@@ -18,18 +20,8 @@ pytestmark = [pytest.mark.filterwarnings("ignore:enable_nested_tensor is True"),
 N, L, S, E, H, D, KDIM, VDIM = 2, 3, 5, 8, 2, 4, 6, 7
 SOFTMAX_ROW = 5 * S - 2          # activation family: max, shift, exp, sum, divide over one row of S scores
 SCORES = N * H * L * S           # 60
-
-
-def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    """Run the module in eval under no_grad, then hand the actual call to its handler."""
-    module.eval()
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    return closest_handler(type(module), HANDLERS).callback(ModuleCall(module, args, kwargs, output))
-
-
-def value(result):
-    return result if not isinstance(result, dict) else result["value"]
+#: The family's handlers, priced with the registry's one built-in lookup (as DEFAULT_HANDLERS holds them).
+HANDLERS = handlers(builtin_for)
 
 
 def counts(result: dict) -> tuple:
@@ -477,10 +469,9 @@ def test_add_bias_kv_and_zero_attn_are_lower_bounds():
 
 
 def test_training_dropout_is_a_lower_bound_for_flops_and_dmas():
-    layer = nn.TransformerEncoderLayer(E, H, F_DIM, dropout=0.1).train()
+    layer = nn.TransformerEncoderLayer(E, H, F_DIM, dropout=0.1)
     x = torch.randn(L, N, E)
-    output = layer(x)
-    result = HANDLERS[type(layer)].callback(ModuleCall(layer, (x,), {}, output))
+    result = estimate(layer, x, training=True)
     assert result["module_flops"]["status"] == "partial" and result["dmas"]["status"] == "partial"
     assert result["macs"] == value(estimate(nn.TransformerEncoderLayer(E, H, F_DIM), x)["macs"])
 
@@ -492,7 +483,7 @@ def test_nested_tensor_input_is_unavailable():
         output = layer(nested)
     result = HANDLERS[type(layer)].callback(ModuleCall(layer, (nested,), {}, output))
     for name in ("module_flops", "macs", "dmas", "receptive_field"):
-        assert result[name]["status"] == "unavailable", name
+        assert result[name] is None, name
 
 
 def test_overridden_forward_is_not_estimated():
@@ -500,9 +491,14 @@ def test_overridden_forward_is_not_estimated():
         def forward(self, src, *args, **kwargs):
             return 2 * super().forward(src, *args, **kwargs)
 
-    result = estimate(Scaled(E, H, F_DIM), torch.randn(L, N, E))
-    assert all(result[name]["status"] == "unavailable" for name in result)
-    assert len(result) == 6
+    layer = Scaled(E, H, F_DIM).eval()
+    assert builtin_for(Scaled) is None  # the crawler never applies the base formula to it
+    x = torch.randn(L, N, E)
+    with torch.no_grad():
+        output = layer(x)
+    result = HANDLERS[nn.TransformerEncoderLayer].callback(ModuleCall(layer, (x,), {}, output))
+    assert result == dict.fromkeys(("module_flops", "macs", "dmas", "receptive_field", "effective_stride",
+                                    "effective_padding"))  # the formula's own guard: nothing known
 
 
 def test_custom_parts_of_a_transformer():

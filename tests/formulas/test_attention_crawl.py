@@ -107,3 +107,80 @@ def test_unknown_activation_surfaces_as_a_partial_total_with_a_diagnostic():
     assert report["totals"]["macs"]["status"] == report["totals"]["dmas"]["status"] == "complete"
     codes = {(d["code"], d["metric"], d.get("path")) for d in report["diagnostics"]}
     assert ("unsupported_configuration", "module_flops", "") in codes
+
+
+# --- children that override forward (issue 11, defect 1) -----------------------------------------------------------
+
+
+class SlowNorm(nn.LayerNorm):
+    """A LayerNorm whose forward first does ten (5 x 16) @ (16 x 16) matmuls that no LayerNorm formula describes."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__(width)
+        self.register_buffer("mix", torch.eye(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(10):
+            x @ self.mix
+        return super().forward(x)
+
+
+class SlowReLU(nn.ReLU):
+    """A ReLU whose forward first does ten matmuls over the feed-forward width."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.register_buffer("mix", torch.eye(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(10):
+            x @ self.mix
+        return super().forward(x)
+
+
+def incomplete_findings(report: dict) -> dict[str, str]:
+    return {item["metric"]: item["message"] for item in report["diagnostics"]
+            if item["code"] == "unsupported_configuration" and item["metric"] in SUMMABLE}
+
+
+def test_a_norm_subclass_overriding_forward_makes_the_layer_partial_and_is_named():
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    plain = crawl_module(layer, (5, 16), strict=True)
+    assert plain["totals"]["macs"]["value"] == 11_040 and plain["totals"]["operator_flops"]["value"] == 24_570
+    layer.norm1 = SlowNorm(16)
+    report = crawl_module(layer, (5, 16))
+    assert report["totals"]["operator_flops"]["value"] == 50_170  # the matmuls ran and the operator view saw them
+    totals, before = report["totals"], plain["totals"]
+    assert {totals[name]["status"] for name in SUMMABLE} == {"partial"}
+    # known: everything but norm1, whose LayerNorm work (0 MACs) is no longer vouched for
+    assert totals["macs"]["known_value"] == before["macs"]["value"]
+    assert totals["module_flops"]["known_value"] < before["module_flops"]["value"]
+    assert totals["dmas"]["known_value"] < before["dmas"]["value"]
+    findings = incomplete_findings(report)
+    assert set(findings) == set(SUMMABLE)
+    assert all("norm1 (test_attention_crawl.SlowNorm) has no built-in formula" in message
+               for message in findings.values())
+
+
+def test_an_activation_subclass_overriding_forward_makes_the_layer_partial_and_is_named():
+    plain = crawl_module(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation=nn.ReLU()), (5, 16),
+                         strict=True)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation=SlowReLU(32))
+    report = crawl_module(layer, (5, 16))
+    assert report["totals"]["macs"] == {**plain["totals"]["macs"], "status": "partial", "value": None}
+    assert {report["totals"][name]["status"] for name in SUMMABLE} == {"partial"}
+    findings = incomplete_findings(report)
+    assert set(findings) == set(SUMMABLE)
+    assert all("activation (test_attention_crawl.SlowReLU) has no built-in formula" in message
+               for message in findings.values())
+
+
+def test_the_missing_part_of_a_stack_is_named_by_its_path_inside_the_stack():
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), num_layers=2,
+                                    enable_nested_tensor=False)
+    encoder.layers[1].norm2 = SlowNorm(16)
+    report = crawl_module(encoder, (5, 16))
+    root = report["layers"][0]
+    assert {root["metrics"][name]["status"] for name in SUMMABLE} == {"partial"}
+    messages = [item["message"] for item in report["diagnostics"] if item.get("path") == ""]
+    assert messages and all("layers.1.norm2 (test_attention_crawl.SlowNorm)" in message for message in messages)

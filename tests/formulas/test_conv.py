@@ -10,17 +10,10 @@ import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+from torchscan_testing import estimate
 
-from torchscan.formulas.conv import HANDLERS, METHOD, transposed_window
-from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
-
-
-def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    """Run the module once like the crawler does (eval, no_grad) and call its handler on that call."""
-    module.eval()
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    return closest_handler(type(module), HANDLERS).callback(ModuleCall(module, args, kwargs, output))
+from torchscan.formulas.modules.conv import HANDLERS, METHOD, transposed_window
+from torchscan.handlers import closest_handler, validate_estimates
 
 
 def test_conv2d_with_bias_and_padding():

@@ -5,20 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import estimate
 
-from torchscan.formulas.embedding import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
+from torchscan.formulas.modules.embedding import HANDLERS, METHOD
+from torchscan.handlers import closest_handler, validate_estimates
 
 TOKEN_POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 SPATIAL = tuple(TOKEN_POINTWISE)
-
-
-def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    """Run the module once like the crawler does (eval, no_grad) and call its handler on that call."""
-    module.eval()
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    return closest_handler(type(module), HANDLERS).callback(ModuleCall(module, args, kwargs, output))
 
 
 def ids(*values, device: str = "cpu") -> torch.Tensor:

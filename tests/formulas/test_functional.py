@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchscan.formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
-from torchscan.formulas.functional import FUNCTIONAL_ESTIMATES
+from torchscan.formulas.operators.functional import FUNCTIONAL_ESTIMATES
+from torchscan.formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
 
 aten = torch.ops.aten
 

@@ -10,15 +10,17 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import estimate as estimate_call
 
-from torchscan.formulas.norm import HANDLERS, METHOD
-from formula_calls import run_builtin
+from torchscan.formulas.modules.norm import HANDLERS, METHOD
 
 POINTWISE = {"macs": 0, "receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 
 
 def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    return run_builtin(HANDLERS, module, *args, **kwargs)
+    """The built-in estimate of one call, in the mode the test put the module in."""
+    return estimate_call(module, *args, training=None, **kwargs)
+
 
 
 def estimate_on_meta(module: nn.Module, x: torch.Tensor) -> dict:

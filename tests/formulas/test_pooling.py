@@ -8,17 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchscan_testing import estimate
 
-from torchscan.formulas.pooling import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
-
-
-def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    """Run the module once like the crawler does (eval, no_grad) and call its handler on that call."""
-    module.eval()
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    return closest_handler(type(module), HANDLERS).callback(ModuleCall(module, args, kwargs, output))
+from torchscan.formulas.modules.pooling import HANDLERS, METHOD
+from torchscan.handlers import closest_handler, validate_estimates
 
 
 def spatial(estimates: dict) -> tuple:

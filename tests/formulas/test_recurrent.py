@@ -13,15 +13,17 @@ import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
+from torchscan_testing import estimate as estimate_call
 
-from torchscan.formulas.recurrent import HANDLERS, METHOD
-from formula_calls import run_builtin
+from torchscan.formulas.modules.recurrent import HANDLERS, METHOD
 
 LSTM_UNIT, GRU_UNIT = 30, 23
 
 
 def estimate(module: nn.Module, *args, **kwargs) -> dict:
-    return run_builtin(HANDLERS, module, *args, **kwargs)
+    """The built-in estimate of one call, in the mode the test put the module in."""
+    return estimate_call(module, *args, training=None, **kwargs)
+
 
 
 def to_meta(value):

@@ -5,22 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import estimate
 
-from torchscan.formulas.shape import HANDLERS, METHOD
-from torchscan.handlers import ModuleCall, closest_handler, validate_estimates
+from torchscan.formulas.modules.shape import HANDLERS, METHOD
+from torchscan.handlers import closest_handler, validate_estimates
 
 POINTWISE = {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
 SPATIAL = tuple(POINTWISE)
 DROPOUTS = [(nn.Dropout(0.3), (2, 3)), (nn.Dropout1d(), (2, 3, 4)), (nn.Dropout2d(), (2, 3, 4, 4)),
             (nn.Dropout3d(), (1, 2, 3, 3, 3)), (nn.AlphaDropout(), (4, 5)), (nn.FeatureAlphaDropout(), (2, 3, 4, 4))]
-
-
-def estimate(module: nn.Module, *args, training: bool = False, **kwargs) -> dict:
-    """Run the module once (eval unless asked, no_grad) and call its handler on that call."""
-    module.train(training)
-    with torch.no_grad():
-        output = module(*args, **kwargs)
-    return closest_handler(type(module), HANDLERS).callback(ModuleCall(module, args, kwargs, output))
 
 
 def statuses(estimates: dict, names=SPATIAL) -> set:
@@ -74,9 +67,10 @@ def test_dropout_in_evaluation_mode_passes_its_input_through(module, shape):
 @pytest.mark.parametrize("module,shape", DROPOUTS)
 def test_dropout_in_training_mode_is_unavailable_not_zero(module, shape):
     estimates = estimate(module, torch.ones(*shape), training=True)
-    assert estimates == {"module_flops": None, "macs": None, "dmas": None, **POINTWISE}
-    validated = validate_estimates(estimates, closest_handler(type(module), HANDLERS))
-    assert {validated.metrics[name]["status"] for name in ("module_flops", "macs", "dmas")} == {"unavailable"}
+    assert {name: estimates[name] for name in POINTWISE} == POINTWISE
+    for name, unit in (("module_flops", "FLOPs"), ("macs", "MACs"), ("dmas", "DMAs")):
+        assert estimates[name] == {"status": "unavailable", "value": None, "known_value": None, "unit": unit,
+                                   "scope": "module_call", "method": METHOD}
 
 
 def test_unbatched_dropout1d_returns_a_view():

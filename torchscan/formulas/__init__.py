@@ -1,32 +1,43 @@
-"""Built-in formulas: module handlers by family, operator FLOP formulas, and functional-op estimates.
+"""Built-in formulas, by job: module handlers, operator costs, and the native Transformer family.
 
-Every family module exposes ``HANDLERS: dict[type[nn.Module], ModuleHandler]``; `DEFAULT_HANDLERS` merges
-them. Built-in handlers are the same type that callers register through ``custom_modules``.
+* :mod:`.modules`: one file per family of ``torch.nn`` layers, each exposing ``HANDLERS``;
+* :mod:`.transformer`: native attention, Transformer layers, stacks and ``nn.Transformer``, whose handlers own
+  their subtree and price a layer's norms and activation through `builtin_for`;
+* :mod:`.operators`: the cost of one dispatched ATen call (operator FLOPs, and the module view's estimates of
+  work a module performs directly);
+* :mod:`.conventions`: the per-element and per-step counts that all three share.
+
+`DEFAULT_HANDLERS` merges the module-handler families. Built-in handlers are the same type that callers register
+through ``custom_modules``; `builtin_for` is the one way to find the built-in handler of a module type.
 """
 
 from __future__ import annotations
 
-import importlib
-
 from torch import nn
 
-from ..handlers import ModuleHandler
+from ..handlers import ModuleHandler, builtin_handler
+from . import transformer
+from .modules import activation, conv, embedding, linear, norm, pooling, recurrent, shape
 
-#: Family modules, each contributing ``HANDLERS``. A family that is not written yet is simply absent.
-FAMILIES = ("linear", "conv", "norm", "activation", "pooling", "shape", "embedding", "recurrent", "attention")
+#: The families of module handlers, each contributing ``HANDLERS``.
+MODULE_FAMILIES = (linear, conv, norm, activation, pooling, shape, embedding, recurrent)
 
 
-def _collect_handlers() -> dict[type[nn.Module], ModuleHandler]:
+def builtin_for(module_type: type) -> ModuleHandler | None:
+    """The built-in handler of ``module_type``: the closest built-in class in its MRO, unless ``module_type``
+    overrides that class's ``forward`` (its formula would then describe work the module does not do).
+
+    Every built-in lookup goes through here: the crawler's, and a native layer's for its norms and activation.
+    """
+    return builtin_handler(module_type, DEFAULT_HANDLERS)
+
+
+def _default_handlers() -> dict[type[nn.Module], ModuleHandler]:
     handlers: dict[type[nn.Module], ModuleHandler] = {}
-    for family in FAMILIES:
-        try:
-            module = importlib.import_module(f"{__name__}.{family}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{family}":
-                raise
-            continue
-        handlers.update(module.HANDLERS)
+    for family in MODULE_FAMILIES:
+        handlers.update(family.HANDLERS)
+    handlers.update(transformer.handlers(builtin_for))
     return handlers
 
 
-DEFAULT_HANDLERS: dict[type[nn.Module], ModuleHandler] = _collect_handlers()
+DEFAULT_HANDLERS: dict[type[nn.Module], ModuleHandler] = _default_handlers()

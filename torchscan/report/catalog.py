@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import incomplete_metrics
 from ..formatting import format_count
+from ..results import SUMMABLE_METRICS, incomplete_metrics
 from .registry import Entry, Registry, Run
 from .views import EMPTY, Cell, ReportView, metric_cell, report_view, value_text, worst_status
 
@@ -115,7 +115,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])
     summary.dmas = metric_cell(totals["dmas"])
-    summary.status = worst_status([totals[name] for name in ("macs", "module_flops", "dmas", "operator_flops")])
+    summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")])
     summary.incomplete = incomplete_metrics(report)
     title = run.entry + (f" ({run.variant})" if run.variant else "")
     summary.view = report_view(report, title=title, description=run.description)

@@ -1,0 +1,101 @@
+"""Fixtures shared by the core tests: analyses that are checked like every report, built-in estimates of one
+call, and modules whose work no formula knows.
+
+Imported by name (``from torchscan_testing import ...``): ``tests/conftest.py`` puts this folder on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchscan import crawl_module
+from torchscan.formulas import builtin_for
+from torchscan.handlers import METRIC_FIELDS, ModuleCall, validate_estimates
+from torchscan.schema import validate_report
+
+# -- analyses ---------------------------------------------------------------------------------------------------------
+
+#: How many reports ``tests/conftest.py`` validated in this session (a test proves that its check runs).
+VALIDATED = {"reports": 0}
+
+
+def checked(report: dict[str, Any]) -> dict[str, Any]:
+    """``report`` after checking it against the shipped schema and that JSON writes it as is."""
+    validate_report(report)
+    json.dumps(report)
+    return report
+
+
+def analyze(model: nn.Module, *positional: Any, **options: Any) -> dict[str, Any]:
+    """``crawl_module(model, *positional, **options)``, its report checked (generated inputs: pass shapes)."""
+    return checked(crawl_module(model, *positional, **options))
+
+
+def analyze_call(model: nn.Module, *args: Any, **options: Any) -> dict[str, Any]:
+    """``crawl_module`` on the provided call ``model(*args)``, its report checked."""
+    return checked(crawl_module(model, args=args, **options))
+
+
+# -- built-in estimates of one call ----------------------------------------------------------------------------------
+
+
+def estimate(module: nn.Module, *args: Any, training: bool | None = False, **kwargs: Any) -> dict[str, Any]:
+    """Run ``module`` once under ``no_grad`` (in eval like the crawler, in training mode, or as it is with
+    ``training=None``), then price that call with its built-in handler, found by the crawler's one lookup.
+
+    Every field comes back as a report reads it: a complete estimate as its number (or per-dimension list), any
+    other as the validated MetricResult. The handler must supply all six fields, each valid.
+    """
+    if training is not None:
+        module.train(training)
+    with torch.no_grad():
+        output = module(*args, **kwargs)
+    handler = builtin_for(type(module))
+    assert handler is not None, f"no built-in handler for {type(module).__qualname__}"
+    validated = validate_estimates(handler.callback(ModuleCall(module, args, kwargs, output)), handler,
+                                   builtin=True)
+    assert validated.problems == [] and set(validated.metrics) == METRIC_FIELDS, validated
+    return {name: result["value"] if result["status"] == "complete" else result
+            for name, result in validated.metrics.items()}
+
+
+def value(result: Any) -> Any:
+    """The number of an estimate as `estimate` returns it: the complete number, or a result's ``value``."""
+    return result["value"] if isinstance(result, dict) else result
+
+
+# -- work no formula knows ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("torchscan_tests::opaque", mutates_args=())
+def opaque(x: torch.Tensor) -> torch.Tensor:
+    """An operator no formula of TorchScan or PyTorch knows (it copies its input)."""
+    return x.clone()
+
+
+@opaque.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+OPAQUE_PACKET = torch.ops.torchscan_tests.opaque
+OPAQUE = "torchscan_tests.opaque"
+
+
+class OpaqueLeaf(nn.Module):
+    """A leaf without a built-in formula that runs only `opaque`: nothing prices its work."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return opaque(x)
+
+
+class Bessel(nn.Module):
+    """A leaf without a built-in formula that runs an operator without any formula: its estimates are lower
+    bounds (or unavailable), and its operator FLOPs are uncounted."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.special.bessel_j0(x)

@@ -1,0 +1,115 @@
+"""Module estimates for activation functions, softmax included.
+
+Activations are elementwise (or, for the softmax family, a reduction along one dimension), so they do no dot
+products: MACs are 0 and their cost shows in FLOPs and DMAs. FLOP counts follow one table,
+`FLOPS_PER_ELEMENT` in :mod:`..conventions`, which the recurrent formulas and the operator view share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import prod
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from ...results import POINTWISE_SPATIAL
+from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
+
+METHOD = "formula:activation"
+
+#: Module class -> table key (a function of the module where its options change the formula).
+ELEMENTWISE_KEYS: dict[type[nn.Module], str | Callable[[Any], str]] = {
+    nn.ReLU: "relu",
+    nn.ReLU6: "relu6",
+    nn.Hardtanh: "hardtanh",
+    nn.Threshold: "threshold",
+    nn.LeakyReLU: "leaky_relu",
+    nn.PReLU: "prelu",
+    nn.ELU: "elu",
+    nn.SELU: "selu",
+    nn.CELU: "celu",
+    nn.Sigmoid: "sigmoid",
+    nn.Tanh: "tanh",
+    nn.SiLU: "silu",
+    nn.GELU: lambda module: "gelu_tanh" if module.approximate == "tanh" else "gelu",
+    nn.Mish: "mish",
+    nn.Hardswish: "hardswish",
+    nn.Hardsigmoid: "hardsigmoid",
+    nn.Softplus: "softplus",
+    nn.Softsign: "softsign",
+    nn.Tanhshrink: "tanhshrink",
+    nn.LogSigmoid: "log_sigmoid",
+    nn.GLU: "glu",
+}
+
+SOFTMAX_KEYS: dict[type[nn.Module], str] = {
+    nn.Softmax: "softmax",
+    nn.Softmax2d: "softmax",
+    nn.LogSoftmax: "log_softmax",
+    nn.Softmin: "softmin",
+}
+
+def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> Any:
+    """The formulas are written for real floating-point tensors; other dtypes get no guessed count."""
+    if tensor.is_floating_point():
+        return flops
+    return None
+
+
+def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
+    for klass in type(module).__mro__:
+        key = keys.get(klass)
+        if key is not None:
+            return key(module) if callable(key) else key
+    raise KeyError(f"{type(module).__qualname__} has no activation formula")
+
+
+def elementwise_key(module: nn.Module) -> str:
+    """The `FLOPS_PER_ELEMENT` key of an elementwise activation module (closest class in its MRO)."""
+    return _closest_key(module, ELEMENTWISE_KEYS)
+
+
+def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
+    """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
+    source, result = call.argument(0, "input"), call.output
+    parameters = sum(parameter.numel() for parameter in call.module.parameters(recurse=False))
+    flops = FLOPS_PER_ELEMENT[elementwise_key(call.module)] * result.numel()
+    return {
+        "module_flops": _flops_or_unavailable(flops, source),
+        "macs": 0,
+        "dmas": source.numel() + parameters + result.numel(),
+        **POINTWISE_SPATIAL,
+    }
+
+
+def softmax_dim(module: nn.Module, ndim: int) -> int:
+    """The reduced dimension, resolving ``dim=None`` the way PyTorch's legacy implicit choice does."""
+    if isinstance(module, nn.Softmax2d):
+        return ndim - 3
+    if module.dim is None:
+        return 0 if ndim in (0, 1, 3) else 1
+    return module.dim % max(ndim, 1)
+
+
+def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
+    """Per slice along the reduced dimension, the `FLOPS_PER_SLICE` formula of its family."""
+    source = call.argument(0, "input")
+    shape = tuple(source.shape)
+    length = shape[softmax_dim(call.module, len(shape))] if shape else 1
+    slices = prod(shape) // length if length else 0
+    flops = slices * FLOPS_PER_SLICE[_closest_key(call.module, SOFTMAX_KEYS)](length) if length else 0
+    return {
+        "module_flops": _flops_or_unavailable(flops, source),
+        "macs": 0,
+        "dmas": source.numel() + call.output.numel(),
+        **POINTWISE_SPATIAL,
+    }
+
+
+HANDLERS: dict[type[nn.Module], ModuleHandler] = {
+    **{klass: ModuleHandler(estimate_elementwise, method=METHOD) for klass in ELEMENTWISE_KEYS},
+    **{klass: ModuleHandler(estimate_softmax, method=METHOD) for klass in SOFTMAX_KEYS},
+}

@@ -1,0 +1,97 @@
+"""Module estimates for layers that move or pass elements without arithmetic: ``Flatten``, ``Unflatten``,
+``ChannelShuffle`` and the dropout family in evaluation mode.
+
+None of them computes anything (0 FLOPs, 0 MACs). A result that is a view of the input (or the input itself)
+reads and writes no element, so its DMAs are 0; a result that had to be copied is one read and one write per
+element. Receptive-field values assume the ``(batch, channel, *spatial)`` layout: dimensions 0 and 1 are batch and
+channel, spatial or token dimensions start at index 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS
+
+METHOD = "formula:shape"
+FIRST_SPATIAL_DIM = 2
+
+DROPOUT_TYPES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+
+
+def _storage_root(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor._base if tensor._base is not None else tensor
+
+
+def _movement_dmas(inputs: torch.Tensor, output: torch.Tensor) -> int:
+    """0 for a view of the input (or the input itself), one read and one write per element for a copy."""
+    if _storage_root(output) is _storage_root(inputs):
+        return 0
+    return inputs.numel() + output.numel()
+
+
+def _no_spatial_meaning() -> dict[str, Any]:
+    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
+
+
+def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> dict[str, Any]:
+    """Pointwise unless two or more dimensions merge and one of them is spatial."""
+    if inputs.dim() == 0:
+        return dict(POINTWISE_SPATIAL)
+    start, end = module.start_dim % inputs.dim(), module.end_dim % inputs.dim()
+    if end <= start or end < FIRST_SPATIAL_DIM:
+        return dict(POINTWISE_SPATIAL)
+    return _no_spatial_meaning()
+
+
+def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> dict[str, Any]:
+    """Pointwise when a batch or channel dimension of a tensor with spatial dimensions is split.
+
+    Splitting a spatial dimension, or creating spatial dimensions from a flat one, has no spatial receptive field.
+    """
+    has_spatial = inputs.dim() > FIRST_SPATIAL_DIM
+    if isinstance(module.dim, int) and has_spatial and module.dim % inputs.dim() < FIRST_SPATIAL_DIM:
+        return dict(POINTWISE_SPATIAL)
+    return _no_spatial_meaning()
+
+
+def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
+    """A reshape: a view whenever the input's strides allow it."""
+    inputs = call.argument(0, "input")
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
+            **_flatten_spatial(call.module, inputs)}
+
+
+def estimate_unflatten(call: ModuleCall) -> dict[str, Any]:
+    """A view that splits one dimension into several."""
+    inputs = call.argument(0, "input")
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
+            **_unflatten_spatial(call.module, inputs)}
+
+
+def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
+    """Evaluation-mode dropout returns its input unchanged.
+
+    In training mode the work depends on random masks this formula does not model: unavailable, never zero.
+    """
+    if call.module.training:
+        return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
+
+
+def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
+    """A copy that permutes channels; every spatial position reads only itself."""
+    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
+
+
+HANDLERS: dict[type[nn.Module], ModuleHandler] = {
+    nn.Flatten: ModuleHandler(estimate_flatten, method=METHOD),
+    nn.Unflatten: ModuleHandler(estimate_unflatten, method=METHOD),
+    **{dropout: ModuleHandler(estimate_dropout, method=METHOD) for dropout in DROPOUT_TYPES},
+}
+if hasattr(nn, "ChannelShuffle"):
+    HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD)

@@ -1,0 +1,137 @@
+"""Native ``nn.MultiheadAttention``: the complete-call formula and its handler.
+
+One call is the q, k and v projections, the scores QK^T, a softmax per query row, the weighted sum of the values
+and the output projection; FLOPs add the biases, the query scaling, float-mask additions and the head average of
+returned weights. Counts come from shapes and module attributes only; the token receptive field reads mask values
+when they exist (:mod:`.token_dependencies`). Formulas and their boundaries are documented in ``docs/transformer.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from ...handlers import ModuleCall, ModuleEstimates
+from ..conventions import FLOPS_PER_SLICE
+from .calls import Masks, Tokens, call_arguments, is_native, tokens
+from .token_dependencies import attention_allowed, widest, without_padding
+from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known
+
+# --- formula --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One multi-head attention call: N batch, L queries, S keys/values, E embed, H heads, kdim, vdim."""
+
+    batch: int
+    queries: int
+    keys: int
+    embed: int
+    heads: int
+    kdim: int
+    vdim: int
+    in_bias: bool = True
+    out_bias: bool = True
+    extra_keys: int = 0        # bias_k / zero-attention positions appended after the projections
+    additive_masks: int = 0    # float masks added to the scores (bool masks select: 0 FLOPs)
+    mask_elements: int = 0     # mask elements read, as passed
+    weights: str = "none"      # returned attention weights: "none", "averaged" or "per_head"
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed // self.heads
+
+    @property
+    def attended(self) -> int:
+        return self.keys + self.extra_keys
+
+    @property
+    def scores(self) -> int:
+        """N*H*L*S score (and probability) elements."""
+        return self.batch * self.heads * self.queries * self.attended
+
+
+def attention_macs(a: AttentionShape) -> int:
+    """q, k, v and output projections plus QK^T and weights·V (each N*H*L*S*D)."""
+    n, l, s, e = a.batch, a.queries, a.keys, a.embed
+    projections = n * (l * e * e + s * a.kdim * e + s * a.vdim * e + l * e * e)
+    return projections + 2 * a.scores * a.head_dim
+
+
+def softmax_row_flops(length: int) -> int:
+    """The activation family's softmax count for one row of ``length`` scores."""
+    return FLOPS_PER_SLICE["softmax"](length) if length else 0
+
+
+def attention_flops(a: AttentionShape) -> int:
+    """2 per MAC + biases + query scaling + float-mask adds + softmax + head averaging of returned weights."""
+    n, l, s, e = a.batch, a.queries, a.keys, a.embed
+    in_biases = n * (l * e + 2 * s * e) if a.in_bias else 0
+    out_bias = n * l * e if a.out_bias else 0
+    scaling = n * l * e                                   # q * D**-0.5, once per query element
+    masks = a.additive_masks * a.scores
+    softmax = n * a.heads * l * softmax_row_flops(a.attended)
+    averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (n, l, s)
+    return 2 * attention_macs(a) + in_biases + out_bias + scaling + masks + softmax + averaging
+
+
+def attention_dmas(a: AttentionShape) -> int:
+    """Inputs, masks and parameters read; q, k, v, scores, probabilities, context written and read; outputs written."""
+    n, l, s, e = a.batch, a.queries, a.keys, a.embed
+    inputs = n * (l * e + s * a.kdim + s * a.vdim) + a.mask_elements
+    parameters = e * e + e * a.kdim + e * a.vdim + e * e + (3 * e if a.in_bias else 0) + (e if a.out_bias else 0)
+    intermediates = 2 * (n * l * e + 2 * n * s * e + 2 * a.scores + n * l * e)
+    outputs = n * l * e
+    if a.weights == "averaged":  # probabilities read again, (N, L, S) written; per-head weights are the probabilities
+        outputs += a.scores + n * l * a.attended
+    return inputs + parameters + intermediates + outputs
+
+
+# --- one native call ------------------------------------------------------------------------------------------
+
+
+def _mask_counts(masks: Masks) -> dict[str, int]:
+    present = [mask for mask in masks if mask is not None]
+    return {"additive_masks": sum(mask.is_floating_point() for mask in present),
+            "mask_elements": sum(mask.numel() for mask in present)}
+
+
+def attention_work(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
+                   masks: Masks, weights: str = "none") -> Work:
+    """One native attention call; add_bias_kv / add_zero_attn give a lower bound (their copies are not counted)."""
+    if not is_native(mha, nn.MultiheadAttention):
+        return UNKNOWN
+    extra = int(mha.bias_k is not None) + int(mha.add_zero_attn)
+    shape = AttentionShape(
+        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
+        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
+        extra_keys=extra, weights=weights, **_mask_counts(masks))
+    work = Work(attention_flops(shape), attention_macs(shape), attention_dmas(shape))
+    return work.at_least(SUMMABLE) if extra else work
+
+
+# --- handler --------------------------------------------------------------------------------------------------
+
+
+def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
+    """nn.MultiheadAttention: receptive field = most key positions one query position depends on."""
+    mha = call.module
+    if not is_native(mha, nn.MultiheadAttention):
+        return nothing_known()  # type: ignore[return-value]
+    a = call_arguments(call)
+    query, key, value = a["query"], a["key"], a["value"]
+    padding, mask = a["key_padding_mask"], a["attn_mask"]
+    weights = "none" if not a["need_weights"] else "averaged" if a["average_attn_weights"] else "per_head"
+
+    def work() -> Work:
+        q, k, v = (tokens(tensor, mha.batch_first) for tensor in (query, key, value))
+        return attention_work(mha, q, k, k.width, v.width, (padding, mask), weights)
+
+    def width() -> tuple[int, bool]:
+        q, k = tokens(query, mha.batch_first), tokens(key, mha.batch_first)
+        allowed = attention_allowed(mask, a["is_causal"] is True, mha.num_heads, q.length, k.length)
+        return widest(without_padding(allowed, padding, k.length), k.length), True
+
+    return estimates(call, work, width, query.dtype)

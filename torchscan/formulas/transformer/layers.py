@@ -1,0 +1,226 @@
+"""Native Transformer encoder and decoder layers, their stacks, and ``nn.Transformer``: formulas and handlers.
+
+A layer is its attention blocks (:mod:`.attention`), feed-forward block, LayerNorms and residual
+additions (:mod:`.blocks`); a stack is the sum of its layers plus the optional final norm;
+``nn.Transformer`` is an encoder stack over src and a decoder stack over tgt and the encoder's memory. The token
+receptive field is measured along src (encoders) or tgt (decoders) and composed across the layers of a stack
+(:mod:`.token_dependencies`); ``budget`` bounds that composition. Formulas and their boundaries are documented in
+``docs/transformer.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...handlers import ModuleCall, ModuleEstimates
+from .attention import attention_work
+from .blocks import Children, residual_work
+from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
+from .token_dependencies import stack_width
+from .work import UNKNOWN, Work, estimates, nothing_known, total
+
+# --- work -----------------------------------------------------------------------------------------------------
+
+
+def encoder_layer_work(children: Children, layer: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
+                       prefix: str = "") -> Work:
+    """Self-attention + feed-forward + 2 LayerNorms + 2 residual adds (norm_first changes the order only).
+
+    ``prefix`` is the layer's path inside the call being estimated, so that a missing part is named exactly.
+    """
+    if not is_native(layer, nn.TransformerEncoderLayer):
+        return UNKNOWN
+    rows, width = src.batch * src.length, src.width
+    return total([
+        attention_work(layer.self_attn, src, src, width, width, masks),
+        children.feed_forward(layer, prefix, rows, dtype),
+        children.norm(layer.norm1, f"{prefix}norm1", rows, width, dtype),
+        children.norm(layer.norm2, f"{prefix}norm2", rows, width, dtype),
+        residual_work(src.elements),
+        residual_work(src.elements),
+    ])
+
+
+def decoder_layer_work(children: Children, layer: nn.Module, tgt: Tokens, memory: Tokens, self_masks: Masks,
+                       cross_masks: Masks, dtype: torch.dtype, prefix: str = "") -> Work:
+    """Self-attention + cross-attention over memory + feed-forward + 3 LayerNorms + 3 residual adds."""
+    if not is_native(layer, nn.TransformerDecoderLayer):
+        return UNKNOWN
+    rows, width = tgt.batch * tgt.length, tgt.width
+    return total([
+        attention_work(layer.self_attn, tgt, tgt, width, width, self_masks),
+        attention_work(layer.multihead_attn, tgt, memory, memory.width, memory.width, cross_masks),
+        children.feed_forward(layer, prefix, rows, dtype),
+        children.norm(layer.norm1, f"{prefix}norm1", rows, width, dtype),
+        children.norm(layer.norm2, f"{prefix}norm2", rows, width, dtype),
+        children.norm(layer.norm3, f"{prefix}norm3", rows, width, dtype),
+        residual_work(tgt.elements),
+        residual_work(tgt.elements),
+        residual_work(tgt.elements),
+    ])
+
+
+def encoder_stack_work(children: Children, encoder: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
+                       prefix: str = "") -> Work:
+    """Every layer (each receives the same masks) plus the optional final norm."""
+    if not is_native(encoder, nn.TransformerEncoder):
+        return UNKNOWN
+    layers = [encoder_layer_work(children, layer, src, masks, dtype, f"{prefix}layers.{index}.")
+              for index, layer in enumerate(encoder.layers)]
+    return total(layers) + children.norm(encoder.norm, f"{prefix}norm", src.batch * src.length, src.width, dtype)
+
+
+def decoder_stack_work(children: Children, decoder: nn.Module, tgt: Tokens, memory: Tokens, self_masks: Masks,
+                       cross_masks: Masks, dtype: torch.dtype, prefix: str = "") -> Work:
+    if not is_native(decoder, nn.TransformerDecoder):
+        return UNKNOWN
+    layers = [decoder_layer_work(children, layer, tgt, memory, self_masks, cross_masks, dtype,
+                                 f"{prefix}layers.{index}.") for index, layer in enumerate(decoder.layers)]
+    return total(layers) + children.norm(decoder.norm, f"{prefix}norm", tgt.batch * tgt.length, tgt.width, dtype)
+
+
+# --- reading the call -----------------------------------------------------------------------------------------
+
+EncoderWork = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], Work]
+DecoderWork = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], Work]
+
+
+def _target_masks(arguments: dict[str, Any]) -> tuple[Masks, Masks]:
+    """The decoder-side masks: tgt's self-attention masks, and its cross-attention masks over memory."""
+    return ((arguments["tgt_mask"], arguments["tgt_key_padding_mask"]),
+            (arguments["memory_mask"], arguments["memory_key_padding_mask"]))
+
+
+def _stack_batch_first(stack: nn.Module) -> bool:
+    return bool(stack.layers[0].self_attn.batch_first) if len(stack.layers) else False
+
+
+def _native_layers(stack: nn.Module, layer_type: type[nn.Module]) -> list[nn.Module]:
+    layers = list(stack.layers)
+    if not all(is_native(layer, layer_type) for layer in layers):
+        raise UnsupportedCall("a layer that is not a native Transformer layer")
+    return layers
+
+
+def _dependency_width(layers: Callable[[], list[nn.Module]], sequence: torch.Tensor, batch_first: bool,
+                      masks: Masks, causal: Any, budget: int) -> tuple[int, bool]:
+    """Token dependency along ``sequence`` through the self-attention of ``layers()`` (a layer is a stack of one)."""
+    length = tokens(sequence, batch_first).length
+    return stack_width(layers(), length, *masks, causal, budget)
+
+
+def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: EncoderWork,
+              layers: Callable[[], list[nn.Module]], budget: int, children: Children) -> ModuleEstimates:
+    """An encoder layer or stack over src, whose attention mask is the argument ``mask_name``."""
+    a = call_arguments(call)
+    src, masks = a["src"], (a[mask_name], a["src_key_padding_mask"])
+
+    def work() -> Work:
+        return work_of(children, call.module, tokens(src, batch_first), masks, src.dtype)
+
+    def width() -> tuple[int, bool]:
+        return _dependency_width(layers, src, batch_first, masks, a["is_causal"], budget)
+
+    return estimates(call, work, width, src.dtype)
+
+
+def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Callable[[], list[nn.Module]],
+              budget: int, children: Children) -> ModuleEstimates:
+    """A decoder layer or stack over tgt and memory; the receptive field is along tgt."""
+    a = call_arguments(call)
+    tgt, memory = a["tgt"], a["memory"]
+    self_masks, cross_masks = _target_masks(a)
+
+    def work() -> Work:
+        return work_of(children, call.module, tokens(tgt, batch_first), tokens(memory, batch_first), self_masks,
+                       cross_masks, tgt.dtype)
+
+    def width() -> tuple[int, bool]:
+        return _dependency_width(layers, tgt, batch_first, self_masks, a["tgt_is_causal"], budget)
+
+    return estimates(call, work, width, tgt.dtype)
+
+
+# --- handlers -------------------------------------------------------------------------------------------------
+
+
+def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+    """nn.TransformerEncoderLayer: receptive field along src (attended positions and the residual position)."""
+    layer = call.module
+    if not is_native(layer, nn.TransformerEncoderLayer):
+        return nothing_known()  # type: ignore[return-value]
+    return _encoding(call, "src_mask", layer.self_attn.batch_first, encoder_layer_work, lambda: [layer], budget,
+                     children)
+
+
+def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+    """nn.TransformerDecoderLayer: receptive field along tgt (memory dependencies are not in this number)."""
+    layer = call.module
+    if not is_native(layer, nn.TransformerDecoderLayer):
+        return nothing_known()  # type: ignore[return-value]
+    return _decoding(call, layer.self_attn.batch_first, decoder_layer_work, lambda: [layer], budget,
+                     children)
+
+
+def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+    """nn.TransformerEncoder: the layers' sum plus the final norm; receptive field composed across layers."""
+    encoder = call.module
+    if not is_native(encoder, nn.TransformerEncoder):
+        return nothing_known()  # type: ignore[return-value]
+    return _encoding(call, "mask", _stack_batch_first(encoder), encoder_stack_work,
+                     lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children)
+
+
+def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+    """nn.TransformerDecoder: the layers' sum plus the final norm; receptive field along tgt, composed."""
+    decoder = call.module
+    if not is_native(decoder, nn.TransformerDecoder):
+        return nothing_known()  # type: ignore[return-value]
+    return _decoding(call, _stack_batch_first(decoder), decoder_stack_work,
+                     lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children)
+
+
+def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+    """nn.Transformer: encoder stack over src, decoder stack over tgt and the encoder's memory.
+
+    A custom encoder or decoder is outside the formulas: a custom encoder leaves the memory shape unknown
+    (nothing known), a custom decoder leaves the encoder's work as a lower bound.
+    """
+    model = call.module
+    if not is_native(model, nn.Transformer):
+        return nothing_known()  # type: ignore[return-value]
+    a = call_arguments(call)
+    src, tgt = a["src"], a["tgt"]
+    self_masks, cross_masks = _target_masks(a)
+
+    def work() -> Work:
+        source, target = tokens(src, model.batch_first), tokens(tgt, model.batch_first)
+        if not is_native(model.encoder, nn.TransformerEncoder):
+            return UNKNOWN
+        encoded = encoder_stack_work(children, model.encoder, source, (a["src_mask"], a["src_key_padding_mask"]),
+                                     src.dtype, "encoder.")
+        memory = source  # the native encoder keeps the shape of src
+        return encoded + decoder_stack_work(children, model.decoder, target, memory, self_masks, cross_masks,
+                                            tgt.dtype, "decoder.")
+
+    def width() -> tuple[int, bool]:
+        if not is_native(model.decoder, nn.TransformerDecoder):
+            raise UnsupportedCall("a custom decoder")
+        return _dependency_width(lambda: _native_layers(model.decoder, nn.TransformerDecoderLayer), tgt,
+                                 model.batch_first, self_masks, a["tgt_is_causal"], budget)
+
+    return estimates(call, work, width, src.dtype)
+
+
+#: Module type -> its estimate, given the call, the token-dependency budget and the children's formulas.
+TRANSFORMER_ESTIMATES: dict[type[nn.Module], Callable[[ModuleCall, int, Children], ModuleEstimates]] = {
+    nn.TransformerEncoderLayer: estimate_encoder_layer,
+    nn.TransformerDecoderLayer: estimate_decoder_layer,
+    nn.TransformerEncoder: estimate_encoder,
+    nn.TransformerDecoder: estimate_decoder,
+    nn.Transformer: estimate_transformer,
+}

@@ -1,0 +1,126 @@
+"""The inclusive estimate of a native attention or Transformer call: additive work, and the six report fields.
+
+`Work` adds up the FLOPs, MACs and DMAs of the parts of a call and remembers which metrics some part knows
+only as a lower bound or not at all; `estimates` turns it, with the call's token receptive field, into the
+six fields of a handler that owns its whole subtree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...handlers import ModuleCall, ModuleEstimates
+from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
+from .calls import UnsupportedCall
+from .token_dependencies import MaskValuesUnknown
+
+METHOD = "formula:transformer"
+SUBTREE_METRICS = frozenset(METRIC_UNITS)
+SUMMABLE = frozenset(SUMMABLE_METRICS)
+#: Report field -> Work attribute.
+FIELD_NAMES = {"module_flops": "flops", "macs": "macs", "dmas": "dmas"}
+
+
+@dataclass(frozen=True)
+class Work:
+    """Additive FLOPs, MACs and DMAs of part of a call, with the metrics it knows only partly or not at all.
+
+    ``lower_bound`` metrics count known work but leave some out; ``unknown`` metrics count nothing. Adding a
+    known part to an unknown one gives a lower bound, never a complete count. ``gaps`` says in words which parts
+    are left out (a child without a built-in formula); the diagnostic about an incomplete field quotes them.
+    """
+
+    flops: int = 0
+    macs: int = 0
+    dmas: int = 0
+    lower_bound: frozenset[str] = frozenset()
+    unknown: frozenset[str] = frozenset()
+    gaps: tuple[str, ...] = ()
+
+    def __add__(self, other: Work) -> Work:
+        unknown = self.unknown & other.unknown
+        incomplete = self.lower_bound | other.lower_bound | self.unknown | other.unknown
+        gaps = self.gaps + tuple(gap for gap in other.gaps if gap not in self.gaps)
+        return Work(self.flops + other.flops, self.macs + other.macs, self.dmas + other.dmas,
+                    frozenset(incomplete - unknown), unknown, gaps)
+
+    def at_least(self, metrics: frozenset[str]) -> Work:
+        """The same counts, known to leave out some work for ``metrics``."""
+        return replace(self, lower_bound=self.lower_bound | (metrics - self.unknown))
+
+    def without(self, metrics: frozenset[str]) -> Work:
+        """Nothing known for ``metrics`` (their counts are dropped)."""
+        dropped = {FIELD_NAMES[name]: 0 for name in metrics}
+        return replace(self, lower_bound=self.lower_bound - metrics, unknown=self.unknown | metrics, **dropped)
+
+    def missing(self, gap: str) -> Work:
+        """The same work, with ``gap`` named among the parts it leaves out."""
+        return replace(self, gaps=(*self.gaps, gap))
+
+
+UNKNOWN = Work(unknown=SUMMABLE)
+
+
+def total(parts: list[Work]) -> Work:
+    return sum(parts, Work())
+
+
+# --- report fields --------------------------------------------------------------------------------------------
+
+
+def summable_fields(work: Work) -> dict[str, Any]:
+    """FLOPs, MACs and DMAs as handler values: a count, a lower bound or nothing known, naming what is missing."""
+    reason = "; ".join(work.gaps) or None
+    fields: dict[str, Any] = {}
+    for name, value in (("module_flops", work.flops), ("macs", work.macs), ("dmas", work.dmas)):
+        if name in work.unknown:
+            fields[name] = Incomplete(None, reason) if reason else None
+        elif name in work.lower_bound:
+            fields[name] = Incomplete(value, reason)
+        else:
+            fields[name] = value
+    return fields
+
+
+def token_fields(width: Callable[[], tuple[int, bool]]) -> dict[str, Any]:
+    """Receptive field in tokens (exact, a lower bound, or unavailable without mask values); stride 1, padding 0."""
+    try:
+        value, exact = width()
+    except (MaskValuesUnknown, UnsupportedCall):
+        receptive: Any = None
+    else:
+        receptive = value if exact else Incomplete(value)
+    return {"receptive_field": receptive, "effective_stride": 1, "effective_padding": 0}
+
+
+def nothing_known() -> dict[str, Any]:
+    return dict.fromkeys(METRIC_UNITS)
+
+
+def _dropout_active(module: nn.Module) -> bool:
+    """Training-mode dropout anywhere in the subtree (never under the crawler, which runs eval)."""
+    for child in module.modules():
+        if isinstance(child, nn.MultiheadAttention) and child.training and child.dropout > 0:
+            return True
+        if isinstance(child, nn.modules.dropout._DropoutNd) and child.training and child.p > 0:
+            return True
+    return False
+
+
+def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tuple[int, bool]],
+              dtype: torch.dtype) -> ModuleEstimates:
+    """The six fields, with the call-wide boundaries applied to the formula's work."""
+    try:
+        counted = work()
+    except UnsupportedCall:
+        counted = UNKNOWN
+    if not dtype.is_floating_point:
+        counted = counted.without(frozenset({"module_flops", "macs"}))
+    if _dropout_active(call.module):
+        counted = counted.at_least(frozenset({"module_flops", "dmas"}))
+    return {**summable_fields(counted), **token_fields(width)}  # type: ignore[typeddict-item]

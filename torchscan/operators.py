@@ -1,15 +1,15 @@
 """Operator FLOPs observed through PyTorch dispatch, and ``measure_flops`` for owner-controlled workloads.
 
-`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the formula of
-its overload packet, adds the count to the active `OperatorScope` (the module call that is running), and
-otherwise files the operator as ignored (zero-work) or uncounted. Formulas follow PyTorch's ``FlopCounterMode``
-contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
+`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the outcome of the
+call's signature (priced by the formula of its overload packet on first sight, see `.operator_cache`) and adds it
+to the active `OperatorScope` (the module call that is running): counted, ignored (zero-work) or uncounted.
+Formulas follow PyTorch's ``FlopCounterMode`` contract, so a caller's ``custom_mapping`` is written exactly as for
+PyTorch.
 """
 
 from __future__ import annotations
 
 import sys
-
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, diagnostic
 from .formulas.aten import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
-from .results import MetricResult, complete, is_count, partial, plain_number
+from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
+from .results import MetricResult, complete, partial, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
@@ -63,39 +64,72 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
 
 
 class OperatorScope:
-    """Operator counts of one module call (or of a whole workload): FLOPs by operator, ignored and uncounted."""
+    """Operator counts of one module call (or of a whole workload): FLOPs, and calls by outcome.
 
-    __slots__ = ("flops", "counted", "ignored", "uncounted", "direct_work")
+    ``calls`` maps each `Outcome` (an operator, how it counts, FLOPs per call) to its number of calls; the views
+    by operator (``counted``, ``ignored``, ``uncounted``) are built from it when a report asks, not per call.
+    """
+
+    __slots__ = ("calls", "direct_work", "flops")
 
     def __init__(self) -> None:
         self.flops = 0
         self.direct_work: Any = None  # a DirectWork when the module view estimates this call's own operators
-        self.counted: dict[Any, list] = {}  # packet -> [calls, flops]
-        self.ignored: dict[Any, int] = {}
-        self.uncounted: dict[Any, int] = {}
+        self.calls: dict[Outcome, int] = {}
+
+    def add(self, outcome: Outcome) -> None:
+        self.flops += outcome.flops
+        self.calls[outcome] = self.calls.get(outcome, 0) + 1
+
+    @property
+    def counted(self) -> dict[Any, list]:
+        """packet -> [calls, flops] of the calls its formula priced."""
+        rows: dict[Any, list] = {}
+        for outcome, calls in self.calls.items():
+            if outcome.kind == COUNTED:
+                row = rows.setdefault(outcome.packet, [0, 0])
+                row[0] += calls
+                row[1] += calls * outcome.flops
+        return rows
+
+    @property
+    def ignored(self) -> dict[Any, int]:
+        """packet -> calls of operators that do no floating-point work."""
+        return self._calls_of(IGNORED)
+
+    @property
+    def uncounted(self) -> dict[Any, int]:
+        """packet -> calls that no formula priced (none exists, it declined, or it failed)."""
+        return self._calls_of(UNCOUNTED)
+
+    def _calls_of(self, kind: str) -> dict[Any, int]:
+        rows: dict[Any, int] = {}
+        for outcome, calls in self.calls.items():
+            if outcome.kind == kind:
+                rows[outcome.packet] = rows.get(outcome.packet, 0) + calls
+        return rows
+
+    def has_uncounted(self) -> bool:
+        return any(outcome.kind == UNCOUNTED for outcome in self.calls)
 
     def result(self, scope: str) -> MetricResult:
-        if self.uncounted:
+        if self.has_uncounted():
             return partial(plain_number(self.flops), UNIT, scope, METHOD)
         return complete(plain_number(self.flops), UNIT, scope, METHOD)
 
     def merge(self, other: OperatorScope) -> None:
         self.flops += other.flops
-        for packet, (calls, flops) in other.counted.items():
-            entry = self.counted.setdefault(packet, [0, 0])
-            entry[0] += calls
-            entry[1] += flops
-        for packet, calls in other.ignored.items():
-            self.ignored[packet] = self.ignored.get(packet, 0) + calls
-        for packet, calls in other.uncounted.items():
-            self.uncounted[packet] = self.uncounted.get(packet, 0) + calls
+        calls = self.calls
+        for outcome, count in other.calls.items():
+            calls[outcome] = calls.get(outcome, 0) + count
 
 
 class OperatorRecorder(TorchDispatchMode):
     """Counts every dispatched operator into the scope on top of ``scopes`` (the active module call).
 
-    A scope with a ``direct_work`` accumulator also feeds it each operator, so the module view can estimate work
-    that a module performs directly. ``suspended`` stops counting while module estimates run.
+    A scope with a ``direct_work`` accumulator also feeds it each operator's functional estimate, so the module
+    view can estimate work that a module performs directly. ``suspended`` stops counting while module estimates
+    run. Formulas are priced once per call signature (`FormulaCache`); the dispatch itself only records.
     """
 
     supports_higher_order_operators = True
@@ -108,10 +142,11 @@ class OperatorRecorder(TorchDispatchMode):
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]], root: OperatorScope | None = None) -> None:
         super().__init__()
         self.formulas = formulas
+        self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [root or OperatorScope()]
         self.suspended = False
-        self.formula_errors: dict[Any, str] = {}
-        self.declined: set[Any] = set()  # operators whose formula had no convention for some call
+        self.formula_errors = self.cache.formula_errors
+        self.declined = self.cache.declined  # operators whose formula had no convention for some call
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -120,18 +155,16 @@ class OperatorRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.suspended:
             return out
-        packet = func._overloadpacket
+        cache = self.cache
+        plan = cache.plans.get(id(func)) or cache.plan(func)
+        outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
-        formula = self.formulas.get(packet)
-        if formula is not None:
-            self._count(scope, packet, formula, args, kwargs, out)
-        elif packet in ZERO_WORK_OPERATORS:
-            scope.ignored[packet] = scope.ignored.get(packet, 0) + 1
-        else:
-            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
+        scope.flops += outcome.flops
+        calls = scope.calls
+        calls[outcome] = calls.get(outcome, 0) + 1
         work = scope.direct_work
         if work is not None:
-            work.add(packet, args, kwargs, out)
+            work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out))
         return out
 
     def _higher_order(self, func: HigherOrderOperator, args: tuple, kwargs: dict) -> Any:
@@ -145,32 +178,10 @@ class OperatorRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if not self.suspended:
             scope = self.scopes[-1]
-            scope.uncounted[func] = scope.uncounted.get(func, 0) + 1
+            scope.add(self.cache.uncounted(func))
             if scope.direct_work is not None:
                 scope.direct_work.unestimated[func] = scope.direct_work.unestimated.get(func, 0) + 1
         return out
-
-    def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
-               out: Any) -> None:
-        # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
-        try:
-            flops = formula(*args, **kwargs, out_val=out)
-            if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
-                raise ValueError("a FLOP formula must return a finite non-negative number or None")
-        except Exception as error:  # a broken formula must not break the model's forward
-            self.formula_errors.setdefault(packet, type(error).__name__)
-            flops = None
-        if flops is None:  # no stated convention for this call (a dtype, a mode): uncounted, never zero
-            self.declined.add(packet)
-            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
-            return
-        scope.flops += flops
-        entry = scope.counted.get(packet)
-        if entry is None:
-            scope.counted[packet] = [1, flops]
-        else:
-            entry[0] += 1
-            entry[1] += flops
 
 
 def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder

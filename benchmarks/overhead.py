@@ -1,69 +1,160 @@
-"""Analysis overhead: crawl_module / structure mode / measure_flops time as a ratio of a plain forward.
+"""Analysis overhead: each analysis's time as a ratio of a plain ``no_grad`` forward of the same model.
 
-Each model's variants are timed alternately in one process (plain forward, full analysis, structure mode,
-measure_flops, repeat), so machine noise hits every variant alike; the medians are printed as ratios to the plain
-``torch.no_grad()`` forward. A separate fresh interpreter measures the first-call extra cost of an analysis.
+For every model, the variants run alternately in one process on the same inputs (plain forward, ``crawl_module``,
+``crawl_module(mode="structure")``, ``measure_flops``, PyTorch's own ``FlopCounterMode``; then again), so machine
+noise hits every variant alike; the medians of the repeats are printed as ratios to the plain forward. Warm-up
+runs come first: the first-use cost of a dispatch mode in a fresh process is measured separately.
 
-    python benchmarks/overhead.py [--repeats 7]
+Two more measurements answer questions the ratios cannot:
+
+* ``synthetic_100`` / ``synthetic_10k``: the same tiny layer repeated, 100 and 10,000 layer calls; the extra time
+  per layer call of each must be about equal (assembly linear in the number of calls).
+* ``llama2_70b_meta``: the LLaMA-2-70B configuration on the ``meta`` device; a fresh interpreter also reports the
+  analysis's memory (process peak RSS, RSS growth during the analysis, and the ``tracemalloc`` peak).
+
+    python benchmarks/overhead.py [--repeats 7] [--threads 1] [--models resnet,bert] [--clock cpu] [--stat min]
+
+The last column is the analysis's extra time per layer call, ``(crawl - plain) / calls``, in microseconds.
+
+Model names: resnet18, resnet50, mobilenet_v2, bert_base, transformer, lstm, synthetic_100, synthetic_10k,
+llama2_70b_meta, and the third-party twins tv_resnet50 (torchvision) and hf_bert_base (transformers);
+``--models`` keeps the names containing any of its comma-separated parts. Run it on a quiet machine (the load
+average is printed with the results).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "site_models")]
+sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
-from torchscan import crawl_module, measure_flops  # noqa: E402
-from zoo import bert, lstm, mobilenet, resnet  # noqa: E402
+import native_transformer
+import third_party
+from zoo import bert, llama, lstm, mobilenet, resnet
 
+from torchscan import crawl_module, measure_flops
 
-def models() -> dict[str, tuple[torch.nn.Module, tuple, dict]]:
-    """Name -> (model, args, kwargs) for a ResNet-style CNN, a MobileNetV2, a Transformer encoder and an LSTM."""
-    torch.manual_seed(0)
-    bert_args, bert_kwargs = bert.bert_inputs(batch=1, seq_len=128)
-    lstm_model = lstm.lstm_classifier()
-    return {
-        "resnet50 (224)": (resnet.resnet50(), (torch.rand(1, 3, 224, 224),), {}),
-        "mobilenet_v2 (224)": (mobilenet.mobilenet_v2(), (torch.rand(1, 3, 224, 224),), {}),
-        "bert_base (128 tokens)": (bert.bert_base(), bert_args, bert_kwargs),
-        "lstm classifier": (lstm_model, *lstm.lstm_inputs()),
-    }
+Case = tuple[nn.Module, tuple, dict]
 
 
-def time_once(function) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
+def _image(model: nn.Module) -> Case:
+    return model, (torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)),), {}
 
 
-def measure(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> dict[str, float]:
-    model.eval()
+def synthetic(calls: int) -> Case:
+    """``calls`` layer calls in all: the root Sequential and ``calls - 1`` alternating Linear(16, 16) and ReLU."""
+    layers = [nn.Linear(16, 16) if index % 2 == 0 else nn.ReLU() for index in range(calls - 1)]
+    return nn.Sequential(*layers), (torch.rand(1, 16),), {}
 
-    def plain():
+
+def llama_70b_meta() -> Case:
+    with torch.device("meta"):
+        model = llama.llama2_70b()
+    return model, *llama.llama_inputs(seq_len=128, device="meta")
+
+
+CASES: dict[str, Callable[[], Case]] = {
+    "resnet18": lambda: _image(resnet.resnet18()),
+    "resnet50": lambda: _image(resnet.resnet50()),
+    "mobilenet_v2": lambda: _image(mobilenet.mobilenet_v2()),
+    "bert_base": lambda: (bert.bert_base(), *bert.bert_inputs(batch=1, seq_len=128)),
+    "transformer": lambda: (native_transformer.transformer_base(), *native_transformer.transformer_inputs()),
+    "lstm": lambda: (lstm.lstm_classifier(), *lstm.lstm_inputs()),
+    "synthetic_100": lambda: synthetic(100),
+    "synthetic_10k": lambda: synthetic(10_000),
+    "llama2_70b_meta": llama_70b_meta,
+    "tv_resnet50": third_party.torchvision_resnet50,
+    "hf_bert_base": third_party.transformers_bert_base,
+}
+VARIANTS = ("plain", "crawl", "structure", "measure_flops", "FlopCounterMode")
+
+
+def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[[], object]]:
+    def plain() -> None:
         with torch.no_grad():
             model(*args, **kwargs)
 
-    variants = {
+    def flop_counter() -> None:
+        with torch.no_grad(), FlopCounterMode(display=False):
+            model(*args, **kwargs)
+
+    return {
         "plain": plain,
-        "crawl_module": lambda: crawl_module(model, args=args, kwargs=kwargs),
+        "crawl": lambda: crawl_module(model, args=args, kwargs=kwargs),
         "structure": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="structure"),
         "measure_flops": lambda: measure_flops(plain),
+        "FlopCounterMode": flop_counter,
     }
-    for function in variants.values():  # warm-up: first-use costs are measured separately
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+STATISTICS = {"median": statistics.median, "min": min}
+
+
+def measure(model: nn.Module, args: tuple, kwargs: dict, repeats: int, clock: Callable[[], float] = time.perf_counter,
+            statistic: Callable[[list[float]], float] = statistics.median) -> dict[str, float]:
+    """Seconds of each variant over ``repeats`` alternating rounds (their median or min), after a warm-up round."""
+    model.eval()
+    functions = variants(model, args, kwargs)
+    for function in functions.values():
         function()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
+    samples: dict[str, list[float]] = {name: [] for name in functions}
     for _ in range(repeats):
-        for name, function in variants.items():
-            samples[name].append(time_once(function))
-    return {name: statistics.median(values) for name, values in samples.items()}
+        for name, function in functions.items():
+            start = clock()
+            function()
+            samples[name].append(clock() - start)
+    return {name: statistic(values) for name, values in samples.items()}
+
+
+def layer_calls(model: nn.Module, args: tuple, kwargs: dict) -> int:
+    return len(crawl_module(model, args=args, kwargs=kwargs, mode="structure")["layers"])
+
+
+MEMORY_PROBE = """
+import resource, sys, time, tracemalloc
+sys.path[:0] = {paths!r}
+import torch, overhead
+from torchscan import crawl_module
+model, args, kwargs = overhead.llama_70b_meta()
+model.eval()
+with torch.no_grad():
+    model(*args, **kwargs)
+crawl_module(model, args=args, kwargs=kwargs)  # warm-up: first use of the dispatch mode, lazy imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+crawl_module(model, args=args, kwargs=kwargs)
+seconds = time.perf_counter() - start
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tracemalloc.start()
+crawl_module(model, args=args, kwargs=kwargs)
+traced = tracemalloc.get_traced_memory()[1]
+print(seconds, before * 1024, after * 1024, traced)
+"""
+
+
+def memory_probe() -> dict[str, float]:
+    """The 70B meta analysis in a fresh interpreter: its time, the process peak RSS before and after it, and the
+    peak of Python allocations during it (``tracemalloc``, a separate untimed run)."""
+    code = MEMORY_PROBE.format(paths=[str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")])
+    env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    seconds, before, after, traced = map(float, output.stdout.split())
+    return {"seconds": seconds, "rss_before": before, "rss_peak": after, "traced_peak": traced}
 
 
 FIRST_CALL = """
@@ -87,18 +178,56 @@ def first_call_extra() -> float:
     return float(output.strip())
 
 
+def selected(filter_text: str | None) -> list[str]:
+    if not filter_text:
+        return list(CASES)
+    parts = [part.strip() for part in filter_text.split(",") if part.strip()]
+    names = [name for name in CASES if any(part in name for part in parts)]
+    if not names:
+        raise SystemExit(f"--models {filter_text!r} matches none of: {', '.join(CASES)}")
+    return names
+
+
+def print_row(name: str, times: dict[str, float], calls: int) -> None:
+    base = times["plain"]
+    ratios = "".join(f"{times[variant] / base:>{len(variant) + 2}.2f}x" for variant in VARIANTS[1:])
+    per_call = (times["crawl"] - base) / calls * 1e6
+    print(f"{name:<17}{calls:>7}{base * 1e3:>10.1f}{ratios}{per_call:>11.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7, help="alternating rounds per model (default 7)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--models", default=None, help="comma-separated parts of model names to keep")
+    parser.add_argument("--clock", choices=CLOCKS, default="wall",
+                        help="wall time (default), or process CPU time: steadier on a loaded machine with --threads 1")
+    parser.add_argument("--stat", choices=STATISTICS, default="median",
+                        help="median of the rounds (default), or min: the least disturbed round on a loaded machine")
+    parser.add_argument("--no-memory", action="store_true", help="skip the 70B memory probe and first-call cost")
     options = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {options.repeats} alternating runs")
-    print(f"{'model':<24}{'plain ms':>10}{'crawl':>9}{'structure':>11}{'measure_flops':>15}")
-    for name, (model, args, kwargs) in models().items():
-        times = measure(model, args, kwargs, options.repeats)
-        base = times["plain"]
-        print(f"{name:<24}{base * 1e3:>10.1f}{times['crawl_module'] / base:>8.2f}x"
-              f"{times['structure'] / base:>10.2f}x{times['measure_flops'] / base:>14.2f}x")
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    names = selected(options.models)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {options.clock} clock, {options.stat} of "
+          f"{options.repeats} alternating rounds; load average {os.getloadavg()[0]:.2f} at start")
+    header = "".join(f"{variant:>{len(variant) + 3}}" for variant in VARIANTS[1:])
+    print(f"{'model':<17}{'calls':>7}{'plain ms':>10}{header}{'crawl us/call':>14}")
+    for name in names:
+        torch.manual_seed(0)
+        model, args, kwargs = CASES[name]()
+        times = measure(model, args, kwargs, options.repeats, CLOCKS[options.clock], STATISTICS[options.stat])
+        print_row(name, times, layer_calls(model, args, kwargs))
+        del model, args, kwargs
+    print(f"load average {os.getloadavg()[0]:.2f} at end")
+    if options.no_memory:
+        return
+    if "llama2_70b_meta" in names:
+        probe = memory_probe()
+        print(f"llama2_70b_meta memory (fresh process): analysis {probe['seconds']:.2f} s, process peak RSS "
+              f"{probe['rss_peak'] / 2**20:.0f} MB (growth during the analysis "
+              f"{(probe['rss_peak'] - probe['rss_before']) / 2**20:.0f} MB), tracemalloc peak "
+              f"{probe['traced_peak'] / 2**20:.0f} MB")
     print(f"first-call extra cost in a fresh process: {first_call_extra():.3f} s")
 
 

@@ -26,9 +26,12 @@ class DirectWork:
         self.unestimated: dict[Any, int] = {}
 
     def add(self, packet: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        self.operators += 1
         estimator = FUNCTIONAL_ESTIMATES.get(packet)
-        estimate = estimator(args, kwargs, out) if estimator is not None else None
+        self.add_estimate(packet, estimator(args, kwargs, out) if estimator is not None else None)
+
+    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
+        """One operator with its functional estimate ``(flops, macs, dmas)`` already made (``None``: none)."""
+        self.operators += 1
         if estimate is None:
             self.unestimated[packet] = self.unestimated.get(packet, 0) + 1
             return

@@ -125,48 +125,92 @@ def _generate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
 MAX_DEPTH = 32
 
 
+_SCALAR_TYPES = frozenset({bool, int, float, complex, str, bytes})
+_SCALAR_NAMES = {kind: {"kind": "scalar", "type": kind.__name__} for kind in _SCALAR_TYPES}
+
+
 def value_metadata(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
     """Recursive, value-free description of an argument or output.
 
     A container that holds itself (directly or deeper) is described once and then marked ``recursive``; nesting
-    beyond ``MAX_DEPTH`` levels is marked ``truncated``, so no input can make the hooks fail.
+    beyond ``MAX_DEPTH`` levels is marked ``truncated``, so no input can make the hooks fail. It runs twice per
+    layer call (inputs and output), so exact built-in types take the shortest path.
     """
-    if isinstance(value, torch.Tensor):
+    kind = type(value)
+    if kind is torch.Tensor or kind is nn.Parameter or isinstance(value, torch.Tensor):
         return tensor_metadata(value)
+    if kind is tuple or kind is list:
+        return _container_metadata(value, kind.__name__, _enclosing)
     if value is None:
         return {"kind": "none"}
+    scalar = _SCALAR_NAMES.get(kind)
+    if scalar is not None:
+        return dict(scalar)
+    return _other_metadata(value, kind, _enclosing)
+
+
+def _other_metadata(value: Any, kind: type, _enclosing: tuple[int, ...]) -> dict[str, Any]:
+    """Subclasses of scalars and containers, mappings, and any other object (by its type name only)."""
     if isinstance(value, (bool, int, float, complex, str, bytes)):
-        return {"kind": "scalar", "type": type(value).__name__}
+        return {"kind": "scalar", "type": kind.__name__}
     if not isinstance(value, (tuple, list, Mapping)):
         return {"kind": "object", "type": _type_name(value)}
+    if isinstance(value, tuple) and hasattr(kind, "_fields"):
+        return _container_metadata(value, "namedtuple", _enclosing)
+    return _container_metadata(value, "sequence" if isinstance(value, (tuple, list)) else "mapping", _enclosing)
+
+
+def _container_metadata(value: Any, kind: str, _enclosing: tuple[int, ...]) -> dict[str, Any]:
+    """A tuple, list, other sequence, namedtuple or mapping: its items, unless it encloses itself or nests too deep."""
     if id(value) in _enclosing:
         return {"kind": "recursive", "type": _type_name(value)}
     if len(_enclosing) >= MAX_DEPTH:
         return {"kind": "truncated", "type": _type_name(value)}
     inner = (*_enclosing, id(value))
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
-        return {"kind": "namedtuple", "type": type(value).__qualname__,
+    if kind == "namedtuple":
+        return {"kind": kind, "type": type(value).__qualname__,
                 "items": [{"key": name, "value": value_metadata(item, inner)}
                           for name, item in zip(value._fields, value)]}
-    if isinstance(value, (tuple, list)):
-        return {"kind": type(value).__name__ if type(value) in (tuple, list) else "sequence",
-                "items": [value_metadata(item, inner) for item in value]}
-    return {"kind": "mapping", "items": [{"key": _safe_key(key), "value": value_metadata(item, inner)}
-                                         for key, item in value.items()]}
+    if kind == "mapping":
+        return {"kind": kind, "items": [{"key": _safe_key(key), "value": value_metadata(item, inner)}
+                                        for key, item in value.items()]}
+    return {"kind": kind, "items": [value_metadata(item, inner) for item in value]}
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
 def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
+    dtype = tensor.dtype
+    dtype_name = _DTYPE_NAMES.get(dtype)
+    if dtype_name is None:
+        dtype_name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    device = _device_type(tensor)
     if tensor.is_nested:  # a nested tensor has no single shape: record its rank and number of components
-        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
-                "dtype": str(tensor.dtype).removeprefix("torch."), "device": tensor.device.type,
-                "requires_grad": bool(tensor.requires_grad)}
-    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": str(tensor.dtype).removeprefix("torch."),
-            "device": tensor.device.type, "requires_grad": bool(tensor.requires_grad)}
+        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0), "dtype": dtype_name,
+                "device": device, "requires_grad": bool(tensor.requires_grad)}
+    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": dtype_name, "device": device,
+            "requires_grad": bool(tensor.requires_grad)}
+
+
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
+
+
+def _device_type(tensor: torch.Tensor) -> str:
+    """``tensor.device.type``; for plain tensors from the ``is_cpu``/``is_meta`` flags, as ``tensor.device`` builds
+    a new ``torch.device`` on every access (subclasses may override ``device``, so they are asked)."""
+    if type(tensor) in _PLAIN_TENSORS:
+        if tensor.is_cpu:
+            return "cpu"
+        if tensor.is_meta:
+            return "meta"
+    return tensor.device.type
 
 
 def call_metadata(args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return {"args": [value_metadata(arg) for arg in args],
-            "kwargs": [{"key": _safe_key(key), "value": value_metadata(item)} for key, item in kwargs.items()]}
+            "kwargs": [{"key": _safe_key(key), "value": value_metadata(item)} for key, item in kwargs.items()]
+            if kwargs else []}
 
 
 FAILED_OUTPUT = {"kind": "failed"}

@@ -1,9 +1,10 @@
 """Operator FLOPs observed through PyTorch dispatch, and ``measure_flops`` for owner-controlled workloads.
 
-`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the formula of
-its overload packet, adds the count to the active `OperatorScope` (the module call that is running), and
-otherwise files the operator as ignored (zero-work) or uncounted. Formulas follow PyTorch's ``FlopCounterMode``
-contract, so a caller's ``custom_mapping`` is written exactly as for PyTorch.
+`OperatorRecorder` is a lean ``TorchDispatchMode``: for each dispatched operator it looks up the outcome of the
+call's signature (priced by the formula of its overload packet on first sight, see `.operator_cache`) and adds it
+to the active `OperatorScope` (the module call that is running): counted, ignored (zero-work) or uncounted.
+Formulas follow PyTorch's ``FlopCounterMode`` contract, so a caller's ``custom_mapping`` is written exactly as for
+PyTorch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, diagnostic
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
-from .results import MODEL, MetricResult, complete, is_count, lower_bound, plain_number
+from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
+from .results import MODEL, MetricResult, complete, lower_bound, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
@@ -65,32 +67,64 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
 
 
 class OperatorScope:
-    """Operator counts of one module call (or of a whole workload): FLOPs by operator, ignored and uncounted."""
+    """Operator counts of one module call (or of a whole workload): FLOPs, and calls by outcome.
 
-    __slots__ = ("counted", "direct_work", "flops", "ignored", "uncounted")
+    ``calls`` maps each `Outcome` (an operator, how it counts, FLOPs per call) to its number of calls; the views
+    by operator (``counted``, ``ignored``, ``uncounted``) are built from it when a report asks, not per call.
+    """
+
+    __slots__ = ("calls", "direct_work", "flops")
 
     def __init__(self) -> None:
         self.flops = 0
         self.direct_work: Any = None  # a DirectWork when the module view estimates this call's own operators
-        self.counted: dict[Any, list] = {}  # packet -> [calls, flops]
-        self.ignored: dict[Any, int] = {}
-        self.uncounted: dict[Any, int] = {}
+        self.calls: dict[Outcome, int] = {}
+
+    def add(self, outcome: Outcome) -> None:
+        self.flops += outcome.flops
+        self.calls[outcome] = self.calls.get(outcome, 0) + 1
+
+    @property
+    def counted(self) -> dict[Any, list]:
+        """packet -> [calls, flops] of the calls its formula priced."""
+        rows: dict[Any, list] = {}
+        for outcome, calls in self.calls.items():
+            if outcome.kind == COUNTED:
+                row = rows.setdefault(outcome.packet, [0, 0])
+                row[0] += calls
+                row[1] += calls * outcome.flops
+        return rows
+
+    @property
+    def ignored(self) -> dict[Any, int]:
+        """packet -> calls of operators that do no floating-point work."""
+        return self._calls_of(IGNORED)
+
+    @property
+    def uncounted(self) -> dict[Any, int]:
+        """packet -> calls that no formula priced (none exists, it declined, or it failed)."""
+        return self._calls_of(UNCOUNTED)
+
+    def _calls_of(self, kind: str) -> dict[Any, int]:
+        rows: dict[Any, int] = {}
+        for outcome, calls in self.calls.items():
+            if outcome.kind == kind:
+                rows[outcome.packet] = rows.get(outcome.packet, 0) + calls
+        return rows
+
+    def has_uncounted(self) -> bool:
+        return any(outcome.kind == UNCOUNTED for outcome in self.calls)
 
     def result(self, scope: str) -> MetricResult:
-        if self.uncounted:
+        if self.has_uncounted():
             return lower_bound(plain_number(self.flops), UNIT, scope, METHOD)
         return complete(plain_number(self.flops), UNIT, scope, METHOD)
 
     def merge(self, other: OperatorScope) -> None:
         self.flops += other.flops
-        for packet, (calls, flops) in other.counted.items():
-            entry = self.counted.setdefault(packet, [0, 0])
-            entry[0] += calls
-            entry[1] += flops
-        for packet, calls in other.ignored.items():
-            self.ignored[packet] = self.ignored.get(packet, 0) + calls
-        for packet, calls in other.uncounted.items():
-            self.uncounted[packet] = self.uncounted.get(packet, 0) + calls
+        calls = self.calls
+        for outcome, count in other.calls.items():
+            calls[outcome] = calls.get(outcome, 0) + count
 
 
 class _Pause:
@@ -130,11 +164,12 @@ class OperatorRecorder(TorchDispatchMode):
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]], root: OperatorScope | None = None) -> None:
         super().__init__()
         self.formulas = formulas
+        self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [root or OperatorScope()]  # the root, then one scope per open call
         self.suspended = False  # set only through paused()
         self._pause = _Pause(self)
-        self.formula_errors: dict[Any, str] = {}
-        self.declined: set[Any] = set()  # operators whose formula had no convention for some call
+        self.formula_errors = self.cache.formula_errors
+        self.declined = self.cache.declined  # operators whose formula had no convention for some call
 
     @property
     def root(self) -> OperatorScope:
@@ -162,18 +197,16 @@ class OperatorRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if self.suspended:
             return out
-        packet = func._overloadpacket
+        cache = self.cache
+        plan = cache.plans.get(id(func)) or cache.plan(func)
+        outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
-        formula = self.formulas.get(packet)
-        if formula is not None:
-            self._count(scope, packet, formula, args, kwargs, out)
-        elif packet in ZERO_WORK_OPERATORS:
-            scope.ignored[packet] = scope.ignored.get(packet, 0) + 1
-        else:
-            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
+        scope.flops += outcome.flops
+        calls = scope.calls
+        calls[outcome] = calls.get(outcome, 0) + 1
         work = scope.direct_work
         if work is not None:
-            work.add(packet, args, kwargs, out)
+            work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out))
         return out
 
     def _higher_order(self, func: HigherOrderOperator, args: tuple, kwargs: dict) -> Any:
@@ -187,32 +220,10 @@ class OperatorRecorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         if not self.suspended:
             scope = self.scopes[-1]
-            scope.uncounted[func] = scope.uncounted.get(func, 0) + 1
+            scope.add(self.cache.uncounted(func))
             if scope.direct_work is not None:
                 scope.direct_work.add_unestimated(func)
         return out
-
-    def _count(self, scope: OperatorScope, packet: Any, formula: Callable[..., Any], args: tuple, kwargs: dict,
-               out: Any) -> None:
-        # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
-        try:
-            flops = formula(*args, **kwargs, out_val=out)
-            if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
-                raise ValueError("a FLOP formula must return a finite non-negative number or None")
-        except Exception as error:  # a broken formula must not break the model's forward
-            self.formula_errors.setdefault(packet, type(error).__name__)
-            flops = None
-        if flops is None:  # no stated convention for this call (a dtype, a mode): uncounted, never zero
-            self.declined.add(packet)
-            scope.uncounted[packet] = scope.uncounted.get(packet, 0) + 1
-            return
-        scope.flops += flops
-        entry = scope.counted.get(packet)
-        if entry is None:
-            scope.counted[packet] = [1, flops]
-        else:
-            entry[0] += 1
-            entry[1] += flops
 
 
 def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder

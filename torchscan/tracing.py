@@ -311,7 +311,7 @@ class CallTracer:
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         scope = frame.scope
         frame.inclusive_flops += scope.flops
-        uncounted = frame.inclusive_uncounted or bool(scope.uncounted)
+        uncounted = frame.inclusive_uncounted or scope.has_uncounted()
         inclusive = (lower_bound if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs", INCLUSIVE,
                                                              "operator_dispatch")
         if self.stack:

@@ -1,0 +1,200 @@
+"""Per-analysis memo of operator formulas: each distinct call signature is priced once.
+
+A FLOP formula is a function of what it reads from a call. TorchScan's built-in formulas and functional estimates
+read only shapes, dtypes, nestedness and non-tensor arguments, and PyTorch's shape-wrapped formulas (the
+``FlopCounterMode`` contract that ``custom_mapping`` follows) receive nothing else. So the outcome of one call is
+the outcome of every call with the same *signature*: the overload, every argument's shape and dtype (tensors) or
+type and value (scalars, strings, dtypes, devices, nested lists and tuples), and the same of the output (an operator
+such as ``nonzero`` has an output shape its inputs do not determine). Repeated blocks (ResNet stages, Transformer
+layers, the 80 layers of a 70B model) hit the same signatures.
+
+Calls are priced directly, every time, when their signature cannot be read reliably: a nested tensor (its sizes
+are data), an argument of any other type, or a *raw* formula (``_get_raw``: PyTorch's and callers' raw formulas
+receive the tensors themselves and may read anything in them). A memo belongs to one analysis, so a caller's
+formula never answers for another analysis.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch.nn import Parameter
+from torch.utils import flop_counter
+
+from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
+from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
+from .results import is_count
+
+COUNTED, IGNORED, UNCOUNTED = "counted", "ignored", "uncounted"
+#: A memo stops growing here (a model calling an operator with ever-new float arguments must not grow it forever).
+MAX_SIGNATURES = 1 << 16
+
+_PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
+                          torch.memory_format})
+_TENSOR_TYPES = frozenset({torch.Tensor, Parameter})
+_BUILTIN_FORMULAS = frozenset(id(formula) for formula in OPERATOR_FORMULAS.values())
+_SHAPE_WRAPPED_CODE = flop_counter.shape_wrapper(lambda: 0).__code__
+
+
+class Unreadable(Exception):
+    """A call argument whose signature cannot be read: the call is priced directly."""
+
+
+def _describe(value: Any) -> Any:
+    """A hashable, value-free description of one argument that determines what a formula can read from it."""
+    kind = type(value)
+    if kind in _TENSOR_TYPES:
+        return value.shape, value.dtype  # a strided nested tensor raises RuntimeError here
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            raise Unreadable
+        return value.shape, value.dtype
+    if kind in _PLAIN_TYPES:
+        return kind, value  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
+    if kind is list or kind is tuple:
+        return kind, tuple([_describe(item) for item in value])
+    raise Unreadable
+
+
+def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tuple | None:
+    """The call's signature (see the module docstring), or ``None`` when some argument has none."""
+    try:
+        return (id(func), tuple([_describe(arg) for arg in args]),
+                tuple([(name, _describe(arg)) for name, arg in kwargs.items()]) if kwargs else (), _describe(out))
+    except (Unreadable, RuntimeError):  # RuntimeError: a strided nested tensor refuses .shape
+        return None
+
+
+class Outcome:
+    """What calls with one signature contribute: their operator's packet, how they count, and FLOPs per call.
+
+    ``key`` is the signature (``None`` for a call priced directly); ``work`` caches the functional (module-view)
+    estimate of the same signature once a module call needed it.
+    """
+
+    __slots__ = ("flops", "key", "kind", "packet", "work")
+
+    def __init__(self, packet: Any, kind: str, flops: float = 0, key: tuple | None = None) -> None:
+        self.packet = packet
+        self.kind = kind
+        self.flops = flops
+        self.key = key
+        self.work: Any = _NOT_ESTIMATED
+
+
+_NOT_ESTIMATED = object()
+
+
+class Plan:
+    """How calls of one overload are priced: a fixed outcome (no formula), or its formula, memoized or not."""
+
+    __slots__ = ("estimator", "fixed", "formula", "func", "memoized", "packet")
+
+    def __init__(self, func: Any, packet: Any, formula: Callable[..., Any] | None, fixed: Outcome | None) -> None:
+        self.func = func  # held, so that the id() in signatures stays this overload's for the memo's life
+        self.packet = packet
+        self.formula = formula
+        self.memoized = formula is not None and (id(formula) in _BUILTIN_FORMULAS or _shape_wrapped(formula))
+        self.fixed = fixed
+        self.estimator = FUNCTIONAL_ESTIMATES.get(packet)
+
+
+def _shape_wrapped(formula: Callable[..., Any]) -> bool:
+    """PyTorch's ``shape_wrapper`` output: the formula receives shapes and non-tensor arguments only."""
+    return isinstance(formula, types.FunctionType) and formula.__code__ is _SHAPE_WRAPPED_CODE
+
+
+class FormulaCache:
+    """One analysis's operator pricing: overload plans, outcomes by signature, and what went wrong."""
+
+    def __init__(self, formulas: Mapping[Any, Callable[..., Any]]) -> None:
+        self.formulas = formulas
+        self.plans: dict[int, Plan] = {}  # id(overload) -> plan
+        self.outcomes: dict[tuple, Outcome] = {}
+        self.by_signature: dict[tuple, Outcome] = {}  # holders of functional estimates of signature-free outcomes
+        self.interned: dict[tuple, Outcome] = {}  # outcomes of calls priced directly, shared by equal results
+        self.formula_errors: dict[Any, str] = {}  # packet -> type of the first exception its formula raised
+        self.declined: set[Any] = set()  # packets whose formula had no convention for some call
+
+    def plan(self, func: Any) -> Plan:
+        """The plan of overload ``func`` (built on its first call)."""
+        plan = self.plans.get(id(func))
+        if plan is None:
+            packet = func._overloadpacket
+            formula = self.formulas.get(packet)
+            fixed = None
+            if formula is None:
+                fixed = Outcome(packet, IGNORED if packet in ZERO_WORK_OPERATORS else UNCOUNTED)
+            plan = self.plans[id(func)] = Plan(func, packet, formula, fixed)
+        return plan
+
+    def outcome(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> Outcome:
+        """The outcome of one call of a formulated operator: memoized by signature where that is sound."""
+        key = signature(plan.func, args, kwargs, out) if plan.memoized else None
+        if key is None:
+            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
+        try:
+            found = self.outcomes.get(key)
+        except TypeError:  # a symbolic size in the shape: unhashable
+            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
+        if found is None:
+            found = Outcome(plan.packet, *self._evaluate(plan, args, kwargs, out), key=key)
+            if len(self.outcomes) < MAX_SIGNATURES:
+                self.outcomes[key] = found
+        return found
+
+    def _evaluate(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> tuple[str, int | float]:
+        # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
+        try:
+            flops = plan.formula(*args, **kwargs, out_val=out)  # type: ignore[misc]
+            if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
+                raise ValueError("a FLOP formula must return a finite non-negative number or None")
+        except Exception as error:  # noqa: BLE001 -- a broken formula must not break the model's forward
+            self.formula_errors.setdefault(plan.packet, type(error).__name__)
+            flops = None
+        if flops is None:  # no stated convention for this call (a dtype, a mode): uncounted, never zero
+            self.declined.add(plan.packet)
+            return UNCOUNTED, 0
+        return COUNTED, flops
+
+    def _intern(self, packet: Any, kind: str, flops: float) -> Outcome:
+        key = (id(packet), kind, type(flops), flops)
+        found = self.interned.get(key)
+        if found is None:
+            found = self.interned[key] = Outcome(packet, kind, flops)
+        return found
+
+    def uncounted(self, operator: Any) -> Outcome:
+        """The outcome of an operator that ran unobserved (a higher-order operator other than ``cond``)."""
+        return self._intern(operator, UNCOUNTED, 0)
+
+    def functional_estimate(self, plan: Plan, outcome: Outcome, args: tuple, kwargs: dict, out: Any) -> Any:
+        """The module-view ``(flops, macs, dmas)`` of one call (``None``: no estimate), memoized by signature.
+
+        Functional estimators are built-ins: a signature determines them even where the operator's FLOP formula is
+        raw, so calls whose outcome is shared by all signatures look theirs up separately.
+        """
+        estimator = plan.estimator
+        if estimator is None:
+            return None
+        holder = outcome if outcome.key is not None else self._signature_holder(plan, args, kwargs, out)
+        if holder is None:
+            return estimator(args, kwargs, out)
+        if holder.work is _NOT_ESTIMATED:
+            holder.work = estimator(args, kwargs, out)
+        return holder.work
+
+    def _signature_holder(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> Outcome | None:
+        key = signature(plan.func, args, kwargs, out)
+        if key is None:
+            return None
+        try:
+            holder = self.by_signature.get(key)
+        except TypeError:  # a symbolic size in the shape: unhashable
+            return None
+        if holder is None and len(self.by_signature) < MAX_SIGNATURES:
+            holder = self.by_signature[key] = Outcome(plan.packet, UNCOUNTED, key=key)
+        return holder

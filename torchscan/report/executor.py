@@ -12,6 +12,7 @@ itself gets `STARTUP_ALLOWANCE` seconds more.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -38,6 +39,7 @@ class TaskRaised(RuntimeError):
 
 
 def _child(connection: Connection, function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    _exit_with_parent()
     connection.send(("started", None))
     try:
         outcome = ("ok", function(*args, **kwargs))
@@ -45,6 +47,23 @@ def _child(connection: Connection, function: Callable[..., Any], args: tuple, kw
         outcome = ("raised", f"{type(error).__name__}: {error}")
     connection.send(outcome)
     connection.close()
+
+
+def _exit_with_parent() -> None:
+    """End this process as soon as the one that started it is gone (a SIGKILLed build, a lost Dask worker).
+
+    A killed parent cannot kill its children, and nobody would ever read this run's result: without the watch, a
+    hanging model would outlive its build forever.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 @dataclass

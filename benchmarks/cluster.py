@@ -3,9 +3,9 @@
 1. A cold build (``--no-cache``) of a registry, locally (``--jobs N``) and through ``--scheduler local:N``, each in a
    fresh console-script process as a user would run it; the two outputs are compared byte for byte.
 2. The scheduling overhead per run: the same trivial run (``nn.Identity``, each in its own ``spawn`` process),
-   submitted one after the other to a local isolated executor and to a started one-worker ``LocalCluster``;
-   the difference of the mean times is what Dask adds to each run. The round trip of an empty Dask task and the
-   cluster's start-up time are printed beside it.
+   submitted alone, alternately to a local isolated executor and to a started one-worker ``LocalCluster`` (so
+   that both see the same machine load); the median of the pairwise differences is what Dask adds to each run.
+   The round trip of an empty Dask task and the cluster's start-up time are printed beside it.
 
     python benchmarks/cluster.py [--workers N] [--registry PATH] [--runs K] [--skip-builds]
 """
@@ -16,6 +16,7 @@ import argparse
 import filecmp
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,42 +51,44 @@ def timed_build(registry: Path, output: Path, *extra: str) -> float:
     return elapsed
 
 
-def identical(left: Path, right: Path) -> bool:
-    files = sorted(path.relative_to(left) for path in left.rglob("*") if path.is_file())
-    others = sorted(path.relative_to(right) for path in right.rglob("*") if path.is_file())
-    return files == others and all(filecmp.cmp(left / name, right / name, shallow=False) for name in files)
+def differences(left: Path, right: Path) -> list[str]:
+    """Relative paths of the files that are not the same in both folders (present in one only, or different)."""
+    files = {path.relative_to(left).as_posix() for path in left.rglob("*") if path.is_file()}
+    others = {path.relative_to(right).as_posix() for path in right.rglob("*") if path.is_file()}
+    return sorted((files ^ others) | {name for name in files & others
+                                      if not filecmp.cmp(left / name, right / name, shallow=False)})
 
 
-def sequential_seconds(executor, runs: int) -> float:
-    """Mean seconds of one trivial run submitted alone (the next is submitted when the previous one finished)."""
+def timed_run(executor) -> float:
     from torchscan.report.worker import analyze_run
 
     started = time.perf_counter()
-    for _ in range(runs):
-        result = executor.submit(analyze_run, dict(TRIVIAL)).result()
-        assert result["status"] == "ok", result
-    return (time.perf_counter() - started) / runs
+    result = executor.submit(analyze_run, dict(TRIVIAL)).result()
+    assert result["status"] == "ok", result
+    return time.perf_counter() - started
 
 
 def overhead(runs: int) -> None:
-    local = IsolatedProcessExecutor(max_workers=1, timeout=600)
-    sequential_seconds(local, 1)  # warm the page cache the same way for both
-    local_mean = sequential_seconds(local, runs)
-    local.shutdown()
+    """Median seconds of one trivial run submitted alone, locally and on the cluster, measured alternately."""
     started = time.perf_counter()
     with DaskSession(1) as session:
-        executor = session.executor_factory(1, 600.0)
+        remote = session.executor_factory(1, 600.0)
         startup = time.perf_counter() - started
-        sequential_seconds(executor, 1)  # the worker imports torchscan and torch once
-        dask_mean = sequential_seconds(executor, runs)
+        local = IsolatedProcessExecutor(max_workers=1, timeout=600)
+        timed_run(remote)  # the worker imports torchscan and torch once
+        pairs = [(timed_run(local), timed_run(remote)) for _ in range(runs)]
+        local.shutdown()
         client = session.client
         client.submit(int, 0, pure=False).result()
         begun = time.perf_counter()
         for value in range(20):
             client.submit(int, value, pure=False).result()
         round_trip = (time.perf_counter() - begun) / 20
-    print(f"one trivial run, alone ({runs} runs): local {local_mean:.2f} s, on a LocalCluster worker "
-          f"{dask_mean:.2f} s: Dask adds {dask_mean - local_mean:+.3f} s per run")
+    local_median = statistics.median(pair[0] for pair in pairs)
+    dask_median = statistics.median(pair[1] for pair in pairs)
+    added = statistics.median(pair[1] - pair[0] for pair in pairs)
+    print(f"one trivial run, alone ({runs} pairs, medians): local {local_median:.2f} s, on a LocalCluster worker "
+          f"{dask_median:.2f} s; Dask adds {added:+.2f} s per run (median of the pairwise differences)")
     print(f"empty Dask task round trip: {round_trip * 1000:.1f} ms; LocalCluster(1) start-up and checks: "
           f"{startup:.1f} s")
 
@@ -103,11 +106,13 @@ def main() -> None:
         try:
             local = timed_build(args.registry, work / "local", "--jobs", str(args.workers))
             dask = timed_build(args.registry, work / "dask", "--scheduler", f"local:{args.workers}")
-            same = identical(work / "local", work / "dask")
+            different = differences(work / "local", work / "dask")
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"cold build of {args.registry.name}: local --jobs {args.workers} {local:.1f} s, --scheduler "
-              f"local:{args.workers} {dask:.1f} s ({dask / local:.2f}x); outputs byte-identical: {same}")
+              f"local:{args.workers} {dask:.1f} s ({dask / local:.2f}x); outputs byte-identical: {not different}")
+        for name in different:
+            print(f"  differs: {name}")
     overhead(args.runs)
 
 

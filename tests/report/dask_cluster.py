@@ -94,6 +94,26 @@ def process_gone(pid: int, within: float = 15.0) -> bool:
     return False
 
 
+# -- probes run on the workers or the scheduler (module-level here: this module does not import torch) -----------
+
+
+def imported(module: str) -> bool:
+    import sys
+
+    return module in sys.modules
+
+
+def child_processes() -> list[int]:
+    import multiprocessing
+
+    return [process.pid for process in multiprocessing.active_children()]
+
+
+def scheduler_tasks(run_key: str, dask_scheduler: Any = None) -> list[Any]:
+    """The keys of the runs (task keys starting with ``run_key``) the scheduler still knows about."""
+    return [key for key in dask_scheduler.tasks if isinstance(key, tuple) and key[0] == run_key]
+
+
 # -- registries ----------------------------------------------------------------------------------------------------
 
 MODELS = '''
@@ -124,10 +144,16 @@ def exits():
     os._exit(3)
 '''
 
-#: Every outcome a run can have, built locally and on a cluster; the outputs must be byte-identical.
+#: Every outcome a run can have, built locally and on a cluster; the outputs must be byte-identical. The hanging
+#: entry comes first, so that its timeout overlaps the other runs.
 COMPARED_REGISTRY = '''
 [catalog]
 title = "Cluster zoo"
+
+[[models]]
+name = "hangs"
+factory = "dask_models:hangs"
+input_shape = [4]
 
 [[models]]
 name = "tiny"
@@ -145,11 +171,6 @@ kwargs = { width = 8 }
 [[models]]
 name = "raises"
 factory = "dask_models:raises"
-input_shape = [4]
-
-[[models]]
-name = "hangs"
-factory = "dask_models:hangs"
 input_shape = [4]
 
 [[models]]

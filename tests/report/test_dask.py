@@ -114,6 +114,8 @@ def test_cuda_runs_go_only_to_the_gpu_worker_and_fail_cleanly_without_cuda(share
     gpu_worker = shared.gpu_worker()
     results, executor = _run(registry, shared, tmp_path)
     assert executor.placements == {"gpu": gpu_worker, "gpu.w8": gpu_worker}
+    # The analysis ran in the run's own process: the worker itself never imported torch.
+    assert not any(shared.client.run(dask_cluster.imported, "torch").values())
     import torch
 
     if torch.cuda.is_available():  # a machine with a GPU analyzes them
@@ -141,6 +143,30 @@ def test_version_mismatch_is_an_error_naming_both_versions(shared: LoopbackClust
     assert not (tmp_path / "out").exists()
 
 
+def test_a_worker_that_joins_later_with_other_versions_records_its_runs_as_failed(
+        shared: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before submitting sees only the workers present then; each run checks its own worker again."""
+    from torchscan.report.cluster_task import environment
+
+    job = load_registry(write_registry(tmp_path, CUDA_REGISTRY.replace('"cuda"', '"cpu"'))).runs[0].to_job(tmp_path)
+    with cluster.DaskSession(shared.address) as session:
+        session.connect()  # every worker matches now
+        monkeypatch.setattr(cluster, "client_environment", lambda: {**environment(), "torch": "1.0.0"})
+        result = session.executor_factory(1, 5.0).submit(analyze_run, job).result(timeout=60)
+    assert (result["status"], result["error"]["stage"], result["error"]["type"]) == (
+        "failed", "worker", "EnvironmentMismatch")
+    assert "but the client has torch 1.0.0" in result["error"]["message"]
+
+
+def test_daemonic_workers_are_refused_with_the_remedy() -> None:
+    from torchscan.report.cluster_task import environment, environment_problem
+
+    found = {**environment(), "daemon": True}
+    problem = environment_problem(found, cluster.client_environment(), "the Dask worker tcp://w:1")
+    assert problem is not None and "DASK_DISTRIBUTED__WORKER__DAEMON=False" in problem
+    assert environment_problem({**found, "daemon": False}, cluster.client_environment(), "w") is None
+
+
 def test_shipped_code_reaches_workers_that_cannot_see_the_registry(shared: LoopbackCluster, tmp_path: Path) -> None:
     folder = tmp_path / "registry"
     registry = write_registry(folder, '[[models]]\nname = "tiny"\nfactory = "dask_models:tiny"\n'
@@ -155,6 +181,8 @@ def test_shipped_code_reaches_workers_that_cannot_see_the_registry(shared: Loopb
         results = {stem: future.result(timeout=120) for stem, future in futures.items()}
     assert all(result["status"] == "ok" for result in results.values()), results
     assert results["tiny"]["report"]["totals"]["parameters"]["total"] == 224
+    # The report came back as plain data: neither the worker nor this test needed torch to receive it.
+    assert not any(shared.client.run(dask_cluster.imported, "torch").values())
 
 
 def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackCluster, tmp_path: Path) -> None:
@@ -178,8 +206,8 @@ def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackC
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".site")) == []
     # The hanging run was cancelled on its worker: its process is gone, no run process is left on any worker.
     assert process_gone(int(log.read_text().split()[0]))
-    assert _eventually(lambda: not any(shared.client.run(_child_processes).values()))
-    assert _eventually(lambda: not shared.client.run_on_scheduler(_scheduler_tasks))
+    assert _eventually(lambda: not any(shared.client.run(dask_cluster.child_processes).values()))
+    assert _eventually(lambda: not shared.client.run_on_scheduler(dask_cluster.scheduler_tasks, cluster.RUN_KEY))
 
 
 def test_missing_distributed_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -208,6 +236,14 @@ def test_a_bad_scheduler_is_a_usage_error(value: str, where: str, tmp_path: Path
     assert "--scheduler" in message and "TORCHSCAN_SCHEDULER" in message and repr(value) in message
 
 
+def test_ship_code_needs_a_scheduler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("TORCHSCAN_SCHEDULER", raising=False)
+    registry = write_registry(tmp_path, COMPARED_REGISTRY)
+    assert main(["build", str(registry), "--output", str(tmp_path / "out"), "--ship-code"]) == 2
+    assert "--ship-code only applies with --scheduler" in capsys.readouterr().err
+
+
 def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path) -> None:
     import socket
 
@@ -217,16 +253,6 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path: Path) -> None:
     with cluster.DaskSession(f"tcp://127.0.0.1:{port}", connect_timeout=2) as session, \
             pytest.raises(cluster.ClusterError, match=f"cannot use the Dask scheduler tcp://127.0.0.1:{port}"):
         session.executor_factory(1, 5.0)
-
-
-def _child_processes() -> list[int]:
-    import multiprocessing
-
-    return [process.pid for process in multiprocessing.active_children()]
-
-
-def _scheduler_tasks(dask_scheduler: Any) -> list[str]:
-    return [key for key in dask_scheduler.tasks if isinstance(key, tuple) and key[0] == cluster.RUN_KEY]
 
 
 def _eventually(condition: Any, within: float = 20.0) -> bool:

@@ -34,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--output", "-o", type=Path, default=Path("site"), help="output folder (default: ./site; "
                        "replaced as a whole at the end of the build)")
     build.add_argument("--jobs", "-j", type=_positive_int, default=default_jobs(),
-                       help="entries analyzed in parallel (default: the CPU count)")
+                       help="entries analyzed in parallel (default: the CPU count; with --scheduler, the "
+                       "cluster's worker threads decide)")
     build.add_argument("--timeout", type=_positive_float, default=600.0,
                        help="seconds one entry may run before its worker is killed (default: 600)")
     build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")

@@ -24,7 +24,7 @@ from typing import Any, Self
 
 from .. import __version__
 from .cache import installed_torch_version
-from .executor import WorkerDied
+from .executor import WorkerDied, import_callable
 from .resources import dask_resources
 
 LOCAL_PREFIX = "local:"
@@ -132,6 +132,15 @@ class DaskSession:
         return self._stack.enter_context(cluster)
 
 
+def _by_name(function: Callable[..., Any]) -> str | Callable[..., Any]:
+    """A module-level function's import path (the worker then never imports it, only the run's process does)."""
+    path = f"{function.__module__}:{function.__qualname__}"
+    try:
+        return path if import_callable(path) is function else function
+    except (ImportError, AttributeError):
+        return function
+
+
 def check_workers(client: Any) -> None:
     """Raise ClusterError when a connected worker's torch or torchscan version differs from the client's."""
     from .cluster_task import environment, environment_problem
@@ -210,8 +219,8 @@ class DaskExecutor(Executor):
         key = (RUN_KEY, job["stem"], uuid.uuid4().hex)
         resources = dask_resources(job) if self._placement else {}
         self._warn_unplaceable(resources)
-        task = self._client.submit(run_isolated, fn, job, self._timeout, key, self._expected, self._shipped,
-                                   key=key, pure=False, resources=resources or None)
+        task = self._client.submit(run_isolated, _by_name(fn), job, self._timeout, key, self._expected,
+                                   self._shipped, key=key, pure=False, resources=resources or None)
         self._pending[key] = task
         future: Future = Future()
         task.add_done_callback(lambda done: self._settle(done, future, job["stem"]))

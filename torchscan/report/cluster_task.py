@@ -21,7 +21,7 @@ from distributed import WorkerPlugin, get_worker
 
 from .. import __version__
 from .cache import installed_torch_version
-from .executor import IsolatedProcessExecutor
+from .executor import IsolatedProcessExecutor, NamedFunction
 from .runner import outcome_of
 
 #: How often a running task checks whether the client still wants it.
@@ -46,12 +46,13 @@ def environment_problem(found: dict[str, Any], expected: dict[str, Any], where: 
     return None
 
 
-def run_isolated(function: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any], timeout: float,
-                 key: str, expected: dict[str, Any], shipped: str | None) -> tuple[str, dict[str, Any]]:
+def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any], timeout: float,
+                 key: Any, expected: dict[str, Any], shipped: str | None) -> tuple[str, dict[str, Any]]:
     """Run ``function(job)`` in a fresh process on this worker; returns the worker's address and the result record.
 
-    ``shipped`` names the registry's zip uploaded by `ShippedRegistry`: the run then imports the registry's
-    modules from it instead of from the client's folder.
+    ``function`` may be an import path (``module:name``): only the run's process imports it then. ``shipped``
+    names the registry's zip uploaded by `ShippedRegistry`: the run then imports the registry's modules from it
+    instead of from the client's folder.
     """
     worker = get_worker()
     problem = environment_problem(environment(), expected, f"the Dask worker {worker.address}")
@@ -61,7 +62,7 @@ def run_isolated(function: Callable[[dict[str, Any]], dict[str, Any]], job: dict
     if shipped is not None:
         job = {**job, "folder": os.path.join(worker.local_directory, shipped)}
     executor = IsolatedProcessExecutor(max_workers=1, timeout=timeout)
-    future = executor.submit(function, job)
+    future = executor.submit(NamedFunction(function) if isinstance(function, str) else function, job)
     executor.shutdown(wait=False)
     while not future.done():
         wait([future], timeout=POLL_SECONDS)

@@ -120,7 +120,8 @@ class DaskSession:
             self.close()
             raise ClusterError(f"cannot use the Dask scheduler {self.scheduler}: {error or type(error).__name__}"
                                + ("" if isinstance(self.scheduler, int) else
-                                  f" (no scheduler reachable, or no worker joined within {self.connect_timeout:g} s)"))
+                                  f" (no scheduler reachable, or no worker joined within {self.connect_timeout:g} s)")
+                               ) from None
         check_workers(self.client)
 
     def _local_cluster(self, distributed: Any) -> Any:

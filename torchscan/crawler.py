@@ -196,7 +196,7 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
     kind = type(model)
     return {
         "torchscan": __version__,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a plain str, not TorchVersion: unpickling a report must not import torch
         "python": platform.python_version(),
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": {"mode": "eval", "grad": "no_grad", "forward_passes": 1},

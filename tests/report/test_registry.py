@@ -79,7 +79,7 @@ dtype = "float23"
 name = "ok"
 factory = "not a path"
 input_shape = "3x224x224"
-device = "cuda"
+device = "gpu"
 """)
     assert "catalog: titel: unknown key (did you mean 'title'?); expected one of title, description" in problems
     assert any(p.startswith("models[0] (my model): factroy: unknown key (did you mean 'factory'?)") for p in problems)
@@ -89,7 +89,7 @@ device = "cuda"
     assert any(p.startswith("models[1] (ok): factory: expected \"package.module:callable\"") for p in problems)
     assert any(p.startswith("models[1] (ok): input_shape: expected a shape without the batch dimension")
                and 'got str "3x224x224"' in p for p in problems)
-    assert "models[1] (ok): device: expected one of cpu, meta, got str \"cuda\"" in problems
+    assert "models[1] (ok): device: expected one of cpu, meta, cuda, got str \"gpu\"" in problems
     assert len(problems) == 8
 
 

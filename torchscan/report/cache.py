@@ -19,6 +19,8 @@ from .sources import locate_module, source_digest
 CACHE_FOLDER = ".torchscan-cache"
 #: Bumped when the stored layout changes, so stale entries are never read.
 CACHE_FORMAT = 1
+#: Job keys that do not change a result: where the registry lies, the output name, where the run may be placed.
+UNHASHED_JOB_KEYS = ("folder", "stem", "memory")
 
 
 def installed_torch_version() -> str:
@@ -37,7 +39,7 @@ def cache_key(job: dict[str, Any], folder: Path, torch_version: str) -> str:
         module = target.partition(":")[0]
         path = locate_module(module, folder)
         sources[module] = source_digest(path) if path else None
-    described = {key: value for key, value in job.items() if key not in ("folder", "stem")}
+    described = {key: value for key, value in job.items() if key not in UNHASHED_JOB_KEYS}
     payload = {"format": CACHE_FORMAT, "job": described, "sources": sources, "torch": torch_version,
                "torchscan": __version__}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()

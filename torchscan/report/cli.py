@@ -8,8 +8,11 @@ error (nothing written); 3 diff --require-same-model on reports of two different
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from .registry import Registry, RegistryError, load_registry
 from .runner import default_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
+SCHEDULER_VARIABLE = "TORCHSCAN_SCHEDULER"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,12 +35,18 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--output", "-o", type=Path, default=Path("site"), help="output folder (default: ./site; "
                        "replaced as a whole at the end of the build)")
     build.add_argument("--jobs", "-j", type=_positive_int, default=default_jobs(),
-                       help="entries analyzed in parallel (default: the CPU count)")
+                       help="entries analyzed in parallel (default: the CPU count; with --scheduler, the "
+                       "cluster's worker threads decide)")
     build.add_argument("--timeout", type=_positive_float, default=600.0,
                        help="seconds one entry may run before its worker is killed (default: 600)")
     build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")
     build.add_argument("--strict", action="store_true", help="also fail entries whose analysis is incomplete")
     build.add_argument("--templates", type=_folder, help="a folder of template overrides (same file names)")
+    build.add_argument("--scheduler", type=_scheduler, default=os.environ.get(SCHEDULER_VARIABLE) or None,
+                       help="run the analyses on a Dask cluster: a scheduler address (tcp://host:8786) or local:N for "
+                       f"a LocalCluster of N worker processes (default: ${SCHEDULER_VARIABLE}, else a local build)")
+    build.add_argument("--ship-code", action="store_true", help="with --scheduler: upload the registry folder's "
+                       "Python files to the workers instead of expecting them at the same path")
 
     render = commands.add_parser("render", help="render one JSON report as standalone HTML or Markdown")
     render.add_argument("report", type=Path, help="a report written by crawl_module (JSON)")
@@ -76,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from .build import BuildOptions, OutputFolderError, build
+    from .cluster import ClusterError
     from .progress import make_progress
     from .site import SiteBuildError
 
@@ -84,8 +95,9 @@ def _build(args: argparse.Namespace) -> int:
                            strict=args.strict, templates=args.templates)
     progress = make_progress()
     try:
-        result = build(registry, options, progress)
-    except OutputFolderError as error:
+        with _executors(args, registry, progress.note) as executor_factory:
+            result = build(registry, options, progress, executor_factory)
+    except (OutputFolderError, ClusterError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except SiteBuildError as error:
@@ -102,6 +114,21 @@ def _build(args: argparse.Namespace) -> int:
     progress.note(f"{total - len(result.catalog.failed)} of {total} entries succeeded; site at "
                   f"{result.output / 'index.html'}")
     return result.exit_code
+
+
+@contextlib.contextmanager
+def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str], None]) -> Iterator[Any]:
+    """The build's ExecutorFactory: isolated local processes, or the executor of a Dask session held meanwhile."""
+    from .cluster import ClusterError, DaskSession
+    from .runner import isolated_executor
+
+    if args.scheduler is None:
+        if args.ship_code:
+            raise ClusterError(f"--ship-code only applies with --scheduler (or ${SCHEDULER_VARIABLE})")
+        yield isolated_executor
+        return
+    with DaskSession(args.scheduler, ship_from=registry.folder if args.ship_code else None, note=note) as session:
+        yield session.executor_factory
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -221,6 +248,15 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError("expected a positive number of seconds")
     return value
+
+
+def _scheduler(text: str) -> str | int:
+    from .cluster import parse_scheduler
+
+    try:
+        return parse_scheduler(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{error} (from --scheduler or ${SCHEDULER_VARIABLE})") from None
 
 
 def _folder(text: str) -> Path:

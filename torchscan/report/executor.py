@@ -11,7 +11,9 @@ itself gets `STARTUP_ALLOWANCE` seconds more.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
+import os
 import signal
 import threading
 import time
@@ -38,6 +40,7 @@ class TaskRaised(RuntimeError):
 
 
 def _child(connection: Connection, function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> None:
+    _exit_with_parent()
     connection.send(("started", None))
     try:
         outcome = ("ok", function(*args, **kwargs))
@@ -45,6 +48,46 @@ def _child(connection: Connection, function: Callable[..., Any], args: tuple, kw
         outcome = ("raised", f"{type(error).__name__}: {error}")
     connection.send(outcome)
     connection.close()
+
+
+def import_callable(path: str) -> Callable[..., Any]:
+    """The module-level function named ``module:qualified.name`` (imported as a side effect)."""
+    module_name, _, name = path.partition(":")
+    value: Any = importlib.import_module(module_name)
+    for part in name.split("."):
+        value = getattr(value, part)
+    return value
+
+
+class NamedFunction:
+    """A function passed by its import path: pickling it sends only the path, unpickling imports it.
+
+    Handing one to `IsolatedProcessExecutor.submit` keeps the submitting process free of the function's imports
+    (a Dask worker then never imports torch), while the run's process still imports them before its timeout starts.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return import_callable, (self.path,)
+
+
+def _exit_with_parent() -> None:
+    """End this process as soon as the one that started it is gone (a SIGKILLed build, a lost Dask worker).
+
+    A killed parent cannot kill its children, and nobody would ever read this run's result: without the watch, a
+    hanging model would outlive its build forever.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 @dataclass

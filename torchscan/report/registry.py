@@ -13,18 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .resources import DEVICES, parse_memory
+
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 CALLABLE_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 DTYPE_NAMES = frozenset({
     "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "complex128",
     "int8", "int16", "int32", "int64", "long", "int", "uint8", "bool",
 })
-DEVICES = ("cpu", "meta")
 TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
-ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "tags",
-              "description", "strict", "variants")
+ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "memory",
+              "tags", "description", "strict", "variants")
 VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
 SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
@@ -67,12 +68,15 @@ class Run:
     device: str
     strict: bool
     description: str = ""
+    memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
-        return {"entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
-                "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(),
-                "device": self.device}
+        job = {"entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
+               "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device}
+        if self.memory is not None:
+            job["memory"] = self.memory
+        return job
 
 
 @dataclass(frozen=True)
@@ -176,7 +180,8 @@ class _Checker:
         description = self.string(f"{where}: description", item.get("description", ""))
         base = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs") if key in item}
         variants = item.get("variants")
-        common = {"entry": name, "factory": factory, "device": device, "strict": strict}
+        common = {"entry": name, "factory": factory, "device": device, "strict": strict,
+                  "memory": self.memory(f"{where}: memory", item.get("memory"))}
         if variants is None:
             runs = [self.run(where, common, base, None, name, description)]
         else:
@@ -282,6 +287,15 @@ class _Checker:
                          f"folder), got {_describe(value)}")
             return value if isinstance(value, str) else ""
         return value
+
+    def memory(self, where: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_memory(value)
+        except ValueError as error:
+            self.problem(where, str(error))
+            return None
 
     def mkdocs_path(self, value: Any) -> Path | None:
         if value is None:

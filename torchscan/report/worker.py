@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..crawler import crawl_module
+from .resources import require_device
 
 STAGES = ("import", "build", "inputs", "analysis")
 
@@ -30,6 +31,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
         factory = resolve(job["factory"])
         inputs_callable = resolve(job["inputs"]["callable"]) if "callable" in job["inputs"] else None
         stage = "build"
+        require_device(job["device"])
         with torch.device(job["device"]):
             model = factory(**job["kwargs"])
         if not isinstance(model, torch.nn.Module):

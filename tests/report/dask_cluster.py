@@ -29,15 +29,16 @@ class LoopbackCluster:
     client: Any
 
     def gpu_worker(self) -> str:
-        """The address of the one worker that declares ``GPU=1`` (it changes when that worker is restarted)."""
-        self.client.wait_for_workers(2, timeout=60)
+        """The address of the one worker that declares ``GPU=1`` and ``MEMORY`` (it changes when it restarts)."""
+        self.client.wait_for_workers(2, timeout=180)  # a killed worker is restarted by its nanny
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
         return next(address for address, info in workers.items() if info.get("resources", {}).get("GPU"))
 
 
 @contextlib.contextmanager
 def loopback_cluster() -> Iterator[LoopbackCluster]:
-    """Two Nanny-managed worker processes with one thread each on 127.0.0.1; the ``gpu`` one declares GPU=1."""
+    """Two Nanny-managed worker processes with one thread each on 127.0.0.1; the ``gpu`` one declares GPU=1 and
+    MEMORY=2e9 (2 GB), the ``cpu`` one no resources."""
     import dask
     from distributed import Client, Nanny, Scheduler, SpecCluster
 
@@ -48,7 +49,7 @@ def loopback_cluster() -> Iterator[LoopbackCluster]:
             scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": None,
                                                       "dashboard": False}},
             workers={"cpu": {"cls": Nanny, "options": worker},
-                     "gpu": {"cls": Nanny, "options": {**worker, "resources": {"GPU": 1}}}},
+                     "gpu": {"cls": Nanny, "options": {**worker, "resources": {"GPU": 1, "MEMORY": 2e9}}}},
             silence_logs=logging.CRITICAL)
         try:
             with Client(cluster) as client:
@@ -194,6 +195,12 @@ input_shape = [4]
 '''
 
 CUDA_REGISTRY = '''
+[[models]]
+name = "big"
+factory = "dask_models:tiny"
+input_shape = [3, 8, 8]
+memory = "1GB"
+
 [[models]]
 name = "gpu"
 factory = "dask_models:tiny"

@@ -108,12 +108,14 @@ def test_lost_workers_are_retried_then_recorded(shared: LoopbackCluster, tmp_pat
     assert all(process_gone(int(pid)) for pid in attempts["killer"] + attempts["flaky"][:1])
 
 
-def test_cuda_runs_go_only_to_the_gpu_worker_and_fail_cleanly_without_cuda(shared: LoopbackCluster,
-                                                                           tmp_path: Path) -> None:
+def test_cuda_and_memory_runs_go_only_to_the_worker_offering_them(shared: LoopbackCluster, tmp_path: Path) -> None:
+    """Two CUDA runs and a CPU run asking for 1 GB: only the worker declaring GPU=1 and MEMORY=2e9 may take them.
+    Without CUDA, the CUDA runs fail cleanly in stage build, as in a local build; the memory run succeeds."""
     registry = write_registry(tmp_path, CUDA_REGISTRY)
     gpu_worker = shared.gpu_worker()
     results, executor = _run(registry, shared, tmp_path)
-    assert executor.placements == {"gpu": gpu_worker, "gpu.w8": gpu_worker}
+    assert executor.placements == {"big": gpu_worker, "gpu": gpu_worker, "gpu.w8": gpu_worker}
+    assert results.pop("big")["status"] == "ok"
     # The analysis ran in the run's own process: the worker itself never imported torch.
     assert not any(shared.client.run(dask_cluster.imported, "torch").values())
     import torch
@@ -126,7 +128,25 @@ def test_cuda_runs_go_only_to_the_gpu_worker_and_fail_cleanly_without_cuda(share
         assert result["status"] == "failed" and expected.items() <= result["error"].items()
         assert result["error"]["message"].startswith('device = "cuda", but ')
     # A local build runs the same function in its own process: the entry fails in the same way, in the same stage.
-    assert analyze_run(load_registry(registry).runs[0].to_job(tmp_path)) == results["gpu"]
+    gpu_run = next(run for run in load_registry(registry).runs if run.stem == "gpu")
+    assert analyze_run(gpu_run.to_job(tmp_path)) == results["gpu"]
+
+
+def test_the_user_hears_once_when_no_worker_offers_a_resource_a_run_needs() -> None:
+    class Client:  # what DaskExecutor asks before submitting: the connected workers and their resources
+        def scheduler_info(self, n_workers: int) -> dict[str, Any]:
+            return {"workers": {"tcp://a:1": {"resources": {}}, "tcp://b:1": {"resources": {"MEMORY": 8e9}}}}
+
+    notes: list[str] = []
+    executor = cluster.DaskExecutor(Client(), 5.0, note=notes.append)
+    executor._warn_unplaceable({"MEMORY": 4e9})  # worker b offers enough
+    executor._warn_unplaceable({"GPU": 1, "MEMORY": 16e9})
+    executor._warn_unplaceable({"GPU": 1})  # said once per request
+    assert notes == [
+        ("no connected Dask worker offers the resource GPU=1; runs that need it wait until a worker started with "
+        "--resources GPU=... joins"),
+        ("no connected Dask worker offers the resource MEMORY=16000000000; runs that need it wait until a worker "
+        "started with --resources MEMORY=... joins")]
 
 
 def test_version_mismatch_is_an_error_naming_both_versions(shared: LoopbackCluster, tmp_path: Path,
@@ -195,9 +215,13 @@ def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackC
     before = tree(output)
 
     class Interrupting(Progress):
-        def finished(self, stem: str, status: str) -> None:
-            assert _eventually(log.exists, within=120)  # the hanging run is running on its worker
-            raise KeyboardInterrupt
+        """Ctrl-C once every run is submitted and the hanging one is running on its worker."""
+
+        def submitted(self, stem: str) -> None:
+            super().submitted(stem)
+            if len(self.started) == len(registry.runs):
+                assert _eventually(log.exists, within=120)
+                raise KeyboardInterrupt
 
     with cluster.DaskSession(shared.address) as session, pytest.raises(KeyboardInterrupt):
         build(registry, BuildOptions(output=output, jobs=2, timeout=600.0), Interrupting(io.StringIO()),

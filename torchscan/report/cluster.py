@@ -208,7 +208,7 @@ class DaskExecutor(Executor):
         self._note = note
         self._expected = client_environment()
         self._pending: dict[str, Any] = {}
-        self._checked: set[str] = set()
+        self._checked: set[tuple[str, float]] = set()
         self.placements: dict[str, str] = {}
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
@@ -257,12 +257,12 @@ class DaskExecutor(Executor):
             future.set_result(result)
 
     def _warn_unplaceable(self, resources: dict[str, float]) -> None:
-        """Tell the user once per resource when no connected worker offers it (such runs wait for one)."""
+        """Tell the user once per request when no connected worker offers it (such runs wait for one)."""
         for name, amount in resources.items():
-            if name in self._checked:
+            if (name, amount) in self._checked:
                 continue
-            self._checked.add(name)
+            self._checked.add((name, amount))
             workers = self._client.scheduler_info(n_workers=-1).get("workers", {}).values()
             if not any(worker.get("resources", {}).get(name, 0) >= amount for worker in workers):
-                self._note(f"no connected Dask worker offers the resource {name}={amount:g}; runs that need it wait "
-                           f"until a worker started with --resources {name}=... joins")
+                self._note(f"no connected Dask worker offers the resource {name}={amount:.0f}; runs that need it "
+                           f"wait until a worker started with --resources {name}=... joins")

@@ -35,6 +35,7 @@ MAX_SIGNATURES = 1 << 16
 _PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
                           torch.memory_format})
 _TENSOR_TYPES = frozenset({torch.Tensor, Parameter})
+_plain_only = _PLAIN_TYPES.issuperset
 _BUILTIN_FORMULAS = frozenset(id(formula) for formula in OPERATOR_FORMULAS.values())
 _SHAPE_WRAPPED_CODE = flop_counter.shape_wrapper(lambda: 0).__code__
 
@@ -44,7 +45,7 @@ class Unreadable(Exception):
 
 
 def _describe(value: Any) -> Any:
-    """A hashable, value-free description of one argument that determines what a formula can read from it."""
+    """A hashable description of everything a formula can read from one argument (of a tensor: shape, dtype)."""
     kind = type(value)
     if kind in _TENSOR_TYPES:
         return value.shape, value.dtype  # a strided nested tensor raises RuntimeError here
@@ -60,12 +61,31 @@ def _describe(value: Any) -> Any:
 
 
 def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tuple | None:
-    """The call's signature (see the module docstring), or ``None`` when some argument has none."""
+    """The call's signature (see the module docstring), or ``None`` when some argument has none.
+
+    Flat, for speed (it runs for every call of a formulated operator): the argument count and keyword names fix
+    where each value's entries start, and each value adds a pair (tensor: shape, dtype; scalar: type, value; list
+    of scalars: element types, values) or one nested description (anything else).
+    """
+    key = [id(func), len(args), tuple(kwargs) if kwargs else ()]
+    append = key.append
     try:
-        return (id(func), tuple([_describe(arg) for arg in args]),
-                tuple([(name, _describe(arg)) for name, arg in kwargs.items()]) if kwargs else (), _describe(out))
-    except (Unreadable, RuntimeError):  # RuntimeError: a strided nested tensor refuses .shape
+        for value in (*args, *kwargs.values(), out) if kwargs else (*args, out):
+            kind = type(value)
+            if kind in _TENSOR_TYPES:
+                append(value.shape)  # a strided nested tensor raises RuntimeError here
+                append(value.dtype)
+            elif kind in _PLAIN_TYPES:
+                append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
+                append(value)
+            elif (kind is list or kind is tuple) and _plain_only(kinds := tuple(map(type, value))):
+                append(kinds)
+                append(tuple(value))
+            else:
+                append(_describe(value))
+    except (Unreadable, RuntimeError):
         return None
+    return tuple(key)
 
 
 class Outcome:

@@ -192,13 +192,15 @@ class OperatorRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if isinstance(func, HigherOrderOperator):
-            return self._higher_order(func, args, kwargs)
+        cache = self.cache
+        plan = cache.plans.get(id(func))
+        if plan is None:  # first call of this overload (or a higher-order operator, which is never planned)
+            if isinstance(func, HigherOrderOperator):
+                return self._higher_order(func, args, kwargs)
+            plan = cache.plan(func)
         out = func(*args, **kwargs)
         if self.suspended:
             return out
-        cache = self.cache
-        plan = cache.plans.get(id(func)) or cache.plan(func)
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
         scope.flops += outcome.flops

@@ -18,8 +18,6 @@ import torch
 
 from ..crawler import crawl_module
 
-STAGES = ("import", "build", "inputs", "analysis")
-
 
 def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
     """Analyze one run described by `Run.to_job`; failures come back as data naming the stage and error."""

@@ -337,6 +337,48 @@ def test_activations_are_released_as_the_forward_goes(mode):
 
 # -- layer-call records -------------------------------------------------------------------------------------------------------
 
+def test_a_failed_call_records_the_keyword_arguments_it_received():
+    class Fails(nn.Module):
+        def forward(self, x, *, scale):
+            raise RuntimeError("caught by the parent")
+
+    class Tolerant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bad = Fails()
+
+        def forward(self, x):
+            try:
+                self.bad(x, scale=torch.ones(2, 5))
+            except RuntimeError:
+                pass
+            return x
+
+    report = analyze(Tolerant(), (4,), mode="structure")
+    bad = report["layers"][1]
+    assert bad["output"] == {"kind": "failed"}
+    assert [item["key"] for item in bad["input"]["kwargs"]] == ["scale"]
+    assert bad["input"]["kwargs"][0]["value"]["shape"] == [2, 5] and bad["input"]["args"][0]["shape"] == [1, 4]
+
+
+def test_a_caller_pre_hook_that_replaces_the_arguments_is_seen_in_the_input():
+    model = nn.Sequential(nn.Linear(4, 4))
+    model[0].register_forward_pre_hook(lambda module, args: (args[0][:, :4].expand(3, 4),))
+    report = analyze(model, (4,))
+    assert report["layers"][1]["input"]["args"][0]["shape"] == [3, 4]
+    assert report["layers"][1]["output"]["shape"] == [3, 4]
+
+
+def test_the_global_hooks_are_removed_after_the_analysis_even_after_errors():
+    from torch.nn.modules import module as torch_module
+
+    before = (dict(torch_module._global_forward_pre_hooks), dict(torch_module._global_forward_hooks))
+    analyze(nn.Linear(2, 2), (2,))
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        crawl_module(nn.Linear(2, 2), args=(torch.ones(3),))
+    assert (dict(torch_module._global_forward_pre_hooks), dict(torch_module._global_forward_hooks)) == before
+
+
 def test_records_follow_call_start_order_with_paths_depths_and_parents():
     model = nn.Sequential(Scale(), nn.Sequential(Scale(), Scale()))
     report = analyze(model, (2,), custom_modules=SCALE)

@@ -41,3 +41,18 @@ def _every_report_is_validated() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(crawler, "_analyze", validated_analysis)
         yield
+
+
+@pytest.fixture
+def atomic_block_builtin(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Register a built-in inclusive handler for ``extension_fixtures.AtomicBlock`` (FLOPs and MACs owned) in
+    ``DEFAULT_HANDLERS`` for one test; returns its recording callback."""
+    from extension_fixtures import BLOCK_ESTIMATE, AtomicBlock, Recorder
+
+    from torchscan import ModuleHandler
+    from torchscan.formulas import DEFAULT_HANDLERS
+
+    callback = Recorder(BLOCK_ESTIMATE)
+    handler = ModuleHandler(callback, frozenset({"module_flops", "macs"}), method="formula:test_block")
+    monkeypatch.setitem(DEFAULT_HANDLERS, AtomicBlock, handler)
+    return callback

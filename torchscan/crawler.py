@@ -96,11 +96,7 @@ def _resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwa
         raise ValueError("dtype and device only configure generated inputs; with args/kwargs, create the tensors "
                          "with the dtype and device you want")
     if provided:
-        if args is not None and not isinstance(args, (tuple, list)):
-            raise TypeError(f"args must be a tuple of positional arguments, got {type(args).__name__}")
-        if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
-            raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
-        return tuple(args or ()), dict(kwargs or {}), "provided"
+        return *_provided_call(args, kwargs), "provided"
     if input_shape is None:
         raise TypeError("crawl_module needs input_shape (shapes without the batch dimension) or the complete call "
                         "as args/kwargs")
@@ -109,6 +105,15 @@ def _resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwa
     dtypes = normalize_dtypes(dtype, len(shapes), inferred_dtype)
     target = normalize_device(device) or inferred_device
     return generate_inputs(shapes, dtypes, target), {}, "generated"
+
+
+def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
+    """The caller's own call, checked: a tuple (or list) of positional arguments and a mapping of keywords."""
+    if args is not None and not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of positional arguments, got {type(args).__name__}")
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+        raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+    return tuple(args or ()), dict(kwargs or {})
 
 
 def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,

@@ -95,11 +95,16 @@ class ModuleHandler:
     ``subtree_metrics`` names the fields whose estimates include every descendant call executed during the
     invocation; those descendants keep their rows but not their estimates for these fields. ``method`` labels
     built-in formulas; caller handlers are labelled ``custom_module_handler:<module>.<qualname>``.
+
+    ``memoize=True`` promises that the estimate depends only on the module's type, plain attributes and own
+    tensor shapes and on the call's structure, shapes, dtypes and scalar values (see ``torchscan.estimate_memo``):
+    within one analysis, calls alike in all of these then share one evaluation of a built-in callback.
     """
 
     callback: Callback
     subtree_metrics: frozenset[str] = frozenset()
     method: str | None = field(default=None, kw_only=True)
+    memoize: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         if not callable(self.callback):

@@ -6,13 +6,11 @@ give their type only; mapping keys are kept only when they are identifiers (a fi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
-
-ShapeLike = Sequence[int]
 
 
 def _is_shape(value: Any) -> bool:

@@ -150,10 +150,14 @@ def validation_error(result: Any, unit: str | None = None, spatial: bool = False
             return f"{key!r} must be a non-empty string"
     if unit is not None and result["unit"] != unit:
         return f"unit must be {unit!r}, got {result['unit']!r}"
+    if result["status"] not in statuses:
+        return f"status must be one of {sorted(statuses)}, got {result['status']!r:.40}"
+    return _values_error(result["status"], result["value"], result["known_value"], spatial)
+
+
+def _values_error(status: str, value: Any, known: Any, spatial: bool) -> str | None:
+    """Why ``value`` and ``known_value`` do not fit ``status`` (a number for a field, or a list for a spatial one)."""
     check = is_spatial_value if spatial else is_count
-    status, value, known = result["status"], result["value"], result["known_value"]
-    if status not in statuses:
-        return f"status must be one of {sorted(statuses)}, got {status!r:.40}"
     if status == "complete":
         if not (check(value) and check(known)) or plain_number(value) != plain_number(known):
             return "a complete result needs equal finite non-negative numeric value and known_value"

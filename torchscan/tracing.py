@@ -21,10 +21,12 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
+from .estimate_memo import EstimateMemo, call_key
 from .estimation import CallContext, CallEstimate, estimate_call, forward_error
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
@@ -97,13 +99,14 @@ def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]
 class Frame:
     """One open module call."""
 
-    __slots__ = ("covered", "exception_before", "expanded", "inclusive_flops", "inclusive_uncounted", "index",
+    __slots__ = ("args", "covered", "exception_before", "expanded", "inclusive_flops", "inclusive_uncounted", "index",
                  "info", "module_id", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
                  "scope")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], index: int,
                  parent: Frame | None) -> None:
         self.module_id = module_id
+        self.args: tuple | None = None  # the positional arguments the pre-hook saw, until the call closes
         self.info = info
         self.record = record
         self.index = index
@@ -142,6 +145,25 @@ def _failed_in_this_call(frame: Frame) -> bool:
     return error is not None and error is not frame.exception_before
 
 
+def _failed_call_kwargs() -> dict[str, Any]:
+    """The keyword arguments of a call whose forward raised, read from ``Module._call_impl``, which calls
+    always-called global hooks without them on that path (only there: a rare, already failing call)."""
+    caller = sys._getframe(2)  # _post_hook <- Module._call_impl
+    kwargs = caller.f_locals.get("kwargs") if caller.f_code.co_name == "_call_impl" else None
+    return kwargs if isinstance(kwargs, dict) else {}
+
+
+def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
+    """The call's input as its forward received it: positional arguments as the pre-hook saw them (again if a
+    caller's pre-hook replaced them), and the keyword arguments."""
+    described = frame.record["input"]
+    if args is not frame.args:
+        described["args"] = call_metadata(args, {})["args"]
+    if kwargs:
+        described["kwargs"] = call_metadata((), kwargs)["kwargs"]
+    frame.args = None
+
+
 def _needs_direct_work(frame: Frame) -> bool:
     """Whether the module view must estimate the operators this call runs directly: some summable field is not
     covered by an owner, and no built-in formula alone prices the call (a caller handler may omit fields)."""
@@ -157,7 +179,9 @@ class CallTracer:
         self.model = model
         self.recorder = recorder
         self.full = recorder is not None
-        self.infos = module_infos(model, custom_modules if self.full else {}, builtin if self.full else None)
+        self.fused_path_owners: list[nn.Module] = []
+        self.infos = module_infos(model, custom_modules if self.full else {}, builtin if self.full else None,
+                                  self.fused_path_owners)
         self.records: list[dict[str, Any]] = []
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
@@ -167,11 +191,15 @@ class CallTracer:
         self.thread = threading.get_ident()
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
+        self.memo = EstimateMemo()
 
     def attach(self) -> None:
-        for module in self.model.modules():
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-            self.handles.append(module.register_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+        """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
+        per-module handles cost more to attach than a small model's whole forward)."""
+        self.handles.append(register_module_forward_pre_hook(self._pre_hook))
+        self.handles.append(register_module_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+        for module in self.fused_path_owners:  # PyTorch keeps the decomposed path while a module hook is attached
+            self.handles.append(module.register_forward_pre_hook(_keep_the_decomposed_path))
 
     def detach(self) -> None:
         for handle in self.handles:
@@ -180,11 +208,14 @@ class CallTracer:
 
     # -- hooks -------------------------------------------------------------------------------------------------
 
-    def _pre_hook(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+    def _pre_hook(self, module: nn.Module, args: tuple) -> None:
+        """Open a frame. Global pre-hooks receive no keyword arguments: the post-hook describes them."""
+        info = self.infos.get(id(module))
+        if info is None:
+            return  # not a module of this model
         if threading.get_ident() != self.thread:
             self.foreign_thread_calls += 1
             return
-        info = self.infos[id(module)]
         call_index = self.call_counts.get(id(module), 0)
         self.call_counts[id(module)] = call_index + 1
         parent = self.stack[-1] if self.stack else None
@@ -192,10 +223,11 @@ class CallTracer:
             "path": info.path, "call_index": call_index, "name": info.path.rpartition(".")[2],
             "depth": len(self.stack), "type": info.type_name, "leaf": info.leaf,
             "parent": None if parent is None else parent.owner_reference(),
-            "input": call_metadata(args, kwargs), "output": None,
+            "input": call_metadata(args, {}), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, len(self.records), parent)
+        frame.args = args
         self.records.append(record)
         if self.full:
             self._open_ownership(frame)
@@ -204,11 +236,15 @@ class CallTracer:
             self.recorder.enter(frame.scope)
         self.stack.append(frame)
 
-    def _post_hook(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if threading.get_ident() != self.thread or not self.stack or self.stack[-1].module_id != id(module):
-            return  # another thread's call, or an earlier pre-hook (not ours) raised and no frame was opened
+    def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
+        """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` when the forward raised (PyTorch then
+        calls always-called global hooks without the keyword arguments)."""
+        if not self.stack or self.stack[-1].module_id != id(module) or threading.get_ident() != self.thread:
+            return  # not a module of this model, or another thread's call
         frame = self.stack.pop()
+        kwargs, output = rest if len(rest) == 2 else (_failed_call_kwargs(), rest[0])
         failed = _failed_in_this_call(frame)
+        _describe_input(frame, args, kwargs)
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if not self.full:
             self._close_structure(frame, failed)
@@ -299,14 +335,28 @@ class CallTracer:
 
     def _estimate(self, frame: Frame, call: ModuleCall | None) -> CallEstimate | None:
         info, record = frame.info, frame.record
-        needed = METRIC_FIELDS - frame.covered.keys()
+        needed = frozenset(METRIC_FIELDS - frame.covered.keys())
         direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
         if not needed:
             return None
         context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
-                              leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=frozenset(needed),
+                              leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                               expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
-        return estimate_call(context, call)
+        key = self._memo_key(frame, call, needed)
+        estimate = self.memo.replay(key, context.where)
+        if estimate is None:
+            estimate = estimate_call(context, call)
+            self.memo.store(key, estimate)
+        return estimate
+
+    @staticmethod
+    def _memo_key(frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
+        """The memo key of a call that only a memoizing built-in formula estimates (else None)."""
+        builtin = frame.info.builtin
+        only_builtin = frame.info.caller is None and not frame.expanded
+        if call is None or not only_builtin or builtin is None or not builtin.memoize:
+            return None
+        return call_key(builtin, needed, call.module, call.args, call.kwargs, call.output)
 
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         scope = frame.scope
@@ -322,9 +372,18 @@ class CallTracer:
         return {DIRECT: scope.result(DIRECT), INCLUSIVE: inclusive}
 
 
-def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None
-                 ) -> dict[int, ModuleInfo]:
-    """Path, type and handlers of every module, looked up once per type."""
+def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
+    """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
+
+
+#: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.
+FUSED_PATH_TYPES = (nn.TransformerEncoderLayer,)
+
+
+def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None,
+                 fused_path_owners: list[nn.Module] | None = None) -> dict[int, ModuleInfo]:
+    """Path, type and handlers of every module, looked up once per type; modules of `FUSED_PATH_TYPES` are
+    appended to ``fused_path_owners``."""
     handler_cache: dict[type, tuple[ModuleHandler | None, ModuleHandler | None]] = {}
     infos: dict[int, ModuleInfo] = {}
     for path, module in model.named_modules():
@@ -334,6 +393,8 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: B
         caller, found = handler_cache[kind]
         infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
                                        leaf=next(module.children(), None) is None, caller=caller, builtin=found)
+        if fused_path_owners is not None and isinstance(module, FUSED_PATH_TYPES):
+            fused_path_owners.append(module)
     return infos
 
 

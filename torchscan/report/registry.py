@@ -89,10 +89,6 @@ class Entry:
     strict: bool
     runs: tuple[Run, ...]
 
-    @property
-    def has_variants(self) -> bool:
-        return self.runs[0].variant is not None
-
 
 @dataclass(frozen=True)
 class Registry:

@@ -19,8 +19,6 @@ import torch
 from ..crawler import crawl_module
 from .resources import require_device
 
-STAGES = ("import", "build", "inputs", "analysis")
-
 
 def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
     """Analyze one run described by `Run.to_job`; failures come back as data naming the stage and error."""

@@ -110,6 +110,6 @@ def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    **{klass: ModuleHandler(estimate_elementwise, method=METHOD) for klass in ELEMENTWISE_KEYS},
-    **{klass: ModuleHandler(estimate_softmax, method=METHOD) for klass in SOFTMAX_KEYS},
+    **{klass: ModuleHandler(estimate_elementwise, method=METHOD, memoize=True) for klass in ELEMENTWISE_KEYS},
+    **{klass: ModuleHandler(estimate_softmax, method=METHOD, memoize=True) for klass in SOFTMAX_KEYS},
 }

@@ -91,7 +91,7 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    **{conv: ModuleHandler(estimate_conv, method=METHOD) for conv in (nn.Conv1d, nn.Conv2d, nn.Conv3d)},
-    **{conv: ModuleHandler(estimate_conv_transpose, method=METHOD)
+    **{conv: ModuleHandler(estimate_conv, method=METHOD, memoize=True) for conv in (nn.Conv1d, nn.Conv2d, nn.Conv3d)},
+    **{conv: ModuleHandler(estimate_conv_transpose, method=METHOD, memoize=True)
        for conv in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)},
 }

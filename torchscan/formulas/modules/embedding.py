@@ -95,6 +95,6 @@ def estimate_embedding_bag(call: ModuleCall) -> dict[str, Any]:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    nn.Embedding: ModuleHandler(estimate_embedding, method=METHOD),
-    nn.EmbeddingBag: ModuleHandler(estimate_embedding_bag, method=METHOD),
+    nn.Embedding: ModuleHandler(estimate_embedding, method=METHOD, memoize=True),
+    nn.EmbeddingBag: ModuleHandler(estimate_embedding_bag, method=METHOD, memoize=True),
 }

@@ -67,7 +67,7 @@ def estimate_identity(call: ModuleCall) -> dict[str, Any]:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    nn.Linear: ModuleHandler(estimate_linear, method=METHOD),
-    nn.Bilinear: ModuleHandler(estimate_bilinear, method=METHOD),
-    nn.Identity: ModuleHandler(estimate_identity, method=METHOD),
+    nn.Linear: ModuleHandler(estimate_linear, method=METHOD, memoize=True),
+    nn.Bilinear: ModuleHandler(estimate_bilinear, method=METHOD, memoize=True),
+    nn.Identity: ModuleHandler(estimate_identity, method=METHOD, memoize=True),
 }

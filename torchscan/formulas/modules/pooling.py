@@ -259,14 +259,14 @@ def _by_dimension(estimate: Any, prefix: str, dimensions: tuple[int, ...] = (1, 
     for dims in dimensions:
         module_type = getattr(nn, f"{prefix}{dims}d", None)
         if module_type is not None:
-            handlers[module_type] = ModuleHandler(partial(estimate, dims=dims), method=METHOD)
+            handlers[module_type] = ModuleHandler(partial(estimate, dims=dims), method=METHOD, memoize=True)
     return handlers
 
 
 def _padding_handlers() -> dict[type, ModuleHandler]:
     names = [f"{kind}Pad{dims}d" for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
              for dims in (1, 2, 3)]
-    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD) for name in names if hasattr(nn, name)}
+    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD, memoize=True) for name in names if hasattr(nn, name)}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
@@ -277,8 +277,8 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **_by_dimension(estimate_adaptive_max_pool, "AdaptiveMaxPool"),
     **_by_dimension(estimate_fractional_max_pool, "FractionalMaxPool", (2, 3)),
     **_by_dimension(estimate_max_unpool, "MaxUnpool"),
-    nn.Upsample: ModuleHandler(estimate_upsample, method=METHOD),
-    nn.PixelShuffle: ModuleHandler(estimate_pixel_shuffle, method=METHOD),
-    nn.PixelUnshuffle: ModuleHandler(estimate_pixel_unshuffle, method=METHOD),
+    nn.Upsample: ModuleHandler(estimate_upsample, method=METHOD, memoize=True),
+    nn.PixelShuffle: ModuleHandler(estimate_pixel_shuffle, method=METHOD, memoize=True),
+    nn.PixelUnshuffle: ModuleHandler(estimate_pixel_unshuffle, method=METHOD, memoize=True),
     **_padding_handlers(),
 }

@@ -89,9 +89,9 @@ def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    nn.Flatten: ModuleHandler(estimate_flatten, method=METHOD),
-    nn.Unflatten: ModuleHandler(estimate_unflatten, method=METHOD),
-    **{dropout: ModuleHandler(estimate_dropout, method=METHOD) for dropout in DROPOUT_TYPES},
+    nn.Flatten: ModuleHandler(estimate_flatten, method=METHOD, memoize=True),
+    nn.Unflatten: ModuleHandler(estimate_unflatten, method=METHOD, memoize=True),
+    **{dropout: ModuleHandler(estimate_dropout, method=METHOD, memoize=True) for dropout in DROPOUT_TYPES},
 }
 if hasattr(nn, "ChannelShuffle"):
-    HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD)
+    HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True)

@@ -1,0 +1,147 @@
+"""Module estimates memoized per distinct call: the key tells apart every call a formula could price differently,
+identical calls share one evaluation, and every record still gets its own results and diagnostics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchscan_testing import analyze_call
+
+from torchscan import ModuleCall, ModuleHandler
+from torchscan.estimate_memo import call_key, module_configuration
+from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
+from torchscan.results import Incomplete
+
+NEEDED = frozenset({"macs"})
+
+
+def key(module: nn.Module, *args, output=None, **kwargs):
+    output = module(*args, **kwargs) if output is None else output
+    return call_key(builtin_for(nn.Linear), NEEDED, module, args, kwargs, output)
+
+
+def conv(**options) -> nn.Conv2d:
+    torch.manual_seed(0)
+    return nn.Conv2d(4, 4, 3, **options).eval()
+
+
+X = torch.ones(1, 4, 8, 8)
+
+
+# -- the key ------------------------------------------------------------------------------------------------------
+
+
+def test_identical_calls_of_equally_configured_modules_share_a_key():
+    assert key(conv(), X) == key(conv(), torch.zeros(1, 4, 8, 8))  # values never matter, only structure
+
+
+@pytest.mark.parametrize("other", [
+    lambda: key(conv(stride=2), X),                              # a module attribute (stride)
+    lambda: key(conv(groups=2), X),                              # groups
+    lambda: key(conv(bias=False), X),                            # a parameter that is absent
+    lambda: key(conv().train(), X),                              # the training flag
+    lambda: key(conv(), torch.ones(1, 4, 9, 8)),                 # an input shape
+    lambda: key(conv().double(), X.double()),                    # dtypes
+    lambda: key(conv(), X.to("meta"), output=torch.empty(1, 4, 6, 6, device="meta")),  # the device type
+])
+def test_calls_a_formula_could_price_differently_never_share_a_key(other):
+    assert key(conv(), X) != other()
+
+
+def test_scalar_arguments_are_part_of_the_key_with_their_type():
+    attention = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    q = torch.ones(1, 3, 8)
+    mask = nn.Transformer.generate_square_subsequent_mask(3)
+    causal = key(attention, q, q, q, attn_mask=mask, is_causal=True, need_weights=False)
+    plain = key(attention, q, q, q, attn_mask=mask, is_causal=False, need_weights=False)
+    assert causal != plain
+    output = torch.ones(2)
+    assert call_key(None, NEEDED, nn.Identity(), (1,), {}, output) != call_key(None, NEEDED, nn.Identity(), (1.0,), {},
+                                                                               output)
+    assert call_key(None, NEEDED, nn.Identity(), (1,), {}, output) != call_key(None, NEEDED, nn.Identity(), (True,),
+                                                                               {}, output)
+
+
+def test_a_view_of_the_input_and_a_copy_have_different_keys():
+    x = torch.ones(2, 3, 4)
+    flatten = nn.Flatten()
+    assert key(flatten, x, output=x.view(2, 12)) != key(flatten, x, output=x.reshape(2, 12).clone())
+
+
+def test_needed_fields_and_the_handler_are_part_of_the_key():
+    layer, x = nn.Linear(3, 3), torch.ones(2, 3)
+    output = layer(x)
+    base = call_key(builtin_for(nn.Linear), NEEDED, layer, (x,), {}, output)
+    assert base != call_key(builtin_for(nn.Linear), frozenset({"dmas"}), layer, (x,), {}, output)
+    assert base != call_key(builtin_for(nn.ReLU), NEEDED, layer, (x,), {}, output)
+
+
+def test_a_call_holding_an_object_the_key_cannot_describe_is_not_memoized():
+    layer = nn.Linear(3, 3)
+    layer.note = object()
+    assert call_key(builtin_for(nn.Linear), NEEDED, layer, (torch.ones(3),), {}, torch.ones(3)) is None
+    assert call_key(builtin_for(nn.Linear), NEEDED, nn.Linear(3, 3), (object(),), {}, torch.ones(3)) is None
+    assert module_configuration(nn.ReLU())[0] is nn.ReLU
+
+
+# -- memoized analyses --------------------------------------------------------------------------------------------
+
+
+class Stage(nn.Module):
+    """The same leaf type called on two shapes, twice each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Tripled() for _ in range(4))
+
+    def forward(self, x):
+        small, large = x[:, :2], x
+        return [block(small if index % 2 else large) for index, block in enumerate(self.blocks)]
+
+
+class Tripled(nn.Module):
+    def forward(self, x):
+        return x * 3
+
+
+def count_calls(calls: list, memoize: bool) -> ModuleHandler:
+    def estimate(call: ModuleCall):
+        calls.append(call)
+        elements = call.output.numel()
+        return {"module_flops": elements, "macs": Incomplete(0, f"{elements} elements"), "dmas": 2 * elements,
+                "receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
+
+    return ModuleHandler(estimate, method="formula:tripled", memoize=memoize)
+
+
+def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_its_own_results(monkeypatch):
+    results = {}
+    for memoize in (False, True):
+        calls: list = []
+        monkeypatch.setitem(DEFAULT_HANDLERS, Tripled, count_calls(calls, memoize))
+        results[memoize] = analyze_call(Stage(), torch.ones(1, 6))
+        assert len(calls) == (2 if memoize else 4)
+    plain, memoized = results[False], results[True]
+    assert memoized == plain  # the same report, diagnostics addressed to each call included
+    blocks = [layer for layer in memoized["layers"] if layer["path"].startswith("blocks.")]
+    assert [layer["metrics"]["module_flops"]["value"] for layer in blocks] == [6, 2, 6, 2]
+    findings = [(item["path"], item["message"].rsplit(": ", 1)[1]) for item in memoized["diagnostics"]]
+    assert findings == [("blocks.0", "6 elements"), ("blocks.1", "2 elements"), ("blocks.2", "6 elements"),
+                        ("blocks.3", "2 elements")]
+    blocks[0]["metrics"]["module_flops"]["value"] = -1
+    assert blocks[2]["metrics"]["module_flops"]["value"] == 6  # shared by nothing
+
+
+def test_built_in_formulas_of_repeated_layers_give_the_numbers_of_fresh_evaluations(monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1, stride=stride, groups=groups),
+                                          nn.BatchNorm2d(4), nn.ReLU())
+                            for stride, groups in ((1, 1), (1, 1), (2, 1), (1, 2), (1, 1)))).eval()
+    memoized = analyze_call(model, X)
+    for kind in (nn.Conv2d, nn.BatchNorm2d, nn.ReLU):
+        handler = DEFAULT_HANDLERS[kind]
+        monkeypatch.setitem(DEFAULT_HANDLERS, kind, ModuleHandler(handler.callback, method=handler.method))
+    assert analyze_call(model, X) == memoized
+    macs = [layer["metrics"]["macs"]["value"] for layer in memoized["layers"] if layer["type"].endswith("Conv2d")]
+    assert macs == [9216, 9216, 2304, 1152, 2304]  # per output element: C_in / groups * 3 * 3 MACs

@@ -1,0 +1,123 @@
+"""Module estimates computed once per distinct call of a formula that depends on nothing else.
+
+Repeated blocks (ResNet stages, MobileNet's inverted residuals, the 80 layers of a LLaMA) call the same layer
+types with the same configuration on the same shapes again and again. A handler that declares ``memoize=True``
+promises that its estimate depends only on what `call_key` captures:
+
+* the module's type, its plain attributes (numbers, strings, flags, dtypes and tuples of them, the training flag
+  included) and the names, shapes and dtypes of its own parameters and buffers (``None`` entries too);
+* the call's positional and keyword arguments and its output, as structure: for each tensor its shape, dtype,
+  device type, and which argument's storage it shares (a view of the input is not a copy); for each scalar its
+  type and value (``stride=2`` and ``is_causal=True`` are part of the key).
+
+A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
+The estimate is then computed once per key and replayed for every later call with that key: each record gets its
+own copies of the results, and diagnostics are re-addressed to the call they are about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .estimation import CallEstimate
+
+#: Values that describe themselves: their type and value are the key.
+SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
+
+
+class NotMemoizable(Exception):
+    """The call holds a value whose influence on the estimate the key cannot capture."""
+
+
+def _plain(value: Any) -> Hashable:
+    """A module attribute as a key part (tuples and lists of plain values included)."""
+    if isinstance(value, SIMPLE_TYPES):
+        return type(value), value
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple(_plain(item) for item in value)
+    raise NotMemoizable(type(value).__name__)
+
+
+def module_configuration(module: nn.Module) -> tuple:
+    """The module's type, public plain attributes, and own parameters' and buffers' shapes and dtypes."""
+    attributes = tuple((name, _plain(value)) for name, value in module.__dict__.items() if name[0] != "_")
+    tensors = tuple((name, None if tensor is None else (tuple(tensor.shape), tensor.dtype))
+                    for table in (module._parameters, module._buffers) for name, tensor in table.items())
+    return type(module), attributes, tensors
+
+
+class _Structure:
+    """Describes call values for the key, numbering tensor storages in order of appearance."""
+
+    __slots__ = ("storages",)
+
+    def __init__(self) -> None:
+        self.storages: dict[int, int] = {}
+
+    def describe(self, value: Any) -> Hashable:
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, SIMPLE_TYPES):
+            return type(value), value
+        if isinstance(value, (tuple, list)):
+            return type(value), tuple(self.describe(item) for item in value)
+        if isinstance(value, Mapping):
+            return type(value), tuple((key, self.describe(item)) for key, item in value.items())
+        raise NotMemoizable(type(value).__name__)
+
+    def _tensor(self, tensor: torch.Tensor) -> Hashable:
+        if tensor.is_nested:
+            raise NotMemoizable("nested tensor")
+        root = tensor._base if tensor._base is not None else tensor
+        storage = self.storages.setdefault(id(root), len(self.storages))
+        return tuple(tensor.shape), tensor.dtype, tensor.device.type, storage
+
+
+def call_key(handler: Any, needed: frozenset[str], module: nn.Module, args: tuple, kwargs: Mapping[str, Any],
+             output: Any) -> Hashable | None:
+    """The memo key of one call to ``handler``, or None when the call cannot be memoized."""
+    structure = _Structure()
+    try:
+        return (id(handler), needed, module_configuration(module), structure.describe(args),
+                structure.describe(kwargs), structure.describe(output))
+    except NotMemoizable:
+        return None
+
+
+class EstimateMemo:
+    """The estimates of one analysis, by call key."""
+
+    __slots__ = ("entries", "hits")
+
+    def __init__(self) -> None:
+        self.entries: dict[Hashable, CallEstimate] = {}
+        self.hits = 0
+
+    def replay(self, key: Hashable | None, where: dict[str, Any]) -> CallEstimate | None:
+        """A copy of the estimate stored under ``key``, its diagnostics about the call at ``where``."""
+        stored = self.entries.get(key) if key is not None else None
+        if stored is None:
+            return None
+        self.hits += 1
+        return _copied(stored, where)
+
+    def store(self, key: Hashable | None, estimate: CallEstimate) -> None:
+        if key is not None:
+            self.entries[key] = _copied(estimate, None)
+
+
+def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
+    """An independent copy (results, lists and diagnostics), re-addressed to ``where`` when given."""
+    metrics = {name: {**result, "value": _copy(result["value"]), "known_value": _copy(result["known_value"])}
+               for name, result in estimate.metrics.items()}
+    diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
+    return CallEstimate(metrics=metrics, ownership=dict(estimate.ownership), builtin_owned=estimate.builtin_owned,
+                        delegated=list(estimate.delegated), diagnostics=diagnostics)  # type: ignore[arg-type]
+
+
+def _copy(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value

@@ -9,11 +9,20 @@ from torch import nn
 from torchscan_testing import analyze_call
 
 from torchscan import ModuleCall, ModuleHandler
-from torchscan.estimate_memo import call_key, module_configuration
+from torchscan.estimate_memo import EstimateMemo, module_configuration
 from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
 from torchscan.results import Incomplete
 
 NEEDED = frozenset({"macs"})
+#: One memo for the tests of the key, as one analysis has; it reads a module's configuration by the module's id,
+#: so the modules it saw are kept alive (a new module could otherwise reuse an id).
+MEMO = EstimateMemo()
+SEEN: list[nn.Module] = []
+
+
+def call_key(handler, needed, module, args, kwargs, output):
+    SEEN.append(module)
+    return MEMO.key(handler, needed, module, args, kwargs, output)
 
 
 def key(module: nn.Module, *args, output=None, **kwargs):
@@ -34,6 +43,8 @@ X = torch.ones(1, 4, 8, 8)
 
 def test_identical_calls_of_equally_configured_modules_share_a_key():
     assert key(conv(), X) == key(conv(), torch.zeros(1, 4, 8, 8))  # values never matter, only structure
+    # nor the device: formulas read shapes, and count alike on meta
+    assert key(conv(), X) == key(conv(), X.to("meta"), output=torch.empty(1, 4, 6, 6, device="meta"))
 
 
 @pytest.mark.parametrize("other", [
@@ -43,7 +54,6 @@ def test_identical_calls_of_equally_configured_modules_share_a_key():
     lambda: key(conv().train(), X),                              # the training flag
     lambda: key(conv(), torch.ones(1, 4, 9, 8)),                 # an input shape
     lambda: key(conv().double(), X.double()),                    # dtypes
-    lambda: key(conv(), X.to("meta"), output=torch.empty(1, 4, 6, 6, device="meta")),  # the device type
 ])
 def test_calls_a_formula_could_price_differently_never_share_a_key(other):
     assert key(conv(), X) != other()
@@ -83,6 +93,15 @@ def test_a_call_holding_an_object_the_key_cannot_describe_is_not_memoized():
     assert call_key(builtin_for(nn.Linear), NEEDED, layer, (torch.ones(3),), {}, torch.ones(3)) is None
     assert call_key(builtin_for(nn.Linear), NEEDED, nn.Linear(3, 3), (object(),), {}, torch.ones(3)) is None
     assert module_configuration(nn.ReLU())[0] is nn.ReLU
+
+
+def test_a_lazy_module_is_read_again_once_it_materializes():
+    memo, layer = EstimateMemo(), nn.LazyLinear(3)
+    assert memo.key(None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3)) is None  # sizes unknown yet
+    layer(torch.ones(2))  # becomes a Linear(2, 3)
+    materialized = memo.key(None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3))
+    assert materialized is not None
+    assert materialized == memo.key(None, NEEDED, nn.Linear(2, 3), (torch.ones(2),), {}, torch.ones(3))
 
 
 # -- memoized analyses --------------------------------------------------------------------------------------------

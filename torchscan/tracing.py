@@ -26,7 +26,7 @@ from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
-from .estimate_memo import EstimateMemo, call_key
+from .estimate_memo import EstimateMemo
 from .estimation import CallContext, CallEstimate, estimate_call, forward_error
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
@@ -349,14 +349,13 @@ class CallTracer:
             self.memo.store(key, estimate)
         return estimate
 
-    @staticmethod
-    def _memo_key(frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
+    def _memo_key(self, frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
         """The memo key of a call that only a memoizing built-in formula estimates (else None)."""
         builtin = frame.info.builtin
         only_builtin = frame.info.caller is None and not frame.expanded
         if call is None or not only_builtin or builtin is None or not builtin.memoize:
             return None
-        return call_key(builtin, needed, call.module, call.args, call.kwargs, call.output)
+        return self.memo.key(builtin, needed, call.module, call.args, call.kwargs, call.output)
 
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         scope = frame.scope

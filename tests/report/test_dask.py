@@ -178,13 +178,18 @@ def test_a_worker_that_joins_later_with_other_versions_records_its_runs_as_faile
     assert "but the client has torch 1.0.0" in result["error"]["message"]
 
 
-def test_daemonic_workers_are_refused_with_the_remedy() -> None:
+def test_daemonic_workers_and_other_torch_releases_are_refused() -> None:
     from torchscan.report.cluster_task import environment, environment_problem
 
     found = {**environment(), "daemon": True}
     problem = environment_problem(found, cluster.client_environment(), "the Dask worker tcp://w:1")
     assert problem is not None and "DASK_DISTRIBUTED__WORKER__DAEMON=False" in problem
     assert environment_problem({**found, "daemon": False}, cluster.client_environment(), "w") is None
+    # A CUDA build of the same torch release is fine (a CPU-only client may use GPU workers); another release is not.
+    client = {"torch": "2.13.0+cpu", "torchscan": "0.1.0"}
+    assert environment_problem({"torch": "2.13.0+cu128", "torchscan": "0.1.0", "daemon": False}, client, "w") is None
+    assert "has torch 2.12.0+cu128" in environment_problem(
+        {"torch": "2.12.0+cu128", "torchscan": "0.1.0", "daemon": False}, client, "w")
 
 
 def test_shipped_code_reaches_workers_that_cannot_see_the_registry(shared: LoopbackCluster, tmp_path: Path) -> None:

@@ -35,8 +35,12 @@ def environment() -> dict[str, Any]:
 
 
 def environment_problem(found: dict[str, Any], expected: dict[str, Any], where: str) -> str | None:
-    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can."""
-    if (found["torch"], found["torchscan"]) != (expected["torch"], expected["torchscan"]):
+    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can.
+
+    torch must be the same release; its build label (``+cpu``, ``+cu128``) may differ, so that a client without a
+    GPU can use GPU workers.
+    """
+    if (_release(found["torch"]), found["torchscan"]) != (_release(expected["torch"]), expected["torchscan"]):
         return (f"{where} has torch {found['torch']} and torchscan {found['torchscan']}, but the client has torch "
                 f"{expected['torch']} and torchscan {expected['torchscan']}; install the same versions on the "
                 "workers (the cache key and every report's context depend on them)")
@@ -44,6 +48,10 @@ def environment_problem(found: dict[str, Any], expected: dict[str, Any], where: 
         return (f"{where} runs as a daemonic process, which cannot start the process each run needs; start the "
                 "workers with DASK_DISTRIBUTED__WORKER__DAEMON=False in their environment (or with --no-nanny)")
     return None
+
+
+def _release(version: str) -> str:
+    return version.partition("+")[0]
 
 
 def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any], timeout: float,

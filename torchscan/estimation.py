@@ -15,6 +15,7 @@ from .direct_work import DirectWork
 from .direct_work import FIELDS as SUMMABLE_FIELDS
 from .formulas.aten import operator_significance
 from .handlers import ModuleCall, ModuleHandler, validate_estimates
+from .integrations.signature import verify_operators
 from .operators import operator_name
 from .results import METRIC_UNITS, MetricResult, is_incomplete, partial, unavailable
 
@@ -63,6 +64,7 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
             _mark_expanded(context, remaining, estimate, where)
         else:
             _apply_handler(context.builtin, call, remaining, estimate, where, builtin=True)
+            verify_operators(context.builtin, call, context.direct, remaining, estimate, where)
             estimate.builtin_owned = {name for name in remaining & estimate.metrics.keys()
                                       if name in context.builtin.subtree_metrics}
     _fill_unhandled(context, estimate, where)

@@ -20,8 +20,10 @@ from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimation import CallContext, estimate_call, forward_error
 from .formulas import DEFAULT_HANDLERS
-from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, builtin_handler, closest_handler
+from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
+from .integrations.lookup import find_builtin_handler
+from .integrations.signature import ObservedWork, observes_operators
 from .operators import OperatorRecorder, OperatorScope
 from .results import METRIC_UNITS, complete, is_incomplete, not_requested, partial, plain_number
 
@@ -114,7 +116,9 @@ class CallTracer:
         self.records.append(record)
         if self.full:
             self._open_ownership(frame)
-            if not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None):
+            if observes_operators(info.builtin):  # a third-party formula is checked against what ran
+                frame.scope.direct_work = ObservedWork()
+            elif not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None):
                 frame.scope.direct_work = DirectWork()
             self.recorder.scopes.append(frame.scope)
         self.stack.append(frame)
@@ -268,7 +272,7 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: 
     for path, module in model.named_modules():
         kind = type(module)
         if kind not in handler_cache:
-            handler_cache[kind] = (closest_handler(kind, custom), builtin_handler(kind, builtins))
+            handler_cache[kind] = (closest_handler(kind, custom), find_builtin_handler(kind, builtins))
         caller, builtin = handler_cache[kind]
         infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
                                        leaf=next(module.children(), None) is None, caller=caller, builtin=builtin)

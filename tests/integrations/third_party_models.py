@@ -377,3 +377,37 @@ def analyze(run: str) -> Outcome:
                                                                           "operator_flops")},
                    totals["parameters"]["total"], unique_parameters(model), totals["macs"]["known_value"],
                    independent_macs(model, args, kwargs), tuple(item["code"] for item in report["diagnostics"]))
+
+
+def analyze_call(module: nn.Module, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One call of ``module`` as the analyzed root, under ``strict=True``: its metric values (status aside, all are
+    complete or not applicable) and the root's layer record."""
+    report = crawl_module(module, args=args, kwargs=kwargs, strict=True)
+    record = report["layers"][0]
+    values = {name: result["value"] if result["status"] == "complete" else result["status"]
+              for name, result in record["metrics"].items()}
+    return values, record
+
+
+def direct_operator_flops(record: dict[str, Any]) -> Any:
+    """The operator FLOPs dispatched directly inside the call: what the module formula must agree with."""
+    return record["operator_flops"]["direct"]["value"]
+
+
+@functools.cache
+def published(name: str) -> dict[str, Any]:
+    """A full-size torchvision model at 224x224 on ``meta`` (RegNet's constructor reads values: built on the CPU and
+    moved), analyzed under ``strict=True``, with torchvision's own figures (memoized)."""
+    models = import_torchvision().models
+    if name.startswith("regnet"):
+        model = getattr(models, name)().to("meta")
+    else:
+        with torch.device("meta"):
+            model = getattr(models, name)()
+    meta = models.get_model_weights(name).DEFAULT.meta
+    images = torch.zeros(1, 3, 224, 224, device="meta")
+    report = crawl_module(model, args=(images,), strict=True)
+    return {"model": name, "parameters": report["totals"]["parameters"]["total"],
+            "published_parameters": meta["num_params"], "macs": report["totals"]["macs"]["value"],
+            "independent_macs": independent_macs(model, (images,), {}), "published_gmacs": meta["_ops"],
+            "status": report["totals"]["macs"]["status"]}

@@ -58,9 +58,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     "handler_signature_mismatch": (
         "warning",
-        "A third-party class ran other operators than its built-in formula describes (the library changed its "
-        "forward, or a configuration the formula does not cover), so its estimates are lower bounds priced from "
-        "the observed operators.",
+        ("A third-party class ran other operators than its built-in formula describes (the library changed its "
+         "forward, or a configuration the formula does not cover), so its estimates are lower bounds priced from "
+         "the observed operators."),
     ),
     "unsupported_configuration": (
         "warning",

@@ -172,7 +172,7 @@ def _fill_unhandled(context: CallContext, estimate: CallEstimate, where: dict[st
             "unsupported_module", f"no formula supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
             "module: counts are lower bounds from the operators observed in its call (unavailable when none "
             "was observed) and receptive fields are unavailable; register a ModuleHandler for it in "
-            "custom_modules", **where))
+            "custom_modules (the crawl_module argument, or the models.toml key of the same name)", **where))
     if direct is not None and direct.unestimated:
         names = ", ".join(f"{operator_name(p)} x{n}" for p, n in sorted(direct.unestimated.items(),
                                                                          key=lambda item: operator_name(item[0])))

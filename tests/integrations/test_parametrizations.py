@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 from third_party_models import analyze_call
+from torch import nn
 
 from torchscan import crawl_module, measure_flops
 

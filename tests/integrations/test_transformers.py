@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 from third_party_models import analyze_call, direct_operator_flops, import_transformers
+from torch import nn
 
 from torchscan import crawl_module
 

@@ -168,17 +168,15 @@ def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: 
     if not isinstance(handler, ThirdPartyHandler):
         return
     supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
-    if not supplied:
-        return
-    counts = observed.counts() if isinstance(observed, ObservedWork) else None
     expected = handler.expected(call)
-    unexpected, missing = compare(expected, counts) if counts is not None else ({}, {})
-    if counts is not None and not unexpected and not missing:
+    work = observed if isinstance(observed, ObservedWork) else None
+    unexpected, missing = compare(expected, work.counts()) if work is not None else ({}, {})
+    if not supplied or (work is not None and not unexpected and not missing):
         return
     for name in supplied:
-        estimate.metrics[name] = _fallback(name, observed if counts is not None else None)
+        estimate.metrics[name] = _fallback(name, work)
         estimate.ownership[name] = "module_call"
-    estimate.diagnostics.append(_mismatch(type(call.module), expected, unexpected, missing, counts is None, where))
+    estimate.diagnostics.append(_mismatch(type(call.module), expected, unexpected, missing, work is None, where))
 
 
 def _fallback(name: str, observed: DirectWork | None) -> Any:

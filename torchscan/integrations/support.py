@@ -1,14 +1,12 @@
-"""The third-party pages' generated tables: the classes TorchScan recognizes (from the code) and the models the tests
-analyzed (from ``docs/third-party-support.json``, which ``tests/integrations`` writes and checks).
-
-The documentation hook renders both, so neither list is typed by hand.
+"""The third-party page's generated tables, rendered from ``docs/third-party-support.json``: the classes TorchScan
+recognizes and the family rules (as the code defines them), and the models the tests analyzed (as they found them).
+``tests/integrations`` writes that file and checks it against the code and this session's analyses; the
+documentation hook renders it, so no list is typed by hand. Rendering imports nothing (no torch either).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from .lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS
 
 #: The file beside the documentation pages that holds the tested models, written by the tests.
 SUPPORT_FILE = "third-party-support.json"
@@ -18,12 +16,12 @@ def _cell(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def handlers_table() -> str:
+def handlers_table(support: dict[str, Any]) -> str:
     """Every class recognized by qualified name, with its method label, then every family rule."""
     rows = ["| Class | Method |", "| --- | --- |"]
-    rows += [f"| `{name}` | `{handler.method}` |" for name, handler in sorted(THIRD_PARTY_HANDLERS.items())]
+    rows += [f"| `{row['class']}` | `{row['method']}` |" for row in support["handlers"]]
     rows += ["", "| Family rule | Matches | Method |", "| --- | --- | --- |"]
-    rows += [f"| {_cell(rule.name)} | {_cell(rule.description)} | `{rule.handler.method}` |" for rule in FAMILY_RULES]
+    rows += [f"| {_cell(rule['name'])} | {_cell(rule['matches'])} | `{rule['method']}` |" for rule in support["rules"]]
     return "\n".join(rows)
 
 

@@ -180,16 +180,19 @@ class _Checker:
         description = self.string(f"{where}: description", item.get("description", ""))
         base = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs") if key in item}
         variants = item.get("variants")
-        extensions = {key: self.callable_path(f"{where}: {key}", item[key], required=True,
-                                           what=EXTENSION_KEYS[key])
-                      for key in EXTENSION_KEYS if key in item}
-        common = {"entry": name, "factory": factory, "device": device, "strict": strict, "extensions": extensions}
+        common = {"entry": name, "factory": factory, "device": device, "strict": strict,
+                  "extensions": self.extensions(where, item)}
         if variants is None:
             runs = [self.run(where, common, base, None, name, description)]
         else:
             runs = self.variant_runs(where, common, base, variants)
         return Entry(name=name, factory=factory, description=description, tags=tuple(tags), device=device,
                      strict=strict, runs=tuple(runs))
+
+    def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
+        """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""
+        return {key: self.callable_path(f"{where}: {key}", item[key], required=True, what=name)
+                for key, name in EXTENSION_KEYS.items() if key in item}
 
     def variant_runs(self, where: str, common: dict[str, Any], base: dict[str, Any], variants: Any) -> list[Run]:
         if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):

@@ -145,3 +145,15 @@ def test_monkeypatched_transformers_rms_norm_is_partial_never_complete(monkeypat
         assert report["totals"]["macs"]["status"] == "partial"
         [mismatch] = [item for item in report["diagnostics"] if item["code"] == "handler_signature_mismatch"]
         assert "modeling_llama.LlamaRMSNorm" in mismatch["message"] and "aten.bmm x2" in mismatch["message"]
+
+
+def test_a_declaration_that_cannot_describe_the_call_is_not_trusted() -> None:
+    """transformers' GELUActivation declares its operators from its ``act`` attribute; without one, neither the
+    formula nor the declaration can describe the call."""
+    klass = type("GELUActivation", (nn.Module,), {"__module__": "transformers.activations",
+                                                  "__qualname__": "GELUActivation",
+                                                  "forward": lambda self, x: nn.functional.gelu(x)})
+    report = crawl_module(nn.Sequential(klass()), (6,))
+    assert layer(report, "0")["metrics"]["module_flops"]["status"] == "partial"
+    [mismatch] = [item for item in report["diagnostics"] if item["code"] == "handler_signature_mismatch"]
+    assert "cannot say which operators this call should run (AttributeError)" in mismatch["message"]

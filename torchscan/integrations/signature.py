@@ -168,15 +168,38 @@ def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: 
     if not isinstance(handler, ThirdPartyHandler):
         return
     supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
-    expected = handler.expected(call)
-    work = observed if isinstance(observed, ObservedWork) else None
-    unexpected, missing = compare(expected, work.counts()) if work is not None else ({}, {})
-    if not supplied or (work is not None and not unexpected and not missing):
+    found = _difference(handler, call, observed) if supplied else None
+    if found is None:
         return
+    detail, significant = found
+    work = observed if isinstance(observed, ObservedWork) else None
     for name in supplied:
         estimate.metrics[name] = _fallback(name, work)
         estimate.ownership[name] = "module_call"
-    estimate.diagnostics.append(_mismatch(type(call.module), expected, unexpected, missing, work is None, where))
+    kind = type(call.module)
+    estimate.diagnostics.append(diagnostic(
+        "handler_signature_mismatch", f"the built-in formula of {kind.__module__}.{kind.__qualname__} {detail}: its "
+        "estimates are not trusted for this call; counts are lower bounds priced from the observed operators and "
+        "receptive fields are unavailable", severity="error" if significant else None, **where))
+
+
+def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWork | None
+                ) -> tuple[str, bool] | None:
+    """How the call's operators differ from the formula's (and whether the difference includes dot-product work),
+    or ``None`` when they match."""
+    try:
+        expected = handler.expected(call)
+    except Exception as error:  # noqa: BLE001 -- a declaration that cannot describe the call is not trusted
+        return f"cannot say which operators this call should run ({type(error).__name__})", False
+    if not isinstance(observed, ObservedWork):
+        return f"describes {expected.describe()}, but the call's operators were not observed", False
+    unexpected, missing = compare(expected, observed.counts())
+    if not unexpected and not missing:
+        return None
+    parts = [f"it also ran {_counted(unexpected)}" if unexpected else "",
+             f"it did not run {_counted(missing)}" if missing else ""]
+    detail = f"describes {expected.describe()}, but {'; '.join(part for part in parts if part)}"
+    return detail, any(_significant(operator) for operator in unexpected)
 
 
 def _fallback(name: str, observed: DirectWork | None) -> Any:
@@ -184,21 +207,6 @@ def _fallback(name: str, observed: DirectWork | None) -> Any:
     if name in SUMMABLE_METRICS and observed is not None:
         return partial(observed.known(name), unit, "module_call", MISMATCH_METHOD)
     return unavailable(unit, "module_call", MISMATCH_METHOD)
-
-
-def _mismatch(kind: type, expected: OperatorSignature, unexpected: dict[str, int], missing: dict[str, int],
-              unobserved: bool, where: dict[str, Any]) -> Any:
-    name = f"{kind.__module__}.{kind.__qualname__}"
-    if unobserved:
-        detail = "its operators were not observed"
-    else:
-        detail = "; ".join(part for part in (f"it also ran {_counted(unexpected)}" if unexpected else "",
-                                             f"it did not run {_counted(missing)}" if missing else "") if part)
-    significant = any(_significant(operator) for operator in unexpected)
-    return diagnostic(
-        "handler_signature_mismatch", f"the built-in formula of {name} describes {expected.describe()}, but {detail}: "
-        "its estimates are not trusted for this call; counts are lower bounds priced from the observed operators "
-        "and receptive fields are unavailable", severity="error" if significant else None, **where)
 
 
 def _significant(name: str) -> bool:

@@ -14,6 +14,7 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
+from .integrations.signature import verify_operators
 from .operators import operator_name
 from .results import (
     METRIC_UNITS,
@@ -74,6 +75,7 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
             _mark_expanded(context, remaining, estimate)
         else:
             _apply_handler(context.builtin, call, remaining, estimate, context.where, builtin=True)
+            verify_operators(context.builtin, call, context.direct, remaining, estimate, context.where)
             estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
                                                if name in context.builtin.subtree_metrics)
     unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
@@ -213,7 +215,7 @@ def _report_unhandled(context: CallContext, unhandled: list[str], unsupported: l
             "unsupported_module", f"no formula supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
             "module: counts are lower bounds from the operators observed in its call (unavailable when none "
             "was observed) and receptive fields are unavailable; register a ModuleHandler for it in "
-            "custom_modules", **context.where))
+            "custom_modules (the crawl_module argument, or the models.toml key of the same name)", **context.where))
     direct = context.direct
     if direct is None or not direct.unestimated:
         return

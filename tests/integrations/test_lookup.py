@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from torchscan import ModuleHandler, crawl_module
-from torchscan.formulas import DEFAULT_HANDLERS
+from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
 from torchscan.integrations import lookup, timm, transformers
 from torchscan.integrations.lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS, find_builtin_handler, qualified_name
+from torchscan.results import SUMMABLE_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARIES = ("transformers", "timm", "torchvision")
@@ -85,6 +86,36 @@ def test_class_keyed_built_ins_and_third_party_handlers_form_one_mro_walk() -> N
     assert find_builtin_handler(registered, DEFAULT_HANDLERS) is timm.LAYER_NORM
     assert find_builtin_handler(unregistered_override, DEFAULT_HANDLERS) is None
     assert find_builtin_handler(unregistered_keep, DEFAULT_HANDLERS) is DEFAULT_HANDLERS[nn.LayerNorm]
+
+
+def test_builtin_for_is_the_one_lookup_and_sees_third_party_handlers() -> None:
+    """The crawler and the native layers find built-ins through ``builtin_for``, which is this MRO walk."""
+    silu = named("transformers.activations", "SiLUActivation")
+    assert builtin_for(silu) is transformers.HANDLERS[qualified_name(silu)]
+    assert builtin_for(named("timm.layers.norm", "LayerNorm", nn.LayerNorm)) is timm.LAYER_NORM
+    assert builtin_for(nn.LayerNorm) is DEFAULT_HANDLERS[nn.LayerNorm]
+    assert builtin_for(named("other.norms", "LayerNorm", nn.LayerNorm)) is None
+
+
+def _layer_norm(self: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+def test_a_native_layer_does_not_price_a_child_with_a_third_party_formula_it_cannot_check() -> None:
+    """A native Transformer layer prices its norms on meta tensors of their shapes (its fused path never calls
+    them), so no operator check vouches for a third-party formula there: the layer's counts become lower bounds
+    naming the norm. The same class on its own is checked against the operators it ran, and complete."""
+    timm_layer_norm = named("timm.layers.norm", "LayerNorm", nn.LayerNorm, forward=_layer_norm)
+    alone = crawl_module(timm_layer_norm(16), (5, 16), strict=True)
+    assert alone["layers"][0]["metrics"]["module_flops"]["method"] == "formula:timm.norm"
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    layer.norm1 = timm_layer_norm(16)
+    report = crawl_module(layer, (5, 16))
+    assert {report["totals"][name]["status"] for name in SUMMABLE_METRICS} == {"partial"}
+    messages = [item["message"] for item in report["diagnostics"] if item["code"] == "unsupported_configuration"]
+    assert len(messages) == len(SUMMABLE_METRICS)
+    assert all("norm1 (timm.layers.norm.LayerNorm) has no built-in formula that a native layer can apply" in message
+               for message in messages)
 
 
 def test_caller_registrations_take_precedence_field_by_field() -> None:

@@ -71,19 +71,26 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys()
     if context.builtin is not None and remaining:
-        if context.expanded and context.caller is None:
-            _mark_expanded(context, remaining, estimate)
-        else:
-            _apply_handler(context.builtin, call, remaining, estimate, context.where, builtin=True)
-            verify_operators(context.builtin, call, context.direct, remaining, estimate, context.where)
-            estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
-                                               if name in context.builtin.subtree_metrics)
+        _apply_builtin(context, context.builtin, call, remaining, estimate)
     unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
     if unhandled:
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
     estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
     return estimate
+
+
+def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCall, remaining: frozenset[str],
+                   estimate: CallEstimate) -> None:
+    """The built-in handler supplies the fields no caller handler did, unless a registered descendant opened it
+    (its inclusive formula is then dropped); a third-party formula is checked against the operators that ran."""
+    if context.expanded and context.caller is None:
+        _mark_expanded(context, remaining, estimate)
+        return
+    _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
+    verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
+    estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
+                                       if name in builtin.subtree_metrics)
 
 
 def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[str], estimate: CallEstimate,

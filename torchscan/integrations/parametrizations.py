@@ -17,7 +17,7 @@ def _weight_norm(call: ModuleCall) -> ModuleEstimates:
     """``w = v * (g / ||v||)`` with one 2-norm per slice along ``dim`` (a group of n elements): n squares, n - 1
     additions and a square root per norm (2n), one division per norm and one multiply per element. Reads ``g`` and
     ``v``, writes ``w``. A parameter transform has no spatial input: receptive fields do not apply."""
-    weight_g, weight_v = call.args if len(call.args) == 2 else (call.kwargs["weight_g"], call.kwargs["weight_v"])
+    weight_g, weight_v = call.argument(0, "weight_g"), call.argument(1, "weight_v")
     groups = weight_g.numel()
     per_group = weight_v.numel() // groups if groups else 0
     flops = groups * (2 * per_group + 1) + weight_v.numel()

@@ -140,7 +140,7 @@ def _rotary(call: ModuleCall) -> ModuleEstimates:
     (N each): 4.5 N FLOPs. Reads positions and frequencies, writes both tables; pointwise along positions.
     """
     cos, sin = call.output
-    positions = call.args[1] if len(call.args) > 1 else call.kwargs["position_ids"]
+    positions = call.argument(1, "position_ids")
     table = cos.numel()
     return {"module_flops": table // 2 + 4 * table, "macs": 0,
             "dmas": positions.numel() + call.module.inv_freq.numel() + cos.numel() + sin.numel(), **POINTWISE_SPATIAL}
@@ -152,7 +152,7 @@ ROTARY = handler(_rotary, POSITION, signature("aten.mul", "aten.mul", "aten.mul"
 def _learned_positions(call: ModuleCall) -> ModuleEstimates:
     """Whisper's position table: rows selected by ``position_ids`` (a gather: the ids read, one row element read
     per output element, the output written), or a slice of the table (a view: nothing read or written)."""
-    position_ids = call.kwargs.get("position_ids", call.args[2] if len(call.args) > 2 else None)
+    position_ids = call.argument(2, "position_ids", None)
     output = call.output
     if position_ids is None:
         return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(call.module.weight, output), **POINTWISE_SPATIAL}
@@ -160,8 +160,7 @@ def _learned_positions(call: ModuleCall) -> ModuleEstimates:
 
 
 def _learned_positions_signature(call: ModuleCall) -> OperatorSignature:
-    has_ids = call.kwargs.get("position_ids", call.args[2] if len(call.args) > 2 else None) is not None
-    return signature("aten.index") if has_ids else signature()
+    return signature() if call.argument(2, "position_ids", None) is None else signature("aten.index")
 
 
 def _scaled_word_embedding(call: ModuleCall) -> ModuleEstimates:

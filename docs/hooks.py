@@ -5,13 +5,16 @@ Registered in ``mkdocs.yml`` with ``hooks: [docs/hooks.py]``.
 - ``on_page_markdown`` replaces ``<!-- torchscan:diagnostic-codes -->`` with the table of diagnostic codes from
   :data:`torchscan.diagnostics.CODES` and ``<!-- torchscan:metric-units -->`` with the table of metric units from
   :data:`torchscan.results.METRIC_UNITS`, so the reference pages cannot drift from the code, and
-  ``<!-- torchscan:schema-link -->`` with a link to the published schema file.
+  ``<!-- torchscan:schema-link -->`` with a link to the published schema file. ``<!-- torchscan:third-party-handlers
+  -->`` and ``<!-- torchscan:third-party-support -->`` become the classes recognized in other libraries and the
+  models the tests analyzed, from ``third-party-support.json`` (the tests write it and check it against the code).
 - ``on_files`` publishes the JSON Schema shipped inside the package (``torchscan/report.schema.json``) beside
   these pages, so ``schema.md`` can link to ``report.schema.json`` and the link is checked like any other.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib import resources
 from pathlib import Path
@@ -23,11 +26,14 @@ except ImportError:  # build the docs of a checkout where torchscan is not insta
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from torchscan.diagnostics import CODES
+from torchscan.integrations.support import SUPPORT_FILE, handlers_table, support_tables
 from torchscan.results import METRIC_UNITS
 
 DIAGNOSTIC_CODES_MARKER = "<!-- torchscan:diagnostic-codes -->"
 METRIC_UNITS_MARKER = "<!-- torchscan:metric-units -->"
 SCHEMA_LINK_MARKER = "<!-- torchscan:schema-link -->"
+THIRD_PARTY_HANDLERS_MARKER = "<!-- torchscan:third-party-handlers -->"
+THIRD_PARTY_SUPPORT_MARKER = "<!-- torchscan:third-party-support -->"
 SCHEMA_URI = "report.schema.json"
 
 
@@ -55,11 +61,18 @@ def schema_link() -> str:
     return f"This site publishes the file as [{SCHEMA_URI}]({SCHEMA_URI})."
 
 
+def third_party_support() -> dict[str, Any]:
+    """The third-party data file beside these pages, which the tests write and check."""
+    return json.loads((Path(__file__).resolve().parent / SUPPORT_FILE).read_text(encoding="utf-8"))
+
+
 #: marker -> what replaces it. Without this hook a marker is an invisible HTML comment, never a broken link.
 GENERATED = {
     DIAGNOSTIC_CODES_MARKER: diagnostic_codes_table,
     METRIC_UNITS_MARKER: metric_units_table,
     SCHEMA_LINK_MARKER: schema_link,
+    THIRD_PARTY_HANDLERS_MARKER: lambda: handlers_table(third_party_support()),
+    THIRD_PARTY_SUPPORT_MARKER: lambda: support_tables(third_party_support()),
 }
 
 

@@ -56,6 +56,12 @@ CODES: dict[str, tuple[Severity, str]] = {
         ("A registered descendant opened a built-in atomic module whose inclusive formula was dropped; the "
          "descendant counts are a lower bound of the module's work."),
     ),
+    "handler_signature_mismatch": (
+        "warning",
+        ("A third-party class ran other operators than its built-in formula describes (the library changed its "
+         "forward, or a configuration the formula does not cover), so its estimates are lower bounds priced from "
+         "the observed operators."),
+    ),
     "unsupported_configuration": (
         "warning",
         ("A module supported by a built-in handler ran in a configuration its formulas do not justify; the "

@@ -14,6 +14,7 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
+from .integrations.signature import verify_operators
 from .operators import operator_name
 from .results import (
     METRIC_UNITS,
@@ -70,7 +71,7 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys()
     if context.builtin is not None and remaining:
-        _apply_builtin(context, call, remaining, estimate)
+        _apply_builtin(context, context.builtin, call, remaining, estimate)
     unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
     if unhandled:
         unsupported = _choose_unhandled(context, unhandled, estimate)
@@ -79,14 +80,15 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
     return estimate
 
 
-def _apply_builtin(context: CallContext, call: ModuleCall, remaining: frozenset[str], estimate: CallEstimate) -> None:
-    """The built-in handler supplies the fields the caller did not, unless a registered descendant opened it."""
-    builtin = context.builtin
-    assert builtin is not None
+def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCall, remaining: frozenset[str],
+                   estimate: CallEstimate) -> None:
+    """The built-in handler supplies the fields no caller handler did, unless a registered descendant opened it
+    (its inclusive formula is then dropped); a third-party formula is checked against the operators that ran."""
     if context.expanded and context.caller is None:
         _mark_expanded(context, remaining, estimate)
         return
     _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
+    verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
     estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
                                        if name in builtin.subtree_metrics)
 
@@ -220,7 +222,7 @@ def _report_unhandled(context: CallContext, unhandled: list[str], unsupported: l
             "unsupported_module", f"no formula supplies {', '.join(unsupported)} for {context.type_name}, a leaf "
             "module: counts are lower bounds from the operators observed in its call (unavailable when none "
             "was observed) and receptive fields are unavailable; register a ModuleHandler for it in "
-            "custom_modules", **context.where))
+            "custom_modules (the crawl_module argument, or the models.toml key of the same name)", **context.where))
     direct = context.direct
     if direct is None or not direct.unestimated:
         return

@@ -168,18 +168,6 @@ def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
     return found[1] if found else None
 
 
-def builtin_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
-    """The closest built-in handler, provided ``module_type`` runs the forward that handler's formula describes.
-
-    A subclass that overrides ``forward`` (a LoRA ``Linear``, a fused QAT ``ConvBn2d``) does other work than its
-    base class, so the base formula would silently miss it: such a module gets no built-in handler.
-    """
-    found = _closest_registration(module_type, handlers)
-    if found is None or module_type.forward is not found[0].forward:
-        return None
-    return found[1]
-
-
 @dataclass
 class ValidatedEstimates:
     """A callback's result after validation: metric results by field, why any field was rejected, and what an

@@ -30,6 +30,7 @@ from .estimate_memo import EstimateMemo
 from .estimation import CallContext, CallEstimate, estimate_call, forward_error
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
+from .integrations.signature import ObservedWork, observes_operators
 from .operators import OperatorRecorder, OperatorScope
 from .results import (
     DIRECT,
@@ -171,6 +172,13 @@ def _needs_direct_work(frame: Frame) -> bool:
     return not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None)
 
 
+def _observes_operators(frame: Frame) -> bool:
+    """Whether this call's built-in formula is a third-party one, trusted only while the operators the call runs
+    directly match those it declares: the call then records them (`ObservedWork`, which also prices them)."""
+    info = frame.info
+    return observes_operators(info.builtin) and not METRIC_FIELDS <= frame.covered.keys()
+
+
 class CallTracer:
     """Hooks every module of ``model``; with a ``recorder`` it also estimates and attributes operator FLOPs."""
 
@@ -231,7 +239,9 @@ class CallTracer:
         self.records.append(record)
         if self.full:
             self._open_ownership(frame)
-            if _needs_direct_work(frame):
+            if _observes_operators(frame):
+                frame.scope.direct_work = ObservedWork()
+            elif _needs_direct_work(frame):
                 frame.scope.direct_work = DirectWork()
             self.recorder.enter(frame.scope)
         self.stack.append(frame)

@@ -8,4 +8,8 @@ inputs function returning ``(args, kwargs)``.
 
 Families: ``resnet``, ``mobilenet``, ``vit``, ``bert``, ``gpt2``, ``lstm``, ``llama`` and ``small`` (tiny models
 for end-to-end tests).
+
+Two modules are the exception, on purpose: ``hf_llama`` and ``timm_models`` build the libraries' own models
+(``transformers``, timm; random weights, nothing downloaded) so that the catalog shows third-party building blocks
+analyzed completely. ``torchvision_ops`` makes torchvision importable where its compiled operators do not load.
 """

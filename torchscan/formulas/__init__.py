@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..handlers import ModuleHandler, builtin_handler
+from ..handlers import ModuleHandler
 from . import transformer
 from .modules import activation, conv, embedding, linear, norm, pooling, recurrent, shape
 
@@ -24,12 +24,16 @@ MODULE_FAMILIES = (linear, conv, norm, activation, pooling, shape, embedding, re
 
 
 def builtin_for(module_type: type) -> ModuleHandler | None:
-    """The built-in handler of ``module_type``: the closest built-in class in its MRO, unless ``module_type``
-    overrides that class's ``forward`` (its formula would then describe work the module does not do).
+    """The built-in handler of ``module_type``: the nearest class in its MRO with a ``torch.nn`` formula or a
+    third-party one (by qualified name or family rule, see `torchscan.integrations.lookup`), unless
+    ``module_type`` overrides that class's ``forward`` (its formula would then describe work the module does not do).
 
     Every built-in lookup goes through here: the crawler's, and a native layer's for its norms and activation.
     """
-    return builtin_handler(module_type, DEFAULT_HANDLERS)
+    # imported here: the integrations reuse these formulas, so importing them first would import this package
+    from ..integrations.lookup import find_builtin_handler
+
+    return find_builtin_handler(module_type, DEFAULT_HANDLERS)
 
 
 def _default_handlers() -> dict[type[nn.Module], ModuleHandler]:

@@ -1,8 +1,9 @@
 """The result cache: a finished analysis is reused while nothing it depends on has changed.
 
-The key hashes the run's own description (factory, keyword arguments, inputs, device), the source files that
-define its factory and inputs callable, and the torch and torchscan versions. Only successful analyses are stored:
-a failure is cheap to reproduce and may have been transient (a timeout, a killed worker).
+The key hashes the run's own description (factory, keyword arguments, inputs, device, extension mappings), the
+source files that define its factory, inputs callable, ``custom_modules`` and ``custom_mapping``, and the torch and
+torchscan versions. Only successful analyses are stored: a failure is cheap to reproduce and may have been
+transient (a timeout, a killed worker).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def installed_torch_version() -> str:
 def cache_key(job: dict[str, Any], folder: Path, torch_version: str) -> str:
     """SHA-256 of everything the run's result depends on that the registry can see."""
     sources = {}
-    targets = [job["factory"], job["inputs"].get("callable")]
+    targets = [job["factory"], job["inputs"].get("callable"), job.get("custom_modules"), job.get("custom_mapping")]
     for target in filter(None, targets):
         module = target.partition(":")[0]
         path = locate_module(module, folder)

@@ -186,6 +186,7 @@ def _check(args: argparse.Namespace) -> int:
     for index, entry in enumerate(registry.entries):
         targets = {("factory", entry.factory)}
         targets |= {("inputs", run.inputs.callable) for run in entry.runs if run.inputs.callable}
+        targets |= set(entry.runs[0].extensions.items())
         for key, target in sorted(targets):
             problem = callable_problem(target, registry.folder)
             if problem:

@@ -25,7 +25,10 @@ TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "memory",
-              "tags", "description", "strict", "variants")
+              "tags", "description", "strict", "variants", "custom_modules", "custom_mapping")
+#: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
+#: name the error messages suggest.
+EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
 VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
 SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
@@ -69,11 +72,13 @@ class Run:
     strict: bool
     description: str = ""
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
+    extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
         job = {"entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
-               "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device}
+               "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device,
+               **self.extensions}
         if self.memory is not None:
             job["memory"] = self.memory
         return job
@@ -177,13 +182,19 @@ class _Checker:
         base = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs") if key in item}
         variants = item.get("variants")
         common = {"entry": name, "factory": factory, "device": device, "strict": strict,
-                  "memory": self.memory(f"{where}: memory", item.get("memory"))}
+                  "memory": self.memory(f"{where}: memory", item.get("memory")),
+                  "extensions": self.extensions(where, item)}
         if variants is None:
             runs = [self.run(where, common, base, None, name, description)]
         else:
             runs = self.variant_runs(where, common, base, variants)
         return Entry(name=name, factory=factory, description=description, tags=tuple(tags), device=device,
                      strict=strict, runs=tuple(runs))
+
+    def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
+        """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""
+        return {key: self.callable_path(f"{where}: {key}", item[key], required=True, what=name)
+                for key, name in EXTENSION_KEYS.items() if key in item}
 
     def variant_runs(self, where: str, common: dict[str, Any], base: dict[str, Any], variants: Any) -> list[Run]:
         if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
@@ -274,12 +285,13 @@ class _Checker:
             return value if isinstance(value, str) else ""
         return value
 
-    def callable_path(self, where: str, value: Any, required: bool) -> str:
+    def callable_path(self, where: str, value: Any, required: bool, what: str = "callable") -> str:
+        """An import path ``package.module:name`` of a callable (or, for the extension keys, of a mapping)."""
         if value is None and required:
-            self.problem(where, "missing; expected \"package.module:callable\"")
+            self.problem(where, f"missing; expected \"package.module:{what}\"")
             return ""
         if not isinstance(value, str) or not CALLABLE_PATTERN.match(value):
-            self.problem(where, f"expected \"package.module:callable\" (an import path relative to the registry's "
+            self.problem(where, f"expected \"package.module:{what}\" (an import path relative to the registry's "
                          f"folder), got {_describe(value)}")
             return value if isinstance(value, str) else ""
         return value

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from ..crawler import crawl_module
+from ..handlers import validate_handler_map
+from ..operators import validate_custom_mapping
 from .resources import require_device
 
 
@@ -28,6 +30,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
             sys.path.insert(0, job["folder"])
         factory = resolve(job["factory"])
         inputs_callable = resolve(job["inputs"]["callable"]) if "callable" in job["inputs"] else None
+        extensions = resolve_extensions(job)
         stage = "build"
         require_device(job["device"])
         with torch.device(job["device"]):
@@ -45,7 +48,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
                 args, kwargs = to_device(args, "meta"), to_device(kwargs, "meta")
             call = {"args": args, "kwargs": kwargs}
         stage = "analysis"
-        report = crawl_module(model, **call)
+        report = crawl_module(model, **call, **extensions)
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -60,15 +63,37 @@ def failure(stage: str, error: BaseException) -> dict[str, Any]:
     return {"status": "failed", "error": {"stage": stage, "type": name, "message": str(error)[:2000]}}
 
 
-def resolve(target: str) -> Any:
+def resolve_object(target: str) -> Any:
     """Import ``module:attribute.path`` and return the object it names."""
     module_name, _, attribute = target.partition(":")
     value: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         value = getattr(value, part)
+    return value
+
+
+def resolve(target: str) -> Any:
+    """The callable that ``module:attribute.path`` names."""
+    value = resolve_object(target)
     if not callable(value):
         raise TypeError(f"{target} is a {type(value).__name__}, not a callable")
     return value
+
+
+def resolve_extensions(job: dict[str, Any]) -> dict[str, Any]:
+    """The entry's ``custom_modules`` and ``custom_mapping`` mappings, checked before any model is built; a wrong
+    object is reported with the key and the import path that named it."""
+    extensions: dict[str, Any] = {}
+    if "custom_modules" in job:
+        target = job["custom_modules"]
+        extensions["custom_modules"] = validate_handler_map(resolve_object(target), f"custom_modules ({target})")
+    if "custom_mapping" in job:
+        target = job["custom_mapping"]
+        try:
+            extensions["custom_mapping"] = validate_custom_mapping(resolve_object(target))
+        except TypeError as error:
+            raise TypeError(f"custom_mapping ({target}): {error}") from None
+    return extensions
 
 
 def unpack_inputs(value: Any) -> tuple[tuple, dict[str, Any]]:

@@ -117,6 +117,7 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
     aten.native_layer_norm: _read_and_write(1),
     aten.native_group_norm: _read_and_write(1),
     aten._fused_rms_norm: _read_and_write(1),
+    aten._weight_norm_interface: _read_and_write(1),
     aten.log_sigmoid_forward: _read_and_write(1),
     aten.native_batch_norm: _batch_norm_state(1, _training_with_buffers),
     aten.cudnn_batch_norm: _batch_norm_state(1, _training_with_buffers),

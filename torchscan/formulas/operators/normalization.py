@@ -14,7 +14,13 @@ from typing import Any
 import torch
 
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, real_only
-from .elementwise import GROUP_FLOPS, NORMALIZE_FLOPS, RUNNING_UPDATE_FLOPS, norm_flops_per_group
+from .elementwise import (
+    GROUP_FLOPS,
+    NORMALIZE_FLOPS,
+    RUNNING_UPDATE_FLOPS,
+    norm_flops_per_group,
+    vector_norm_flops,
+)
 
 #: Normalization packets -> cost of one call.
 COSTS = CostTable()
@@ -84,7 +90,17 @@ def _batch_norm_no_update(args: tuple, kwargs: dict, out: Any) -> OpCost:
     return batch_norm_cost(args[0], args[1], args[2], args[3], args[3] is None, False)
 
 
+def _weight_norm(args: tuple, kwargs: dict, out: Any) -> OpCost:
+    """``w = v * (g / ||v||)``, one 2-norm per slice of ``v`` along ``dim`` (`.vector_norm_flops`), one division
+    per norm and one multiply per element of ``v``."""
+    source, dim = args[0], argument(args, kwargs, 2, "dim", 0)
+    groups = source.shape[dim] if source.dim() else 1
+    size = source.numel() // groups if groups else 0
+    return OpCost(groups * (vector_norm_flops(2, size) + 1) + source.numel())
+
+
 COSTS.register(["native_layer_norm"], real_only(_layer_norm))
+COSTS.register(["_weight_norm_interface"], real_only(_weight_norm))
 COSTS.register(["native_group_norm"], real_only(_group_norm))
 COSTS.register(["_fused_rms_norm", "rms_norm"], real_only(_rms_norm))
 COSTS.register(["native_batch_norm", "_native_batch_norm_legit_functional", "cudnn_batch_norm",

@@ -5,7 +5,10 @@ Children that have a built-in formula (LayerNorm, activation modules) are priced
 tensors of the child's shapes, so a family keeps one convention whether or not PyTorch called the child. The
 formula is found by the one built-in lookup (`Children.lookup`, passed in by the registry), which refuses a
 subclass that overrides ``forward``: such a child's work is unknown, and the layer's counts become lower bounds
-that name it, never a silent under-count.
+that name it, never a silent under-count. The same holds for a child whose built-in formula is a third-party one
+(`torchscan.integrations`): that formula is trusted only for a call whose executed operators it was checked
+against, and a layer priced on meta tensors of the child's shapes (or on its fused path, which never calls the
+child) has no such call.
 """
 
 from __future__ import annotations
@@ -90,10 +93,14 @@ class Children:
                      dtype: torch.dtype) -> Work | None:
         """A child's work from the built-in formula of its type, called on meta tensors of the child's shapes.
 
-        None when no built-in formula describes the type (none registered, or a subclass overriding forward).
+        None when no built-in formula that a layer can apply describes the type: none registered, a subclass
+        overriding forward, or a third-party formula (trusted only after checking the operators of a call).
         """
+        # imported here: the integrations reuse the built-in formulas, so they import this package first
+        from ...integrations.signature import observes_operators
+
         handler = self.lookup(type(module))
-        if handler is None:
+        if handler is None or observes_operators(handler):
             return None
         source = torch.empty(in_shape, dtype=dtype, device="meta")
         result = torch.empty(out_shape, dtype=dtype, device="meta")
@@ -105,7 +112,8 @@ class Children:
             return Work()
         work = self.builtin_work(norm, (rows, width), (rows, width), dtype)
         if work is None:
-            return UNKNOWN.missing(f"{name} ({type_name(norm)}) has no built-in formula, so its work is not counted")
+            return UNKNOWN.missing(f"{name} ({type_name(norm)}) has no built-in formula that a native layer "
+                                   "can apply, so its work is not counted")
         return work
 
     def activation(self, activation: Any, name: str, rows: int, in_width: int, out_width: int,
@@ -124,8 +132,8 @@ class Children:
             parameters = sum(parameter.numel() for parameter in activation.parameters())
             work = Work(dmas=accesses + parameters).at_least(frozenset({"dmas"}))
             work = work.without(frozenset({"module_flops", "macs"}))
-            return work.missing(f"{name} ({type_name(activation)}) has no built-in formula, so its work is not "
-                                "counted")
+            return work.missing(f"{name} ({type_name(activation)}) has no built-in formula that a native "
+                                "layer can apply, so its work is not counted")
         key = _function_key(activation)
         if key is None:
             return Work(dmas=accesses).without(frozenset({"module_flops"}))

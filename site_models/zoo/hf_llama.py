@@ -1,0 +1,30 @@
+"""Hugging Face ``transformers``' own Llama, built from a configuration (random weights, nothing downloaded).
+
+The twin of `zoo.llama`, which re-implements the same architecture in plain PyTorch: the same Llama-2-7B
+configuration gives the same 6,738,415,616 parameters and the same MACs, while this one runs the library's own
+classes (``LlamaRMSNorm``, ``LlamaRotaryEmbedding``, ``SiLUActivation``, its attention with ``repeat_kv`` and
+``apply_rotary_pos_emb``), which TorchScan recognizes as ``transformers`` blocks. Meant for the meta device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .torchvision_ops import ensure_torchvision
+
+__all__ = ["llama2_7b"]
+
+
+def llama2_7b(attn_implementation: str = "sdpa", **overrides: Any) -> nn.Module:
+    """``LlamaForCausalLM`` with Llama-2-7B's sizes; ``overrides`` change any ``LlamaConfig`` field."""
+    ensure_torchvision()  # transformers imports torchvision when it is installed
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    settings = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
+                "rms_norm_eps": 1e-5, **overrides}
+    config = LlamaConfig(**settings)
+    config._attn_implementation = attn_implementation
+    return LlamaForCausalLM(config)

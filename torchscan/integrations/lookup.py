@@ -1,0 +1,67 @@
+"""The one lookup of built-in handlers: class-keyed ``torch.nn`` formulas and third-party ones, in one MRO walk.
+
+`torchscan.formulas.builtin_for` calls it with the default registry; the crawler and the native Transformer
+layers find every built-in handler through that function.
+
+For each class of a module's MRO, nearest first: a built-in keyed by the class itself, then a third-party handler
+registered under the class's qualified name (``module.qualname``), then the first family rule that matches it.
+The first class that has one decides, and only if the module runs that class's own ``forward``: a subclass that
+overrides it does other work than the formula describes and gets no built-in handler. Nothing here imports
+``transformers``, timm or torchvision: classes are recognized by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..handlers import ModuleHandler
+from . import parametrizations, timm, torchvision, transformers
+from .common import FamilyRule
+from .signature import ThirdPartyHandler
+
+#: The library modules, each with ``HANDLERS`` (qualified name -> handler) and ``RULES`` (family rules).
+LIBRARIES = (transformers, timm, torchvision, parametrizations)
+
+
+def _collect() -> tuple[dict[str, ThirdPartyHandler], tuple[FamilyRule, ...]]:
+    handlers: dict[str, ThirdPartyHandler] = {}
+    rules: list[FamilyRule] = []
+    for library in LIBRARIES:
+        overlap = handlers.keys() & library.HANDLERS.keys()
+        if overlap:
+            raise ValueError(f"{library.__name__} registers classes another library module already has: "
+                             f"{sorted(overlap)}")
+        handlers.update(library.HANDLERS)
+        rules.extend(library.RULES)
+    return handlers, tuple(rules)
+
+
+#: Qualified class name -> third-party handler, and the family rules, from every library module.
+THIRD_PARTY_HANDLERS, FAMILY_RULES = _collect()
+
+
+def qualified_name(klass: type) -> str:
+    """``transformers.models.llama.modeling_llama.LlamaRMSNorm``: the key of `THIRD_PARTY_HANDLERS`."""
+    return f"{klass.__module__}.{klass.__qualname__}"
+
+
+def third_party_handler(klass: type) -> ThirdPartyHandler | None:
+    """The handler registered for ``klass`` itself: by qualified name, else by the first matching family rule."""
+    found = THIRD_PARTY_HANDLERS.get(qualified_name(klass))
+    if found is not None:
+        return found
+    return next((rule.handler for rule in FAMILY_RULES if rule.matches(klass)), None)
+
+
+def find_builtin_handler(module_type: type, builtins: Mapping[type, ModuleHandler]) -> ModuleHandler | None:
+    """The built-in handler of ``module_type``: the nearest class in its MRO with a class-keyed or third-party
+    handler, provided ``module_type`` runs that class's ``forward``.
+
+    A subclass that overrides ``forward`` (a LoRA ``Linear``, a fused QAT ``ConvBn2d``) does other work than the
+    class the formula describes, so the formula would silently miss it: such a module gets no built-in handler.
+    """
+    for klass in module_type.__mro__:
+        found = builtins.get(klass) or third_party_handler(klass)
+        if found is not None:
+            return found if module_type.forward is klass.forward else None
+    return None

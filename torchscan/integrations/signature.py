@@ -1,0 +1,216 @@
+"""The operator check that keeps third-party formulas truthful: a formula is trusted only while it describes what ran.
+
+A third-party class can change its forward in any release. Each `ThirdPartyHandler` therefore declares the aten
+operators its formula describes (an `OperatorSignature`), and every call it estimates is checked against the
+operators dispatched directly inside that call (child module calls keep their own operators). The check runs on
+any device, ``meta`` included: it reads operator names, never values.
+
+Allowed anywhere, without being declared: operators that only describe or reinterpret a tensor (the zero-work
+``view`` and ``metadata`` families: ``view``, ``permute``, ``slice``, ``expand``, ...) and dtype or device casts
+(``aten._to_copy``). Everything else must match: each required operator exactly as many times as declared, each
+optional one any number of times, and nothing more. On a mismatch the fields the formula supplied become lower
+bounds priced from the observed operators by the functional cost table (``module_flops``, ``macs``, ``dmas``), the
+receptive-field fields become unavailable, and a ``handler_signature_mismatch`` diagnostic names the class, the
+unexpected operators and the missing ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..diagnostics import diagnostic
+from ..direct_work import DirectWork
+from ..formulas.operators.table import ZERO_WORK_OPERATORS, operator_significance
+from ..handlers import ModuleCall, ModuleHandler
+from ..operators import operator_name
+from ..results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, lower_bound, unavailable
+
+#: The method label of the fields a mismatched call falls back to.
+MISMATCH_METHOD = "handler_signature_mismatch"
+#: Zero-work families that never need declaring: they reinterpret a tensor without reading or writing elements.
+ALLOWED_FAMILIES = frozenset({"view", "metadata"})
+#: Operators allowed anywhere besides those families: dtype and device casts.
+ALLOWED_CASTS = frozenset({"aten._to_copy"})
+
+
+def _allowed_names() -> frozenset[str]:
+    names = {operator_name(packet) for packet, reason in ZERO_WORK_OPERATORS.items() if reason in ALLOWED_FAMILIES}
+    return frozenset(names | ALLOWED_CASTS)
+
+
+#: Every operator name a call may run without its handler declaring it.
+ALLOWED_ANYWHERE: frozenset[str] = _allowed_names()
+
+
+def resolves(name: str) -> bool:
+    """Whether ``aten.<op>`` names an operator packet of the installed PyTorch."""
+    namespace, _, op = name.partition(".")
+    return bool(op) and hasattr(getattr(torch.ops, namespace, None), op)
+
+
+@dataclass(frozen=True)
+class OperatorSignature:
+    """The aten operators one call of a formula describes: ``required`` counts and ``optional`` extras.
+
+    Names are stable operator names such as ``aten.mul`` (packets, never overloads). ``required`` maps each name
+    to how many times one call runs it; ``optional`` names operators that may run any number of times (a copy that
+    happens only for a non-contiguous input, for instance).
+    """
+
+    required: Mapping[str, int] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "required", dict(sorted(self.required.items())))
+        object.__setattr__(self, "optional", frozenset(self.optional))
+        for name, count in self.required.items():
+            if not (isinstance(count, int) and count > 0):
+                raise ValueError(f"OperatorSignature count of {name} must be a positive integer, got {count!r}")
+        unknown = [name for name in (*self.required, *self.optional) if not resolves(name)]
+        if unknown:
+            raise ValueError(f"OperatorSignature names operators this PyTorch does not have: {sorted(unknown)}; "
+                             "expected names such as 'aten.mul'")
+
+    def describe(self) -> str:
+        """``aten.add, aten.mul x2 (optional: aten.clone)`` or ``no operator`` for a pure view."""
+        parts = [name if count == 1 else f"{name} x{count}" for name, count in self.required.items()]
+        text = ", ".join(parts) or "no operator"
+        return text + (f" (optional: {', '.join(sorted(self.optional))})" if self.optional else "")
+
+
+def signature(*names: str, optional: Iterable[str] = ()) -> OperatorSignature:
+    """``signature("aten.mul", "aten.mul", "aten.sigmoid")``: each name once per time the call runs it."""
+    required: dict[str, int] = {}
+    for name in names:
+        required[name] = required.get(name, 0) + 1
+    return OperatorSignature(required, frozenset(optional))
+
+
+SignatureSource = OperatorSignature | Callable[[ModuleCall], OperatorSignature]
+
+
+@dataclass(frozen=True)
+class ThirdPartyHandler(ModuleHandler):
+    """A built-in handler for a class another library defines, with the operators its formula describes.
+
+    ``operators`` is an `OperatorSignature`, or a function of the call returning one when the forward's operators
+    depend on the module's configuration (an ``inplace`` flag, an optional pooling layer).
+    """
+
+    operators: SignatureSource = field(default_factory=OperatorSignature, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not (isinstance(self.operators, OperatorSignature) or callable(self.operators)):
+            raise TypeError(f"ThirdPartyHandler operators must be an OperatorSignature or a function of the call, "
+                            f"got {type(self.operators).__name__}")
+        if self.method is None:
+            raise ValueError("a ThirdPartyHandler is a built-in formula and needs its method label")
+
+    def expected(self, call: ModuleCall) -> OperatorSignature:
+        """The signature of this call."""
+        return self.operators if isinstance(self.operators, OperatorSignature) else self.operators(call)
+
+
+class ObservedWork(DirectWork):
+    """`DirectWork` that also remembers every operator it was fed, for the check of a third-party formula."""
+
+    __slots__ = ("observed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed: dict[Any, int] = {}
+
+    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
+        """One operator the call ran directly: remembered by packet, then priced as `DirectWork` prices it."""
+        self.observed[packet] = self.observed.get(packet, 0) + 1
+        super().add_estimate(packet, estimate)
+
+    def counts(self) -> dict[str, int]:
+        """Operator name -> calls, higher-order operators (filed as unestimated only) included."""
+        counts: dict[str, int] = {}
+        for packet, calls in (*self.observed.items(),
+                              *((p, n) for p, n in self.unestimated.items() if p not in self.observed)):
+            name = operator_name(packet)
+            counts[name] = counts.get(name, 0) + calls
+        return counts
+
+
+def observes_operators(handler: ModuleHandler | None) -> bool:
+    """Whether calls estimated by ``handler`` need an `ObservedWork` (third-party handlers do)."""
+    return isinstance(handler, ThirdPartyHandler)
+
+
+def compare(expected: OperatorSignature, observed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+    """``(unexpected, missing)`` operator counts of a call against its declared signature."""
+    unexpected = {name: count - expected.required.get(name, 0) for name, count in sorted(observed.items())
+                  if name not in ALLOWED_ANYWHERE and name not in expected.optional
+                  and count > expected.required.get(name, 0)}
+    missing = {name: count - observed.get(name, 0) for name, count in expected.required.items()
+               if observed.get(name, 0) < count}
+    return unexpected, missing
+
+
+def _counted(counts: Mapping[str, int]) -> str:
+    return ", ".join(name if count == 1 else f"{name} x{count}" for name, count in counts.items())
+
+
+def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: DirectWork | None,
+                     fields: Iterable[str], estimate: Any, where: dict[str, Any]) -> None:
+    """Distrust ``handler``'s ``fields`` of this call when its directly executed operators differ from its own.
+
+    ``estimate`` is the call's `CallEstimate` (metrics, ownership and diagnostics are replaced in place); a
+    handler that is not a `ThirdPartyHandler` is left alone.
+    """
+    if not isinstance(handler, ThirdPartyHandler):
+        return
+    supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
+    found = _difference(handler, call, observed) if supplied else None
+    if found is None:
+        return
+    detail, significant = found
+    work = observed if isinstance(observed, ObservedWork) else None
+    for name in supplied:
+        estimate.metrics[name] = _fallback(name, work)
+        estimate.ownership[name] = MODULE_CALL
+    kind = type(call.module)
+    estimate.diagnostics.append(diagnostic(
+        "handler_signature_mismatch", f"the built-in formula of {kind.__module__}.{kind.__qualname__} {detail}: its "
+        "estimates are not trusted for this call; counts are lower bounds priced from the observed operators and "
+        "receptive fields are unavailable", severity="error" if significant else None, **where))
+
+
+def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWork | None
+                ) -> tuple[str, bool] | None:
+    """How the call's operators differ from the formula's (and whether the difference includes dot-product work),
+    or ``None`` when they match."""
+    try:
+        expected = handler.expected(call)
+    except Exception as error:  # noqa: BLE001 -- a declaration that cannot describe the call is not trusted
+        return f"cannot say which operators this call should run ({type(error).__name__})", False
+    if not isinstance(observed, ObservedWork):
+        return f"describes {expected.describe()}, but the call's operators were not observed", False
+    unexpected, missing = compare(expected, observed.counts())
+    if not unexpected and not missing:
+        return None
+    parts = [f"it also ran {_counted(unexpected)}" if unexpected else "",
+             f"it did not run {_counted(missing)}" if missing else ""]
+    detail = f"describes {expected.describe()}, but {'; '.join(part for part in parts if part)}"
+    return detail, any(_significant(operator) for operator in unexpected)
+
+
+def _fallback(name: str, observed: DirectWork | None) -> Any:
+    unit = METRIC_UNITS[name]
+    if name in SUMMABLE_METRICS and observed is not None:
+        return lower_bound(observed.known(name), unit, MODULE_CALL, MISMATCH_METHOD)
+    return unavailable(unit, MODULE_CALL, MISMATCH_METHOD)
+
+
+def _significant(name: str) -> bool:
+    namespace, _, op = name.partition(".")
+    packet = getattr(getattr(torch.ops, namespace, None), op, None)
+    return packet is not None and operator_significance(packet) == "significant"

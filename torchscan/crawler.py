@@ -13,7 +13,6 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.nn.parameter import is_lazy
 
 from . import __version__
 from .diagnostics import diagnostic, sort_key
@@ -27,6 +26,7 @@ from .inputs import (
     normalize_dtypes,
     normalize_shapes,
 )
+from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .results import (
     METRIC_UNITS,
@@ -38,7 +38,7 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
-from .tracing import CallTracer, tensor_statistics
+from .tracing import CallTracer
 
 Mode = Literal["full", "structure"]
 TOTALS_METHOD = "sum_of_layer_estimates"
@@ -134,14 +134,16 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
-    context = _context(model, training_flags, mode, handlers, mapping)  # after lazy modules have materialized
-    return _assemble(model, tracer, recorder, mapping, context, inputs, full)
+    kinds: set[tuple[str, str]] = set()
+    statistics = tensor_statistics(model, kinds)  # after the forward: lazy modules have materialized
+    context = _context(model, training_flags, mode, handlers, mapping, kinds)
+    return _assemble(statistics, tracer, recorder, mapping, context, inputs, full)
 
 
-def _assemble(model: nn.Module, tracer: CallTracer, recorder: OperatorRecorder | None, mapping: dict[Any, Any],
-              context: dict[str, Any], inputs: dict[str, Any], full: bool) -> dict[str, Any]:
+def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], tracer: CallTracer,
+              recorder: OperatorRecorder | None, mapping: dict[Any, Any], context: dict[str, Any],
+              inputs: dict[str, Any], full: bool) -> dict[str, Any]:
     layers = tracer.records
-    statistics = tensor_statistics(model)
     for layer in layers:
         layer["parameters"], layer["buffers"] = statistics[layer["path"]]
     diagnostics = list(tracer.diagnostics)
@@ -196,8 +198,9 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
 
 
 def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mode: Mode,
-             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any]) -> dict[str, Any]:
-    tensors = [tensor for tensor in (*model.parameters(), *model.buffers()) if not is_lazy(tensor)]
+             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], kinds: set[tuple[str, str]]
+             ) -> dict[str, Any]:
+    """The conditions of the analysis; ``kinds`` holds the (device type, dtype) of every parameter and buffer."""
     kind = type(model)
     return {
         "torchscan": __version__,
@@ -208,8 +211,8 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
         "prior_training": {"root": bool(model.training),
                            "training_modules": sum(flag for _, flag in training_flags),
                            "modules": len(training_flags)},
-        "devices": sorted({tensor.device.type for tensor in tensors}),
-        "dtypes": sorted({str(tensor.dtype).removeprefix("torch.") for tensor in tensors}),
+        "devices": sorted({device for device, _ in kinds}),
+        "dtypes": sorted({dtype for _, dtype in kinds}),
         "analysis_mode": mode,
         "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.caller_label,
                                    "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),

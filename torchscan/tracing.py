@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-from torch.nn.parameter import is_lazy
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimate_memo import EstimateMemo
 from .estimation import CallContext, CallEstimate, estimate_call, forward_error
-from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler, closest_handler
+from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .integrations.signature import ObservedWork, observes_operators
+from .module_facts import BuiltinLookup, ModuleInfo, module_infos
 from .operators import OperatorRecorder, OperatorScope
 from .results import (
     DIRECT,
@@ -47,19 +46,7 @@ from .results import (
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
-#: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
-BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 
-
-@dataclass(frozen=True)
-class ModuleInfo:
-    """Per-module facts computed once before the forward, so the hooks stay cheap."""
-
-    path: str
-    type_name: str
-    leaf: bool
-    caller: ModuleHandler | None
-    builtin: ModuleHandler | None
 
 
 @dataclass
@@ -177,6 +164,10 @@ def _observes_operators(frame: Frame) -> bool:
     directly match those it declares: the call then records them (`ObservedWork`, which also prices them)."""
     info = frame.info
     return observes_operators(info.builtin) and not METRIC_FIELDS <= frame.covered.keys()
+
+
+def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
+    """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
 
 
 class CallTracer:
@@ -379,56 +370,3 @@ class CallTracer:
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
         self.totals_scope.merge(scope)
         return {DIRECT: scope.result(DIRECT), INCLUSIVE: inclusive}
-
-
-def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
-    """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
-
-
-#: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.
-FUSED_PATH_TYPES = (nn.TransformerEncoderLayer,)
-
-
-def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None,
-                 fused_path_owners: list[nn.Module] | None = None) -> dict[int, ModuleInfo]:
-    """Path, type and handlers of every module, looked up once per type; modules of `FUSED_PATH_TYPES` are
-    appended to ``fused_path_owners``."""
-    handler_cache: dict[type, tuple[ModuleHandler | None, ModuleHandler | None]] = {}
-    infos: dict[int, ModuleInfo] = {}
-    for path, module in model.named_modules():
-        kind = type(module)
-        if kind not in handler_cache:
-            handler_cache[kind] = (closest_handler(kind, custom), builtin(kind) if builtin is not None else None)
-        caller, found = handler_cache[kind]
-        infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
-                                       leaf=next(module.children(), None) is None, caller=caller, builtin=found)
-        if fused_path_owners is not None and isinstance(module, FUSED_PATH_TYPES):
-            fused_path_owners.append(module)
-    return infos
-
-
-def tensor_statistics(model: nn.Module) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    """Parameter and buffer statistics of each module path; a tensor shared by several modules counts once.
-
-    Uninitialized lazy parameters (a lazy module that never ran) have no size yet and are not counted.
-    """
-    seen: set[int] = set()
-    return {path: (_tensor_stats(module._parameters.values(), seen, with_grad=True),
-                   _tensor_stats(module._buffers.values(), seen, with_grad=False))
-            for path, module in model.named_modules()}
-
-
-def _tensor_stats(tensors: Any, seen: set[int], with_grad: bool) -> dict[str, int]:
-    count = trainable = nbytes = 0
-    for tensor in tensors:
-        if tensor is None or id(tensor) in seen or is_lazy(tensor):
-            continue
-        seen.add(id(tensor))
-        count += tensor.numel()
-        nbytes += tensor.numel() * tensor.element_size()
-        if with_grad and tensor.requires_grad:
-            trainable += tensor.numel()
-    stats = {"count": count, "bytes": nbytes}
-    if with_grad:
-        stats.update(trainable=trainable, frozen=count - trainable)
-    return stats

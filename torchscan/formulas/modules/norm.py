@@ -194,7 +194,8 @@ def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **{klass: ModuleHandler(estimate_batch_norm, method=METHOD, memoize=True)
        for klass in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)},
-    **{klass: ModuleHandler(estimate_instance_norm, method=METHOD, memoize=True) for klass in INSTANCE_NORM_SPATIAL_DIMS},
+    **{klass: ModuleHandler(estimate_instance_norm, method=METHOD, memoize=True)
+       for klass in INSTANCE_NORM_SPATIAL_DIMS},
     nn.LayerNorm: ModuleHandler(estimate_layer_norm, method=METHOD, memoize=True),
     nn.GroupNorm: ModuleHandler(estimate_group_norm, method=METHOD, memoize=True),
     nn.RMSNorm: ModuleHandler(estimate_rms_norm, method=METHOD, memoize=True),

@@ -95,7 +95,8 @@ def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     reads = _sliding_reads(call, dims, kernel, stride, padding, dilation)
     windows = _pooled(call.output).numel()
     return {
-        "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0, "dmas": _copy_dmas(call),
+        "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0,
+        "dmas": _copy_dmas(call),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation)],
         "effective_stride": stride, "effective_padding": padding,
     }
@@ -266,7 +267,8 @@ def _by_dimension(estimate: Any, prefix: str, dimensions: tuple[int, ...] = (1, 
 def _padding_handlers() -> dict[type, ModuleHandler]:
     names = [f"{kind}Pad{dims}d" for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
              for dims in (1, 2, 3)]
-    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD, memoize=True) for name in names if hasattr(nn, name)}
+    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD, memoize=True)
+            for name in names if hasattr(nn, name)}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

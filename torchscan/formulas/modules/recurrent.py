@@ -119,5 +119,6 @@ def _real_floating_only(estimates: ModuleEstimates, data: torch.Tensor) -> Modul
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **{klass: ModuleHandler(estimate_sequence, method=METHOD, memoize=True) for klass in (nn.RNN, nn.LSTM, nn.GRU)},
-    **{klass: ModuleHandler(estimate_cell, method=METHOD, memoize=True) for klass in (nn.RNNCell, nn.LSTMCell, nn.GRUCell)},
+    **{klass: ModuleHandler(estimate_cell, method=METHOD, memoize=True)
+       for klass in (nn.RNNCell, nn.LSTMCell, nn.GRUCell)},
 }

@@ -80,12 +80,14 @@ def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
     """
     if call.module.training:
         return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE_SPATIAL}
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
+    dmas = _movement_dmas(call.argument(0, "input"), call.output)
+    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
 
 
 def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that permutes channels; every spatial position reads only itself."""
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(call.argument(0, "input"), call.output), **POINTWISE_SPATIAL}
+    dmas = _movement_dmas(call.argument(0, "input"), call.output)
+    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

@@ -131,7 +131,9 @@ class EstimateMemo:
 
     def replay(self, key: Hashable | None, where: dict[str, Any]) -> CallEstimate | None:
         """A copy of the estimate stored under ``key``, its diagnostics about the call at ``where``."""
-        stored = self.entries.get(key) if key is not None else None
+        if key is None:
+            return None
+        stored = self.entries.get(key)
         if stored is None:
             return None
         self.hits += 1

@@ -340,12 +340,12 @@ class CallTracer:
         direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
         if not needed:
             return None
-        context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
-                              leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
-                              expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
         key = self._memo_key(frame, call, needed)
-        estimate = self.memo.replay(key, context.where)
+        estimate = self.memo.replay(key, {"path": info.path, "call_index": record["call_index"]})
         if estimate is None:
+            context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
+                                  leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
+                                  expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
             estimate = estimate_call(context, call)
             self.memo.store(key, estimate)
         return estimate

@@ -184,3 +184,14 @@ def test_the_missing_part_of_a_stack_is_named_by_its_path_inside_the_stack():
     assert {root["metrics"][name]["status"] for name in SUMMABLE} == {"partial"}
     messages = [item["message"] for item in report["diagnostics"] if item.get("path") == ""]
     assert messages and all("layers.1.norm2 (test_attention_crawl.SlowNorm)" in message for message in messages)
+
+
+def test_an_encoder_layer_runs_its_observable_decomposed_path_under_the_analysis():
+    """Only a module hook turns the fused encoder-layer kernel off; the analysis attaches an empty one, so the
+    children are called and keep their rows (and the layer's hooks are gone afterwards)."""
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    report = crawl_module(layer, (5, 16))
+    assert {row["path"] for row in report["layers"]} >= {"", "self_attn", "linear1", "linear2", "norm1", "norm2"}
+    assert "aten._transformer_encoder_layer_fwd" not in {row["operator"] for row in
+                                                          report["operator_flops"]["by_operator"]}
+    assert not layer._forward_pre_hooks and not layer._forward_hooks

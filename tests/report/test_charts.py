@@ -12,7 +12,7 @@ from pathlib import Path
 import markdown
 import pytest
 import torch
-from browser import Browser
+from browser import new_tab
 from torch import nn
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module
@@ -307,22 +307,21 @@ def test_without_matplotlib_the_text_alternative_remains(monkeypatch: pytest.Mon
     assert html.startswith("<figure") and "<svg" not in html and "<td>1</td>" in html
 
 
-def test_charts_are_visible_in_light_and_dark(browser: Browser, cnn_report: dict, tmp_path: Path) -> None:
+def test_charts_are_visible_in_light_and_dark(chromium, cnn_report: dict, tmp_path: Path) -> None:
     path = tmp_path / "report.html"
     path.write_text(render_report_file(cnn_report, "html", title="cnn"), encoding="utf-8")
     size = ('(() => { const r = document.querySelector("#charts svg").getBoundingClientRect();'
             ' return [r.width, r.height]; })()')
     ink = 'getComputedStyle(document.querySelector("#charts svg text")).fill'
     for scheme, text in (("light", "rgb(27, 31, 36)"), ("dark", "rgb(230, 237, 243)")):
-        browser.call("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
-                     session=browser.session)
-        browser.open(path)
-        width, height = browser.evaluate(size)
+        tab = new_tab(chromium, color_scheme=scheme)
+        tab.open(path)
+        width, height = tab.evaluate(size)
         assert width > 300 and height > 50
-        assert browser.evaluate(ink) == text  # labels follow the page's text colour
-        assert browser.evaluate('document.querySelectorAll("#charts svg").length') == 3
-        browser.evaluate('document.getElementById("charts").scrollIntoView()')
-        shot = browser.screenshot(tmp_path / f"charts-{scheme}.png")
+        assert tab.evaluate(ink) == text  # labels follow the page's text colour
+        assert tab.count("#charts svg") == 3
+        tab.page.locator("#charts").scroll_into_view_if_needed()
+        shot = tab.screenshot(tmp_path / f"charts-{scheme}.png")
         assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
-    browser.call("Emulation.setEmulatedMedia", {"features": []}, session=browser.session)
-    assert browser.console_errors() == []
+        assert tab.errors == []
+        tab.page.context.close()

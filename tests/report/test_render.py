@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import tomllib
-from glob import glob
 from pathlib import Path
 
 import markdown
@@ -124,16 +122,3 @@ def test_output_kind_from_the_file_name() -> None:
     assert output_kind(Path("a/B.HTML")) == "html" and output_kind(Path("b.md")) == "md"
     with pytest.raises(ValueError, match="use a .html or .md file name"):
         output_kind(Path("c.txt"))
-
-
-def test_templates_ship_as_package_data() -> None:
-    """Every template and site asset matches a package-data glob of torchscan, so a wheel carries them."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["torchscan"]
-    package = ROOT / "torchscan"
-    files = [path.relative_to(package).as_posix() for path in (package / "templates").rglob("*") if path.is_file()]
-    assert {"templates/report.html.j2", "templates/report.md.j2", "templates/site_assets/tablesort.js"} <= set(files)
-    # setuptools expands package-data patterns with glob(recursive=True): "**" also matches no folder at all.
-    shipped = {Path(found).as_posix() for pattern in patterns for found in glob(pattern, root_dir=package,
-                                                                               recursive=True)}
-    assert set(files) <= shipped

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .render import template_folder
+
 ASSET_FOLDER = "assets/torchscan"
 ASSETS = ("tablesort.js", "site.css")
 REQUIRED_EXTENSIONS = ("tables", "attr_list", "toc")
@@ -190,7 +192,7 @@ def _write_content(docs: Path, content: SiteContent) -> None:
     for relative, data in sorted(content.files.items()):
         _write(docs / relative, data)
     for name in ASSETS:
-        data = (resources.files("torchscan") / "templates" / "site_assets" / name).read_bytes()
+        data = (template_folder() / "site_assets" / name).read_bytes()
         _write(docs / ASSET_FOLDER / name, data)
 
 

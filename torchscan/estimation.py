@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .breakdown import BreakdownError, validate_breakdown
 from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .direct_work import FIELDS as SUMMABLE_FIELDS
@@ -30,6 +31,7 @@ class CallEstimate:
     builtin_owned: set[str] = field(default_factory=set)  # fields a built-in inclusive formula covers
     delegated: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    breakdown: list[dict[str, Any]] = field(default_factory=list)  # the parts of the estimate (torchscan.breakdown)
 
 
 @dataclass
@@ -88,12 +90,23 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
         _set(estimate, handler, name, result)
         if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
             estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where))
+    if validated.breakdown is not None and not validated.invalid_whole:
+        _keep_breakdown(validated.breakdown, call, estimate, label, where)
     if not validated.invalid_whole:
         for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
             estimate.diagnostics.append(diagnostic(
                 "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
                 "descendants stay covered and the result is unavailable", metric=name, **where))
+
+
+def _keep_breakdown(raw: Any, call: ModuleCall, estimate: CallEstimate, label: str, where: dict[str, Any]) -> None:
+    """The handler's parts of its estimate, when they describe it; otherwise none, and a diagnostic says why."""
+    try:
+        estimate.breakdown = validate_breakdown(raw, estimate.metrics, call.module, label)
+    except BreakdownError as error:
+        estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: its breakdown is left out: "
+                                               f"{error}", **where))
 
 
 def _incomplete_result(label: str, name: str, result: MetricResult, builtin: bool, where: dict[str, Any]

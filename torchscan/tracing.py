@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimation import CallContext, estimate_call, forward_error
@@ -203,6 +204,8 @@ class CallTracer:
             record["metric_owners"] = owners
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
+        if estimate and estimate.breakdown:
+            record["breakdown"] = estimate.breakdown
         if estimate:
             self.diagnostics.extend((frame.index, item) for item in estimate.diagnostics)
             covering = estimate.builtin_owned & frame.owned_maybe
@@ -223,7 +226,9 @@ class CallTracer:
                 elif name not in record.get("metric_owners", {}):
                     continue
                 record.setdefault("metric_owners", {})[name] = owner  # the outermost owner, as without speculation
-            for key in ("metric_ownership", "delegated_metrics"):
+            if "breakdown" in record:  # the parts of estimates the owner now counts go with them
+                record["breakdown"] = without_metrics(record["breakdown"], fields)
+            for key in ("metric_ownership", "delegated_metrics", "breakdown"):
                 if key in record and not record[key]:
                     del record[key]
             if "metric_owners" in record:

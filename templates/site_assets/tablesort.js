@@ -1,21 +1,25 @@
 /* torchscan-report: sortable tables in the generated site (no network, no dependencies).
    A table becomes sortable when its body holds cells with <span data-sort="number">; other columns sort as text.
-   Missing numbers (data-sort="") always sort last. */
+   Lower bounds (data-bound="lower") sort after exact values and missing numbers (data-sort="") last. */
 (function () {
   "use strict";
+  /* A cell's sort key: [tier, value]. Exact numbers are tier 0, lower bounds (data-bound="lower", shown with ≥)
+     tier 1 and missing numbers tier 2, so lower bounds sort after exact values and missing ones last, in both
+     directions. */
   function key(cell) {
     var marked = cell.querySelector("[data-sort]");
     if (marked) {
       var raw = marked.getAttribute("data-sort");
-      return raw === "" ? null : parseFloat(raw);
+      if (raw === "") { return [2, null]; }
+      return [marked.getAttribute("data-bound") === "lower" ? 1 : 0, parseFloat(raw)];
     }
-    return cell.textContent.trim().toLowerCase();
+    return [0, cell.textContent.trim().toLowerCase()];
   }
   function compare(a, b, descending) {
-    if (a === null && b === null) { return 0; }
-    if (a === null) { return 1; }
-    if (b === null) { return -1; }
-    var order = typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b));
+    if (a[0] !== b[0]) { return a[0] - b[0]; }
+    if (a[1] === null || b[1] === null) { return 0; }
+    var order = typeof a[1] === "number" && typeof b[1] === "number" ? a[1] - b[1]
+      : String(a[1]).localeCompare(String(b[1]));
     return descending ? -order : order;
   }
   function sortBy(table, column, header) {

@@ -13,7 +13,7 @@ from torchscan import crawl_module
 from torchscan.report.documents import render_report_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-VISIBLE_ROWS = "#tree-body tr:not([hidden])"
+VISIBLE_ROWS = ".ts-tree-table tbody tr:not([hidden])"
 
 
 def test_standalone_report_tree_collapses_and_expands(tab: Tab, site_build: Build, tmp_path: Path) -> None:
@@ -22,15 +22,15 @@ def test_standalone_report_tree_collapses_and_expands(tab: Tab, site_build: Buil
     shot = tab.screenshot(tmp_path / "report.png")
     assert shot.startswith(PNG_SIGNATURE) and len(shot) > 10_000
     # Rows: root, conv, inner Sequential, relu, flatten; small trees open fully.
-    assert tab.count("#tree-body tr") == 5 and tab.count(VISIBLE_ROWS) == 5
-    tab.click('tr[data-i="2"] button.t')  # collapse the inner Sequential
+    assert tab.count(".ts-tree-table tbody tr") == 5 and tab.count(VISIBLE_ROWS) == 5
+    tab.click('tr[data-i="2"] button.ts-toggle')  # collapse the inner Sequential
     assert tab.count(VISIBLE_ROWS) == 3
-    assert tab.page.get_attribute('tr[data-i="2"] button.t', "aria-expanded") == "false"
-    tab.click('tr[data-i="0"] button.t')  # collapse the root: only itself remains
+    assert tab.page.get_attribute('tr[data-i="2"] button.ts-toggle', "aria-expanded") == "false"
+    tab.click('tr[data-i="0"] button.ts-toggle')  # collapse the root: only itself remains
     assert tab.count(VISIBLE_ROWS) == 1
-    tab.click('tr[data-i="0"] button.t')  # expand the root: the inner node stays collapsed
+    tab.click('tr[data-i="0"] button.ts-toggle')  # expand the root: the inner node stays collapsed
     assert tab.count(VISIBLE_ROWS) == 3
-    tab.click("#expand-all")
+    tab.click("[data-action=expand]")
     assert tab.count(VISIBLE_ROWS) == 5
     assert tab.errors == []
 
@@ -52,15 +52,21 @@ def test_a_5000_row_tree_opens_collapsed_and_expands_on_demand(tab: Tab, tmp_pat
     path = tmp_path / "big.html"
     path.write_text(render_report_file(crawl_module(model, (4,)), "html", title="big"), encoding="utf-8")
     tab.open(path)
-    total = tab.count("#tree-body tr")
+    total = tab.count(".ts-tree-table tbody tr")
     assert total == 1 + 50 + 50 * 100
     assert tab.count(VISIBLE_ROWS) == 1 + 50  # the root and its children; the rest is one click away
-    tab.click('tr[data-i="1"] button.t')
+    tab.click('tr[data-i="1"] button.ts-toggle')
     assert tab.count(VISIBLE_ROWS) == 1 + 50 + 100
-    tab.click("#expand-all")
+    tab.click("[data-action=expand]")
     assert tab.count(VISIBLE_ROWS) == total
-    tab.page.fill("#filter", "49.99")
-    assert tab.count(VISIBLE_ROWS) == 1
+    tab.page.fill("[data-role=filter]", "49.99")
+    # The match, and its parent path (the root and block 49) as context: a match is never shown out of its tree.
+    assert tab.count(VISIBLE_ROWS) == 3 and tab.count(".ts-tree-table tr.ts-match:not([hidden])") == 1
+    assert tab.evaluate('[...document.querySelectorAll(".ts-tree-table tr:not([hidden]) td.ts-name")]'
+                        '.map(cell => cell.textContent.trim())') == ["▾(root)", "▾49", "99"]
+    assert tab.page.text_content("[data-role=count]") == "1 of 5051 calls"
+    tab.page.fill("[data-role=filter]", "")
+    assert tab.count(VISIBLE_ROWS) == 1 + 50
     assert tab.errors == []
 
 

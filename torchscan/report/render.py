@@ -7,6 +7,7 @@ of overrides (same file names) is searched first when given.
 
 from __future__ import annotations
 
+import html
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from .views import Cell, layer_label
+from ..views import Cell, layer_label
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 #: Characters with a meaning in Markdown inline syntax; backslash escapes are valid CommonMark and Python-Markdown.
@@ -74,6 +75,17 @@ def _json_pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True)
 
 
+def html_attribute(value: Any) -> Markup:
+    """Text for an HTML attribute inside Markdown (a tooltip): entities, never Markdown escapes or a table ``|``."""
+    text = " ".join(str(value).split())
+    return Markup(html.escape(text, quote=True).replace("|", "&#124;"))
+
+
+def capitalize_first(value: Any) -> str:
+    text = str(value)
+    return text[:1].upper() + text[1:]
+
+
 @lru_cache(maxsize=1)
 def template_folder() -> Path:
     """``torchscan/templates`` in an installed wheel, else the ``templates/`` folder of this checkout."""
@@ -99,7 +111,8 @@ def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
     else:
         raise ValueError(f"unknown template kind {kind!r}")
     env.filters.update({"status_class": _status_class, "sort_key": _sort_key, "md": markdown_escape,
-                        "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup})
+                        "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup,
+                        "attr": html_attribute, "capitalize_first": capitalize_first})
     return env
 
 

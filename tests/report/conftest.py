@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from browser import Tab, find_chromium, new_tab
-from e2e import BROKEN_REGISTRY, MKDOCS, SITE_REGISTRY, Build, run_cli, write_models
+from e2e import BROKEN_REGISTRY, MKDOCS, SITE_REGISTRY, USER_REGISTRY, Build, run_cli, write_models
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +35,19 @@ def site_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
     docs.mkdir(parents=True)
     (folder / "docs-site" / "mkdocs.yml").write_text(MKDOCS, encoding="utf-8")
     (docs / "index.md").write_text("# Our docs\n\nWelcome.\n", encoding="utf-8")
+    output = folder / "out"
+    result = run_cli("build", registry, "--output", output, "--jobs", "2", cwd=folder)
+    return Build(folder, registry, output, result)
+
+
+@pytest.fixture(scope="session")
+def user_build(tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """A user's standalone catalog: PyTorch's nn.Transformer at base size, a partial model, a model that makes torch
+    warn, and one whose forward fails inside a layer."""
+    folder = tmp_path_factory.mktemp("user")
+    write_models(folder)
+    registry = folder / "models.toml"
+    registry.write_text(USER_REGISTRY, encoding="utf-8")
     output = folder / "out"
     result = run_cli("build", registry, "--output", output, "--jobs", "2", cwd=folder)
     return Build(folder, registry, output, result)

@@ -74,17 +74,25 @@ def failure_html(run: RunSummary, templates: Path | None = None) -> str:
 
 def run_callouts(entry: EntrySummary, templates: Path | None = None) -> Markup:
     """The notices at the top of a model page: each failed run, then each incomplete one (runs with the same
-    causes share one notice), as HTML blocks that Material styles as admonitions."""
-    blocks = [render("failure_callout.html.j2", templates, run=run, named=len(entry.runs) > 1)
-              for run in entry.runs if run.failed]
+    causes share one notice), then the Python warnings a run raised, as HTML blocks that Material styles as
+    admonitions."""
+    named = len(entry.runs) > 1
+    blocks = [render("failure_callout.html.j2", templates, run=run, named=named) for run in entry.runs if run.failed]
+    for runs in _incomplete_groups(entry.runs):
+        variants = ", ".join(run.label for run in runs) if named else ""
+        blocks.append(render("callout.html.j2", templates, view=runs[0].view, variants=variants))
+    blocks += [render("warnings_callout.html.j2", templates, run=run, named=named)
+               for run in entry.runs if run.report is not None and run.report["context"].get("warnings")]
+    return Markup("\n".join(block.rstrip("\n") for block in blocks))
+
+
+def _incomplete_groups(runs: list[RunSummary]) -> list[list[RunSummary]]:
+    """The runs that are partial or unavailable (and not failed), grouped by the causes they share."""
     groups: dict[tuple[str, ...], list[RunSummary]] = {}
-    for run in entry.runs:
+    for run in runs:
         if not run.failed and run.view is not None and run.view.status in ("partial", "unavailable"):
             groups.setdefault(tuple(item.summary for item in run.view.causes), []).append(run)
-    for runs in groups.values():
-        variants = ", ".join(run.label for run in runs) if len(entry.runs) > 1 else ""
-        blocks.append(render("callout.html.j2", templates, view=runs[0].view, variants=variants))
-    return Markup("\n".join(block.rstrip("\n") for block in blocks))
+    return list(groups.values())
 
 
 def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False
@@ -95,7 +103,8 @@ def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | No
         with_charts(view)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
-                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}")
+                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}",
+                  view_charts=bool(view is not None and view.charts))
 
 
 def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None,

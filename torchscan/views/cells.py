@@ -33,7 +33,7 @@ MARKERS = {
     "Σ": "sum over the calls inside this one (its own estimate included)",
     "covered": "counted by an enclosing subtree owner, whose estimate includes this call",
     "owner": "owns its subtree: its estimate includes the calls inside it",
-    "of which": "part of the owner's estimate above, already included in it (never added again)",
+    "of which": "part of a subtree owner's estimate, already included in it (never added again)",
     "⚠": "a diagnostic points at this call (see the findings)",
     "#k": "the k-th call of the same module (k from 0)",
 }

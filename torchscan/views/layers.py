@@ -63,8 +63,8 @@ class LayerRow:
     covered_by: str = ""
     problems: int = 0
     problem_note: str = ""
-    #: The name shown in the tree: the attribute name under its parent row, the full path when the call was made
-    #: from outside its module's parent (it would be misplaced under the row it follows).
+    #: The name shown in the tree: the path relative to the parent row, the full path when the call was made from
+    #: outside its module's parent (it would be misplaced under the row it follows).
     display_name: str = ""
     #: This call's own retained estimates of the summable metrics (covered and absent ones left out): what the
     #: charts add up, so a subtree owner counts once and its covered calls not at all.
@@ -134,11 +134,13 @@ def _row(index: int, layer: dict[str, Any], parent: int | None, end: int, sums: 
 
 
 def display_name(layer: dict[str, Any]) -> str:
-    """The attribute name under its parent row, or the full path when the call is made from elsewhere."""
+    """The path relative to the parent row (``0``, or ``layers.3`` under a stack that calls its ModuleList's items
+    directly), or the full path when the call is made from outside its module's parent."""
     if not layer["path"]:
         return "(root)"
     parent = layer["parent"]["path"] if layer["parent"] else ""
-    return layer["name"] if layer["path"] == f"{parent}.{layer['name']}".lstrip(".") else layer["path"]
+    prefix = f"{parent}." if parent else ""
+    return layer["path"][len(prefix):] if layer["path"].startswith(prefix) else layer["path"]
 
 
 def subtree_ends(parents: list[int | None]) -> list[int]:

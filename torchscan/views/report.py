@@ -70,7 +70,9 @@ class TreeItem:
         if self.part is None:
             return self.row.cell(key)
         if key == "layer":
-            return Cell(self.part.label, "part", f"{self.part.path or '(root)'}: {self.part.part}")
+            text = f"of which {self.part.part}" if self.part.path == self.row.path else self.part.label
+            return Cell(text, "part", f"{self.part.path or '(root)'}: {self.part.part}, part of {self.part.owner}'s "
+                        "estimate (already included in it)")
         return self.part.cell(key)
 
 
@@ -173,19 +175,33 @@ def total_rows(totals: dict[str, Any]) -> list[TotalRow]:
 
 
 def tree_items(rows: list[LayerRow]) -> list[TreeItem]:
-    """The layer rows in pre-order, each owner followed by its "of which" parts, with tree extents."""
+    """The layer rows in pre-order with tree extents, each followed by the "of which" parts shown under it."""
+    hosted = hosted_parts(rows)
     starts: list[int] = []
     position = 0
-    for row in rows:
+    for parts in hosted:
         starts.append(position)
-        position += 1 + len(row.parts)
+        position += 1 + len(parts)
     items = []
-    for row, start in zip(rows, starts):
+    for row, start, parts in zip(rows, starts, hosted):
         end = starts[row.end] if row.end < len(rows) else position
         items.append(TreeItem(start, end, row.depth, "" if row.parent is None else starts[row.parent], row))
         items += [TreeItem(start + 1 + offset, start + 2 + offset, row.depth + 1, start, row, part)
-                  for offset, part in enumerate(row.parts)]
+                  for offset, part in enumerate(parts)]
     return items
+
+
+def hosted_parts(rows: list[LayerRow]) -> list[list[PartRow]]:
+    """Which "of which" parts each row shows: an owner's part sits under the call of the module it belongs to (the
+    first one inside the owner's subtree), or under the owner itself when no such call ran (a fused kernel)."""
+    shown: list[list[PartRow]] = [[] for _ in rows]
+    for row in rows:
+        if not row.parts:
+            continue
+        inside = {rows[index].path: index for index in range(row.end - 1, row.index, -1)}
+        for part in row.parts:
+            shown[inside.get(part.path, row.index)].append(part)
+    return shown
 
 
 def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchscan import ModuleCall, ModuleHandler, crawl_module
+from torchscan import ModuleHandler, crawl_module
 from torchscan.breakdown import BreakdownError, validate_breakdown
 from torchscan.results import complete, partial
 from torchscan.schema import validate_report

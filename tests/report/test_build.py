@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from e2e import write_models
 
+import torchscan
 from torchscan.report.build import MARKER, BuildOptions, OutputFolderError, build, previous_output
 from torchscan.report.progress import Progress, outcome_label
 from torchscan.report.registry import load_registry
-import torchscan
 from torchscan.report.site import folder_nav, methodology_source, theme_safe
 
 REGISTRY = """

@@ -140,7 +140,7 @@ def display_name(layer: dict[str, Any]) -> str:
         return "(root)"
     parent = layer["parent"]["path"] if layer["parent"] else ""
     prefix = f"{parent}." if parent else ""
-    return layer["path"][len(prefix):] if layer["path"].startswith(prefix) else layer["path"]
+    return layer["path"].removeprefix(prefix)
 
 
 def subtree_ends(parents: list[int | None]) -> list[int]:

@@ -47,6 +47,10 @@ def test_broken_entries_become_failure_pages_and_the_rest_goes_on(broken_build: 
     assert "| failed (timeout: TimeoutError) |" in catalog and "| failed (worker: WorkerDied) |" in catalog
     assert "| incomplete (strict) |" in catalog and "8 models, 9 runs: 4 complete, 0 partial, 5 failed." in catalog
     assert "- **raises** failed: build stage, RuntimeError: factory exploded on purpose" in catalog
+    # The portable snippet promises nothing only the site can do; the site's own catalog page sorts and colours.
+    assert "Click a column header" not in catalog and "ts-badge" not in catalog
+    home = (out / "index.html").read_text()
+    assert "Click a column header to sort" in home and 'class="ts-badge ts-failed"' in home
     strict = (out / "reports" / "incomplete.html").read_text()
     assert "Strict check failed: the MACs, module FLOPs, DMAs and operator FLOPs totals are lower bounds" in strict
     assert "FAILED raises: build stage, RuntimeError: factory exploded on purpose" in result.stderr

@@ -69,7 +69,7 @@ def _check_metric(name: str, parts: list[dict[str, Any]], estimate: MetricResult
 def without_metrics(parts: list[dict[str, Any]], dropped: set[str]) -> list[dict[str, Any]]:
     """The parts without ``dropped`` metrics (ones an enclosing owner counts); none when no metric is left."""
     kept = [{key: value for key, value in part.items() if key not in dropped} for part in parts]
-    return kept if any(name in kept[0] for name in SUMMABLE_METRICS) else []
+    return kept if kept and any(name in kept[0] for name in SUMMABLE_METRICS) else []
 
 
 def _part(index: int, item: Any, module: nn.Module, method: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .direct_work import FIELDS as SUMMABLE_FIELDS
 from .formulas.aten import operator_significance
-from .handlers import ModuleCall, ModuleHandler, validate_estimates
+from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
 from .operators import operator_name
 from .results import METRIC_UNITS, MetricResult, is_incomplete, partial, unavailable
 
@@ -90,8 +90,7 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
         _set(estimate, handler, name, result)
         if is_incomplete(result) and not any(n == name for n, _ in validated.problems) and not validated.invalid_whole:
             estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where))
-    if validated.breakdown is not None and not validated.invalid_whole:
-        _keep_breakdown(validated.breakdown, call, estimate, label, where)
+    _keep_breakdown(validated, call, estimate, label, where)
     if not validated.invalid_whole:
         for name in sorted((handler.subtree_metrics & needed) - validated.metrics.keys()):
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], "subtree", label))
@@ -100,10 +99,14 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
                 "descendants stay covered and the result is unavailable", metric=name, **where))
 
 
-def _keep_breakdown(raw: Any, call: ModuleCall, estimate: CallEstimate, label: str, where: dict[str, Any]) -> None:
-    """The handler's parts of its estimate, when they describe it; otherwise none, and a diagnostic says why."""
+def _keep_breakdown(validated: ValidatedEstimates, call: ModuleCall, estimate: CallEstimate, label: str,
+                    where: dict[str, Any]) -> None:
+    """The handler's parts of its estimate, when it gave some that describe it; otherwise none, and a diagnostic
+    says why."""
+    if validated.breakdown is None or validated.invalid_whole:
+        return
     try:
-        estimate.breakdown = validate_breakdown(raw, estimate.metrics, call.module, label)
+        estimate.breakdown = validate_breakdown(validated.breakdown, estimate.metrics, call.module, label)
     except BreakdownError as error:
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: its breakdown is left out: "
                                                f"{error}", **where))

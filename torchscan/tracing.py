@@ -204,8 +204,7 @@ class CallTracer:
             record["metric_owners"] = owners
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
-        if estimate and estimate.breakdown:
-            record["breakdown"] = estimate.breakdown
+        keep_breakdown(record, estimate)
         if estimate:
             self.diagnostics.extend((frame.index, item) for item in estimate.diagnostics)
             covering = estimate.builtin_owned & frame.owned_maybe
@@ -226,8 +225,8 @@ class CallTracer:
                 elif name not in record.get("metric_owners", {}):
                     continue
                 record.setdefault("metric_owners", {})[name] = owner  # the outermost owner, as without speculation
-            if "breakdown" in record:  # the parts of estimates the owner now counts go with them
-                record["breakdown"] = without_metrics(record["breakdown"], fields)
+            # The parts of estimates the owner now counts go with them.
+            record["breakdown"] = without_metrics(record.get("breakdown", []), fields)
             for key in ("metric_ownership", "delegated_metrics", "breakdown"):
                 if key in record and not record[key]:
                     del record[key]
@@ -263,6 +262,12 @@ class CallTracer:
 
 
 SUMMABLE = frozenset({"module_flops", "macs", "dmas"})
+
+
+def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
+    """The parts of the call's estimate, beside it in the record (torchscan.breakdown), when its handler gave some."""
+    if estimate is not None and estimate.breakdown:
+        record["breakdown"] = estimate.breakdown
 
 
 def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtins: dict[type, ModuleHandler]

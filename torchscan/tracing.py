@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.nn.parameter import is_lazy
 
+from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimate_memo import EstimateMemo, call_key
@@ -84,6 +85,7 @@ class CallOutcome:
                 continue
             self.owners[name] = owner
         if estimate is not None:
+            estimate.breakdown = without_metrics(estimate.breakdown, set(fields))  # their parts go with them
             estimate.diagnostics = [item for item in estimate.diagnostics
                                     if not _superseded(item, estimate, fields)]
 
@@ -327,6 +329,7 @@ class CallTracer:
             record["metric_owners"] = dict(sorted(outcome.owners.items()))
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
+        keep_breakdown(record, estimate)
         record["operator_flops"] = outcome.operator_flops
         if estimate:
             self.diagnostics.extend(estimate.diagnostics)
@@ -374,6 +377,13 @@ class CallTracer:
 
 def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
     """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
+
+
+def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
+    """The parts of the call's estimate, beside it in the record (torchscan.breakdown), when its handler gave some."""
+    if estimate is not None and estimate.breakdown:
+        record["breakdown"] = estimate.breakdown
+
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.

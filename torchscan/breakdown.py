@@ -76,6 +76,13 @@ def without_metrics(parts: list[dict[str, Any]], dropped: set[str]) -> list[dict
     return kept if kept and any(name in kept[0] for name in SUMMABLE_METRICS) else []
 
 
+def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
+    """The parts of a call's estimate (a `CallEstimate` or None), beside it in its layer record, when its handler
+    gave some."""
+    if estimate is not None and estimate.breakdown:
+        record["breakdown"] = estimate.breakdown
+
+
 def _part(index: int, item: Any, module: nn.Module, method: str) -> dict[str, Any]:
     where = f"breakdown[{index}]"
     if not isinstance(item, Mapping):

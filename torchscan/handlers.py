@@ -212,7 +212,7 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if not isinstance(raw, Mapping):
         reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
         return _whole_invalid(handler, requested, label, reason)
-    unknown = sorted(str(name) for name in raw if name not in METRIC_FIELDS and name != BREAKDOWN_KEY)
+    unknown = _unsupported_names(raw)
     if unknown:
         reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
         return _whole_invalid(handler, requested, label, reason)
@@ -227,6 +227,11 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
         elif isinstance(value, Incomplete) and value.reason:
             validated.reasons[name] = value.reason
     return validated
+
+
+def _unsupported_names(raw: Mapping[str, Any]) -> list[str]:
+    """The keys of a handler result that are neither a field nor its ``breakdown``."""
+    return sorted(str(name) for name in raw if name not in METRIC_FIELDS and name != BREAKDOWN_KEY)
 
 
 def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str, reason: str) -> ValidatedEstimates:

@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.nn.parameter import is_lazy
 
-from .breakdown import without_metrics
+from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimate_memo import EstimateMemo, call_key
@@ -377,12 +377,6 @@ class CallTracer:
 
 def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
     """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
-
-
-def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
-    """The parts of the call's estimate, beside it in the record (torchscan.breakdown), when its handler gave some."""
-    if estimate is not None and estimate.breakdown:
-        record["breakdown"] = estimate.breakdown
 
 
 

@@ -112,11 +112,12 @@ def _dropout_active(module: nn.Module) -> bool:
     return False
 
 
-def _bounded(work: Work, call: ModuleCall, dtype: torch.dtype) -> Work:
-    """The call-wide boundaries of a formula: no FLOPs or MACs for integer inputs, a lower bound under dropout."""
+def _bounded(work: Work, dtype: torch.dtype, dropout: bool) -> Work:
+    """The call-wide boundaries of a formula: no FLOPs or MACs for integer inputs, a lower bound under training-mode
+    ``dropout`` (`_dropout_active`, walked once per call)."""
     if not dtype.is_floating_point:
         work = work.without(frozenset({"module_flops", "macs"}))
-    if _dropout_active(call.module):
+    if dropout:
         work = work.at_least(frozenset({"module_flops", "dmas"}))
     return work
 
@@ -128,7 +129,8 @@ def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tu
         counted = work()
     except UnsupportedCall:
         counted = UNKNOWN
-    return {**summable_fields(_bounded(counted, call, dtype)), **token_fields(width)}  # type: ignore[typeddict-item]
+    bounded = _bounded(counted, dtype, _dropout_active(call.module))
+    return {**summable_fields(bounded), **token_fields(width)}  # type: ignore[typeddict-item]
 
 
 #: The metrics a breakdown splits: FLOPs and MACs (the DMAs of attention's intermediates belong to no one part).
@@ -143,8 +145,8 @@ def with_breakdown(fields: ModuleEstimates, call: ModuleCall, parts: Callable[[]
         found = parts()
     except UnsupportedCall:
         return fields
-    breakdown = []
+    breakdown, dropout = [], _dropout_active(call.module)
     for module, name, work in found:
-        values = summable_fields(_bounded(work, call, dtype))
+        values = summable_fields(_bounded(work, dtype, dropout))
         breakdown.append({"part": name, "module": module, **{key: values[key] for key in PART_METRICS}})
     return {**fields, "breakdown": breakdown}  # type: ignore[typeddict-unknown-key]

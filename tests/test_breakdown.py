@@ -189,3 +189,24 @@ def test_a_replayed_estimate_gets_its_own_copy_of_the_parts() -> None:
     assert first.breakdown == second.breakdown == [part]
     first.breakdown[0]["macs"]["value"] = -1
     assert second.breakdown[0]["macs"]["value"] == 4 and part["macs"]["value"] == 4
+
+
+def test_a_built_in_fallback_splits_only_the_fields_it_estimated() -> None:
+    """A caller supplies the layer's MACs; the built-in formula's parts then describe its FLOPs only (no spurious
+    diagnostic about MACs that do not add up to the caller's)."""
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    caller = ModuleHandler(lambda call: {"macs": 7}, frozenset({"macs"}))
+    report = crawl_module(layer, args=(torch.randn(1, 5, 16),), custom_modules={nn.TransformerEncoderLayer: caller})
+    validate_report(report)
+    assert not [item for item in report["diagnostics"] if item["code"] == "invalid_handler_result"]
+    parts = parts_of(report)
+    assert all("macs" not in part for part in parts)
+    assert known(parts, "module_flops") == report["layers"][0]["metrics"]["module_flops"]["value"]
+
+
+def test_a_callers_parts_stand_beside_its_fields() -> None:
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    caller = ModuleHandler(lambda call: {"macs": 7, "breakdown": [{"part": "all", "module": "", "macs": 7}]},
+                           frozenset({"macs"}))
+    report = crawl_module(layer, args=(torch.randn(1, 5, 16),), custom_modules={nn.TransformerEncoderLayer: caller})
+    assert [(part["part"], part["macs"]["value"]) for part in parts_of(report)] == [("all", 7)]

@@ -134,12 +134,12 @@ def _mark_omitted_owned(handler: ModuleHandler, needed: frozenset[str], validate
 
 def _keep_breakdown(validated: ValidatedEstimates, call: ModuleCall, estimate: CallEstimate, label: str,
                     where: dict[str, Any]) -> None:
-    """The handler's parts of its estimate, when it gave some that describe it; otherwise none, and a diagnostic
-    says why."""
-    if validated.breakdown is None or validated.invalid_whole:
+    """The handler's parts of the fields it estimated, when it gave some that describe them; otherwise none, and a
+    diagnostic says why. A caller's parts stand, as its fields do: the built-in fallback's parts are then left out."""
+    if validated.breakdown is None or validated.invalid_whole or estimate.breakdown:
         return
     try:
-        estimate.breakdown = validate_breakdown(validated.breakdown, estimate.metrics, call.module, label)
+        estimate.breakdown = validate_breakdown(validated.breakdown, validated.metrics, call.module, label)
     except BreakdownError as error:
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: its breakdown is left out: "
                                                f"{error}", **where))

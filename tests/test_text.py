@@ -1,10 +1,12 @@
-"""``summary``: the terminal table of one analysis, returning the same report as ``crawl_module``."""
+"""``summary``: the terminal table of one analysis (the layer view every renderer shows), returning the same report
+as ``crawl_module``; ``max_depth`` and ``max_rows``, the legend of its markers and grouped findings."""
 
 from __future__ import annotations
 
 import io
 import json
 
+import pytest
 import torch
 from torch import nn
 
@@ -70,18 +72,21 @@ def test_summary_prints_the_table_and_returns_the_crawl_report(capsys):
     assert json.dumps(report, sort_keys=True) == json.dumps(expected, sort_keys=True)
     assert printed == render_table(report) + "\n"
     lines = lines_of(printed)
-    assert lines[0].split() == ["Layer", "Type", "Output", "Params", "MACs", "FLOPs"]
+    assert lines[0].split() == ["Layer", "Type", "Output", "Params", "MACs", "FLOPs", "DMAs"]
     assert set(lines[1]) == {"-"}
     rows = [line.split() for line in lines[2:6]]
-    assert rows == [["(root)", "Net", "[1,", "4]"],
-                    ["block", "Scale", "[1,", "4]", "4", "4", "6.00", "k"],
-                    ["block", "#1", "Scale", "[1,", "4]", "4", "6.00", "k"],  # parameters shown once per module
-                    ["head", "Scale", "[1,", "4]", "4", "4", "6.00", "k"]]
+    # The composite root shows the sum over its calls (Σ), as the Markdown and HTML views do.
+    assert rows == [["(root)", "Net", "[1,", "4]", "Σ", "12", "Σ", "18.00", "k", "Σ", "36"],
+                    ["block", "Scale", "[1,", "4]", "4", "4", "6.00", "k", "12"],
+                    ["block", "#1", "Scale", "[1,", "4]", "4", "6.00", "k", "12"],  # parameters shown once per module
+                    ["head", "Scale", "[1,", "4]", "4", "4", "6.00", "k", "12"]]
     assert lines[6] == lines[1]
     assert lines[7] == "Parameters: 8 (4 trainable, 4 frozen), 32B"
     assert "MACs 12 [complete]" in lines[8] and "FLOPs 18.00 k [complete]" in lines[8]
     assert "DMAs 36 [complete]" in lines[8]
     assert lines[9] == "Operator view: FLOPs 12 [complete]"
+    assert lines[10:] == ["Legend:", "  Σ   sum over the calls inside this one (its own estimate included)",
+                          "  #k  the k-th call of the same module (k from 0)"]
 
 
 def test_rows_are_indented_by_depth():
@@ -98,7 +103,7 @@ def test_summary_writes_to_the_given_file(capsys):
     assert buffer.getvalue() == render_table(report) + "\n"
 
 
-def test_lower_bounds_unavailable_values_and_diagnostics_are_shown_as_such():
+def test_lower_bounds_unavailable_values_and_findings_are_shown_as_such():
     model = nn.Sequential(Scale(3), Opaque())
     buffer = io.StringIO()
     report = summary(model, (3,), file=buffer, custom_modules=HANDLERS)
@@ -106,13 +111,19 @@ def test_lower_bounds_unavailable_values_and_diagnostics_are_shown_as_such():
     assert report["totals"]["macs"]["status"] == "partial"
     assert "MACs ≥3 [partial]" in text
     assert "Operator view: FLOPs ≥" in text and "[partial]" in text
-    problems = [item for item in report["diagnostics"] if item["severity"] != "info"]
-    assert f"Diagnostics: {len(problems)} (see report['diagnostics'])" in text
     opaque_row = next(line for line in lines_of(text) if line.lstrip().startswith("1 "))
-    assert "≥" in opaque_row or "n/a" in opaque_row
+    assert "⚠" in opaque_row and "≥0" in opaque_row  # marked, and a lower bound rather than a zero
+    assert "  ≥  lower bound: at least this much, some work could not be counted" in text
+    assert "  ⚠  a diagnostic points at this call (see the findings)" in text
+    # Findings are grouped: the direct-work diagnostic of three metrics is one line naming all three.
+    records = [item for item in report["diagnostics"] if item["code"] == "unestimated_direct_work"]
+    assert len(records) == 3
+    finding_lines = [line for line in lines_of(text) if "unestimated_direct_work" in line]
+    assert len(finding_lines) == 1 and "at 1 (Opaque) [MACs, FLOPs, DMAs]" in finding_lines[0]
+    assert text.count("Findings: ") == 1
 
 
-def test_covered_estimates_name_their_owner():
+def test_covered_estimates_read_covered():
     class Pair(nn.Module):
         def __init__(self):
             super().__init__()
@@ -123,8 +134,10 @@ def test_covered_estimates_name_their_owner():
 
     owner = ModuleHandler(lambda call: {"macs": 7, "module_flops": 14}, frozenset({"macs", "module_flops"}))
     report = crawl_module(Pair(), (2,), custom_modules={**HANDLERS, Pair: owner})
-    inner = next(line for line in lines_of(render_table(report)) if line.lstrip().startswith("inner"))
-    assert inner.count("(in root)") == 2
+    text = render_table(report)
+    inner = next(line for line in lines_of(text) if line.lstrip().startswith("inner"))
+    assert inner.split()[-3:] == ["covered", "covered", "6"]  # DMAs are not owned: the call keeps its own
+    assert "covered  counted by an enclosing subtree owner" in text
 
 
 def test_structure_mode_shows_unrequested_metrics():
@@ -132,12 +145,39 @@ def test_structure_mode_shows_unrequested_metrics():
     summary(Net(), (4,), file=buffer, mode="structure")
     text = buffer.getvalue()
     assert "MACs — [not_requested]" in text and "Operator view: FLOPs — [not_requested]" in text
-    assert "Diagnostics" not in text
+    assert "Findings" not in text and "  —   not requested (structure mode)" in text
+
+
+def test_max_depth_hides_deeper_calls_and_keeps_their_cost_in_the_sums():
+    model = nn.Sequential(nn.Sequential(Scale(2), Scale(2)), Scale(2))
+    report = crawl_module(model, (2,), custom_modules=HANDLERS)
+    full = lines_of(render_table(report))
+    cut = render_table(report, max_depth=1)
+    rows = lines_of(cut)[2:5]
+    assert [line.split()[0] for line in rows] == ["(root)", "0", "1"]
+    assert rows[1].split()[-2:] == ["Σ", "12"]  # the two hidden Scale calls are summed into their parent
+    assert "… 2 rows deeper than max_depth=1 are hidden; their costs are in the Σ of the rows above" in cut
+    assert len(full) == len(lines_of(cut)) - 1 + 2
+    buffer = io.StringIO()
+    summary(model, (2,), file=buffer, max_depth=0, custom_modules=HANDLERS)
+    assert [line.split()[0] for line in lines_of(buffer.getvalue())[2:3]] == ["(root)"]
+    assert "4 rows deeper than max_depth=0" in buffer.getvalue()
+
+
+@pytest.mark.parametrize(("options", "error", "message"), [
+    ({"max_depth": -1}, ValueError, "max_depth must be at least 0, got -1"),
+    ({"max_depth": "2"}, TypeError, "max_depth must be an int or None, got str"),
+    ({"max_depth": True}, TypeError, "max_depth must be an int or None, got bool"),
+    ({"max_rows": 0}, ValueError, "max_rows must be at least 1, got 0"),
+])
+def test_bad_limits_are_named(options, error, message):
+    with pytest.raises(error, match=message):
+        summary(Net(), (4,), file=io.StringIO(), **options)
 
 
 def test_long_tables_can_be_truncated():
     model = nn.Sequential(*(Scale(2) for _ in range(6)))
     report = crawl_module(model, (2,), custom_modules=HANDLERS)
     text = render_table(report, max_rows=3)
-    assert "4 more calls" in text
-    assert len(lines_of(text)) == len(lines_of(render_table(report))) - 7 + 4
+    assert "… 4 more rows (max_rows=3)" in text
+    assert len(lines_of(text)) == len(lines_of(render_table(report))) - 4 + 1

@@ -239,7 +239,7 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
 
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:
-    incomplete = incomplete_metrics(report)
-    if incomplete:
-        shown = ", ".join(incomplete[:8]) + (f" and {len(incomplete) - 8} more" if len(incomplete) > 8 else "")
-        raise IncompleteAnalysisError(f"strict analysis is incomplete: {shown}; see report['diagnostics']", report)
+    if incomplete_metrics(report):
+        from .views.findings import incomplete_message  # names the layer types and operators behind it
+
+        raise IncompleteAnalysisError(incomplete_message(report), report)

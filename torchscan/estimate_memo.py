@@ -145,11 +145,14 @@ class EstimateMemo:
 
 
 def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
-    """An independent copy (results, lists and diagnostics), re-addressed to ``where`` when given."""
+    """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
     metrics = {name: _copied_result(result) for name, result in estimate.metrics.items()}
     diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
+    breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
+                 for part in estimate.breakdown]
     return CallEstimate(metrics=metrics, ownership=dict(estimate.ownership), builtin_owned=estimate.builtin_owned,
-                        delegated=list(estimate.delegated), diagnostics=diagnostics)  # type: ignore[arg-type]
+                        delegated=list(estimate.delegated), diagnostics=diagnostics,  # type: ignore[arg-type]
+                        breakdown=breakdown)
 
 
 def _copied_result(result: dict[str, Any]) -> dict[str, Any]:

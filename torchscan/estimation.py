@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .breakdown import BreakdownError, validate_breakdown
 from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
@@ -39,6 +40,7 @@ class CallEstimate:
     builtin_owned: frozenset[str] = frozenset()  # fields a built-in inclusive formula covers
     delegated: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    breakdown: list[dict[str, Any]] = field(default_factory=list)  # the parts of the estimate (torchscan.breakdown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +114,7 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
         if is_incomplete(result) and not validated.invalid_whole and not _rejected(validated, name):
             estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where,
                                                            validated.reasons.get(name)))
+    _keep_breakdown(validated, call, estimate, label, where)
     if not validated.invalid_whole:
         _mark_omitted_owned(handler, needed, validated, estimate, label, where)
 
@@ -129,6 +132,19 @@ def _mark_omitted_owned(handler: ModuleHandler, needed: frozenset[str], validate
         estimate.diagnostics.append(diagnostic(
             "incomplete_handler_estimate", f"{label} owns {name} for its subtree but did not supply it; the "
             "descendants stay covered and the result is unavailable", metric=name, **where))
+
+
+def _keep_breakdown(validated: ValidatedEstimates, call: ModuleCall, estimate: CallEstimate, label: str,
+                    where: dict[str, Any]) -> None:
+    """The handler's parts of the fields it estimated, when it gave some that describe them; otherwise none, and a
+    diagnostic says why. A caller's parts stand, as its fields do: the built-in fallback's parts are then left out."""
+    if validated.breakdown is None or validated.invalid_whole or estimate.breakdown:
+        return
+    try:
+        estimate.breakdown = validate_breakdown(validated.breakdown, validated.metrics, call.module, label)
+    except BreakdownError as error:
+        estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: its breakdown is left out: "
+                                               f"{error}", **where))
 
 
 def _incomplete_result(label: str, name: str, result: MetricResult, builtin: bool, where: dict[str, Any],

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from torch import nn
 
+from .breakdown import BREAKDOWN_KEY
 from .results import (
     METRIC_UNITS,
     MODULE_CALL,
@@ -71,10 +72,11 @@ class ModuleCall:
 
 
 class ModuleEstimates(TypedDict, total=False):
-    """What a callback may return: any subset of the six fields.
+    """What a callback may return: any subset of the six fields, and optionally a ``breakdown``.
 
     A number is a complete estimate (zero included), a MetricResult mapping keeps its own status, and ``None``
-    means explicitly unavailable. Receptive-field fields also accept one number per spatial dimension.
+    means explicitly unavailable. Receptive-field fields also accept one number per spatial dimension. A
+    ``breakdown`` lists the parts of the estimate (see `torchscan.breakdown`); they are never added again.
     """
 
     module_flops: float | MetricResult | None
@@ -83,6 +85,7 @@ class ModuleEstimates(TypedDict, total=False):
     receptive_field: float | list[float] | MetricResult | None
     effective_stride: float | list[float] | MetricResult | None
     effective_padding: float | list[float] | MetricResult | None
+    breakdown: list[dict[str, Any]]
 
 
 Callback = Callable[[ModuleCall], Mapping[str, Any]]
@@ -177,6 +180,7 @@ class ValidatedEstimates:
     problems: list[tuple[str | None, str]]  # (field or None for the whole result, message)
     invalid_whole: bool = False
     reasons: dict[str, str] = field(default_factory=dict)
+    breakdown: Any = None  # the raw "breakdown" the handler returned, checked by torchscan.breakdown
 
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
@@ -196,13 +200,13 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if not isinstance(raw, Mapping):
         reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
         return _whole_invalid(handler, requested, label, reason)
-    unknown = sorted(str(name) for name in raw if name not in METRIC_FIELDS)
+    unknown = _unsupported_names(raw)
     if unknown:
         reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
         return _whole_invalid(handler, requested, label, reason)
-    validated = ValidatedEstimates({}, [])
+    validated = ValidatedEstimates({}, [], breakdown=raw.get(BREAKDOWN_KEY))
     for name, value in raw.items():
-        if name not in requested:
+        if name not in requested:  # the breakdown key included
             continue
         result, problem = _estimate_to_result(name, value, handler, label, builtin)
         validated.metrics[name] = result
@@ -211,6 +215,11 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
         elif isinstance(value, Incomplete) and value.reason:
             validated.reasons[name] = value.reason
     return validated
+
+
+def _unsupported_names(raw: Mapping[str, Any]) -> list[str]:
+    """The keys of a handler result that are neither a field nor its ``breakdown``."""
+    return sorted(str(name) for name in raw if name not in METRIC_FIELDS and name != BREAKDOWN_KEY)
 
 
 def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str, reason: str) -> ValidatedEstimates:

@@ -24,8 +24,8 @@ import torch
 from torch.nn import Parameter
 from torch.utils import flop_counter
 
-from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
+from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
 from .results import is_count
 
 COUNTED, IGNORED, UNCOUNTED = "counted", "ignored", "uncounted"

@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, TypedDict
 
 Status = Literal["complete", "partial", "unavailable", "not_requested", "not_applicable"]
-Scope = Literal["module_call", "subtree", "direct", "inclusive", "model"]
+Scope = Literal["module_call", "subtree", "direct", "inclusive", "model", "part"]
 Value = float | int | list[float | int] | None
 
 #: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
@@ -22,9 +22,10 @@ INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
 ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
 
 #: Where a number applies: one module call, a call with its whole subtree (an inclusive owner), the operators run
-#: directly in a call or inclusively under it, or the whole model. The report schema enumerates exactly these.
-SCOPES: tuple[Scope, ...] = ("module_call", "subtree", "direct", "inclusive", "model")
-MODULE_CALL, SUBTREE, DIRECT, INCLUSIVE, MODEL = SCOPES
+#: directly in a call or inclusively under it, the whole model, or one part of a call's estimate (a breakdown,
+#: never added again). The report schema enumerates exactly these.
+SCOPES: tuple[Scope, ...] = ("module_call", "subtree", "direct", "inclusive", "model", "part")
+MODULE_CALL, SUBTREE, DIRECT, INCLUSIVE, MODEL, PART = SCOPES
 
 #: The unit of every module-estimate field, in report order.
 METRIC_UNITS: dict[str, str] = {

@@ -8,7 +8,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .results import METRIC_UNITS, SPATIAL_METRICS, validation_error
+from .results import METRIC_UNITS, SPATIAL_METRICS, SUMMABLE_METRICS, validation_error
 
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
 SCHEMA_VERSION = 1
@@ -56,3 +56,7 @@ def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
             yield f"{where}.metrics.{name}", name, result
         for name, result in layer["operator_flops"].items():
             yield f"{where}.operator_flops.{name}", "operator_flops", result
+        for index, part in enumerate(layer.get("breakdown", [])):
+            for name in SUMMABLE_METRICS:
+                if name in part:
+                    yield f"{where}.breakdown[{index}].{name}", name, part[name]

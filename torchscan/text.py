@@ -1,4 +1,5 @@
-"""The terminal table printed by `summary`: one row per layer call, then the totals."""
+"""The terminal table printed by `summary`: the layer view of `torchscan.views`, cell for cell what the Markdown and
+HTML reports show, then the totals, a legend of the markers used and the findings."""
 
 from __future__ import annotations
 
@@ -6,83 +7,110 @@ import sys
 from typing import Any, TextIO
 
 from .crawler import crawl_module
-from .formatting import format_count, format_metric
+from .views import COLUMNS_BY_KEY, ReportView, TreeItem, report_view
 
-COLUMNS = ("Layer", "Type", "Output", "Params", "MACs", "FLOPs")
+#: The layer-view columns of the terminal table (a subset of `torchscan.views.LAYER_COLUMNS`).
+COLUMNS = ("layer", "type", "output", "params", "macs", "module_flops", "dmas")
+#: Findings listed under the table before "and N more".
+SHOWN_FINDINGS = 8
 
 
 def summary(model: Any, input_shape: Any = None, dtype: Any = None, *, file: TextIO | None = None,
-            **options: Any) -> dict[str, Any]:
-    """Run `crawl_module` with the same arguments, print the layer table, and return the report."""
+            max_depth: int | None = None, max_rows: int | None = None, **options: Any) -> dict[str, Any]:
+    """Run `crawl_module` with the same arguments, print the layer table, and return the report.
+
+    ``max_depth`` hides the calls nested deeper than that many levels below the root (their costs stay in the
+    ``Σ`` of the rows above); ``max_rows`` cuts the table after that many rows. Neither changes the report.
+    """
+    _check_limit("max_depth", max_depth, 0)
+    _check_limit("max_rows", max_rows, 1)
     report = crawl_module(model, input_shape, dtype, **options)
-    print(render_table(report), file=file or sys.stdout)
+    print(render_table(report, max_depth=max_depth, max_rows=max_rows), file=file or sys.stdout)
     return report
 
 
-def render_table(report: dict[str, Any], max_rows: int | None = None) -> str:
-    """The report as an aligned text table (covered estimates show their owner, lower bounds show ``≥``)."""
-    rows = [_row(layer) for layer in report["layers"]]
-    if max_rows is not None and len(rows) > max_rows:
-        rows = rows[:max_rows] + [("…", f"{len(rows) - max_rows} more calls", "", "", "", "")]
-    widths = [max(len(str(cell)) for cell in column) for column in zip(COLUMNS, *rows)]
+def _check_limit(name: str, value: Any, lowest: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < lowest:
+        raise ValueError(f"{name} must be at least {lowest}, got {value}")
+
+
+def render_table(report: dict[str, Any], max_depth: int | None = None, max_rows: int | None = None) -> str:
+    """The report as an aligned text table, then its totals, the legend of its markers and its findings."""
+    _check_limit("max_depth", max_depth, 0)
+    _check_limit("max_rows", max_rows, 1)
+    view = report_view(report)
+    shown, notes = _visible(view.tree, max_depth, max_rows)
+    rows = [_cells(item) for item in shown]
+    headers = tuple(COLUMNS_BY_KEY[key].header for key in COLUMNS)
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
     rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-    lines = [_line(COLUMNS, widths), rule, *(_line(row, widths) for row in rows), rule]
-    lines.extend(_totals_lines(report))
+    lines = [_line(headers, widths), rule, *(_line(row, widths) for row in rows), *notes, rule]
+    lines += _totals_lines(view) + _legend_lines(view, [item.row for item in shown]) + _finding_lines(view)
     return "\n".join(lines)
 
 
-def _row(layer: dict[str, Any]) -> tuple[str, ...]:
-    label = "  " * layer["depth"] + _display_name(layer) + (f" #{layer['call_index']}" if layer["call_index"] else "")
-    metrics = layer.get("metrics", {})
-    owners = layer.get("metric_owners", {})
-    counted_here = layer["call_index"] == 0 and layer["parameters"]["count"]  # a repeated call reuses them
-    return (label, layer["type"].rpartition(".")[2], _shape(layer["output"]),
-            format_count(layer["parameters"]["count"]) if counted_here else "",
-            _cell(metrics, owners, "macs"), _cell(metrics, owners, "module_flops"))
+def _visible(tree: list[TreeItem], max_depth: int | None, max_rows: int | None) -> tuple[list[TreeItem], list[str]]:
+    """The rows within ``max_depth`` and ``max_rows``, and a note for each limit that hid some."""
+    items = [item for item in tree if max_depth is None or item.depth <= max_depth]
+    notes = []
+    if max_rows is not None and len(items) > max_rows:
+        notes.append(f"… {len(items) - max_rows} more rows (max_rows={max_rows})")
+        items = items[:max_rows]
+    hidden = sum(1 for item in tree if max_depth is not None and item.depth > max_depth)
+    if hidden:
+        notes.append(f"… {hidden} rows deeper than max_depth={max_depth} are hidden; their costs are in the Σ of "
+                     "the rows above")
+    return items, notes
 
 
-def _display_name(layer: dict[str, Any]) -> str:
-    """The attribute name under its parent row, or the full path when the call is made from elsewhere."""
-    if not layer["path"]:
-        return "(root)"
-    parent = layer["parent"]["path"] if layer["parent"] else ""
-    return layer["name"] if layer["path"] == f"{parent}.{layer['name']}".lstrip(".") else layer["path"]
-
-
-def _cell(metrics: dict[str, Any], owners: dict[str, Any], name: str) -> str:
-    if name in metrics:
-        return format_metric(metrics[name])
-    if name in owners:
-        return f"(in {owners[name]['path'] or 'root'})"
-    return ""
-
-
-def _shape(meta: dict[str, Any] | None) -> str:
-    if not meta:
-        return ""
-    if meta["kind"] == "tensor":
-        return "[" + ", ".join(str(d) for d in meta["shape"]) + "]"
-    if meta["kind"] in ("tuple", "list"):
-        return "(" + ", ".join(_shape(item) for item in meta["items"][:3]) + (", …" if len(meta["items"]) > 3 else "") + ")"
-    return meta["kind"]
+def _cells(item: TreeItem) -> tuple[str, ...]:
+    marker = " ⚠" if item.part is None and item.row.problems else ""
+    name = "  " * item.depth + item.cell("layer").text + marker
+    return (name, *(item.cell(key).text for key in COLUMNS[1:]))
 
 
 def _line(cells: tuple[str, ...], widths: list[int]) -> str:
-    return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths)).rstrip()
+    parts = [cell.rjust(width) if COLUMNS_BY_KEY[key].numeric else cell.ljust(width)
+             for key, cell, width in zip(COLUMNS, cells, widths)]
+    return "  ".join(parts).rstrip()
 
 
-def _totals_lines(report: dict[str, Any]) -> list[str]:
-    totals = report["totals"]
-    params = totals["parameters"]
-    lines = [
-        f"Parameters: {format_count(params['total'])} ({format_count(params['trainable'])} trainable, "
-        f"{format_count(params['frozen'])} frozen), {format_count(params['bytes'])}B",
-        f"Module view:   MACs {format_metric(totals['macs'])} [{totals['macs']['status']}]   "
-        f"FLOPs {format_metric(totals['module_flops'])} [{totals['module_flops']['status']}]   "
-        f"DMAs {format_metric(totals['dmas'])} [{totals['dmas']['status']}]",
-        f"Operator view: FLOPs {format_metric(totals['operator_flops'])} [{totals['operator_flops']['status']}]",
+def _totals_lines(view: ReportView) -> list[str]:
+    totals = {(row.label, row.view): row for row in view.totals}
+    params = totals[("Parameters", "structure")].cell.text
+    trainable, frozen = totals[("Trainable / frozen", "structure")].cell.text.split(" / ")
+    memory = totals[("Parameter memory", "structure")].cell.text
+
+    def shown(label: str, kind: str) -> str:
+        cell = totals[(label, kind)].cell
+        return f"{label} {cell.text} [{cell.status}]"
+
+    module_view = "   ".join(shown(label, "module view") for label in ("MACs", "FLOPs", "DMAs"))
+    return [
+        f"Parameters: {params} ({trainable} trainable, {frozen} frozen), {memory}",
+        f"Module view:   {module_view}",
+        f"Operator view: {shown('FLOPs', 'operator view')}",
     ]
-    problems = [item for item in report["diagnostics"] if item["severity"] != "info"]
-    if problems:
-        lines.append(f"Diagnostics: {len(problems)} (see report['diagnostics'])")
+
+
+def _legend_lines(view: ReportView, rows: list[Any]) -> list[str]:
+    entries = view.legend(COLUMNS, rows)
+    if not entries:
+        return []
+    width = max(len(marker) for marker, _ in entries)
+    return ["Legend:", *(f"  {marker.ljust(width)}  {meaning}" for marker, meaning in entries)]
+
+
+def _finding_lines(view: ReportView) -> list[str]:
+    problems = view.causes
+    if not problems:
+        return []
+    lines = [f"Findings: {len(problems)} (grouped; every record is in report['diagnostics'])"]
+    lines += [f"  {item.severity}: {item.summary}" for item in problems[:SHOWN_FINDINGS]]
+    if len(problems) > SHOWN_FINDINGS:
+        lines.append(f"  … and {len(problems) - SHOWN_FINDINGS} more")
     return lines

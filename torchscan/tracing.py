@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimate_memo import EstimateMemo
@@ -72,6 +73,7 @@ class CallOutcome:
                 continue
             self.owners[name] = owner
         if estimate is not None:
+            estimate.breakdown = without_metrics(estimate.breakdown, set(fields))  # their parts go with them
             estimate.diagnostics = [item for item in estimate.diagnostics
                                     if not _superseded(item, estimate, fields)]
 
@@ -328,6 +330,7 @@ class CallTracer:
             record["metric_owners"] = dict(sorted(outcome.owners.items()))
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
+        keep_breakdown(record, estimate)
         record["operator_flops"] = outcome.operator_flops
         if estimate:
             self.diagnostics.extend(estimate.diagnostics)

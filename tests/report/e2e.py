@@ -66,6 +66,20 @@ class Bessel(nn.Module):
 
 def incomplete():
     return nn.Sequential(nn.Linear(4, 4), Bessel())
+
+
+def warns():
+    """torch warns that the nested-tensor fast path is off (batch_first is not True)."""
+    return nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16), 1)
+
+
+class Explodes(nn.Module):
+    def forward(self, x):
+        raise ValueError("this layer cannot run")
+
+
+def fails():
+    return nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), Explodes()))
 '''
 
 BROKEN_REGISTRY = '''
@@ -154,6 +168,33 @@ inputs = "e2e_models:tagger_inputs"
 inputs_kwargs = { length = 5 }
 '''
 
+USER_REGISTRY = '''
+[catalog]
+title = "Our models"
+
+[[models]]
+name = "transformer_base"
+factory = "native_transformer:transformer_base"
+inputs = "native_transformer:transformer_inputs"
+description = "PyTorch's nn.Transformer at its base size."
+
+[[models]]
+name = "partial"
+factory = "e2e_models:incomplete"
+input_shape = [4]
+description = "A custom layer without a formula: its numbers are lower bounds."
+
+[[models]]
+name = "warns"
+factory = "e2e_models:warns"
+input_shape = [5, 8]
+
+[[models]]
+name = "fails"
+factory = "e2e_models:fails"
+input_shape = [4]
+'''
+
 MKDOCS = '''site_name: Our docs
 theme:
   name: material
@@ -187,3 +228,4 @@ def run_cli(*args: object, cwd: Path, timeout: float = 300) -> subprocess.Comple
 def write_models(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "e2e_models.py").write_text(MODELS, encoding="utf-8")
+    shutil.copy(ROOT / "site_models" / "native_transformer.py", folder / "native_transformer.py")

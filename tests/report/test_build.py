@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from e2e import write_models
 
+import torchscan
 from torchscan.report.build import MARKER, BuildOptions, OutputFolderError, build, previous_output
-from torchscan.report.progress import Progress
+from torchscan.report.progress import Progress, outcome_label
 from torchscan.report.registry import load_registry
-from torchscan.report.site import folder_nav, theme_safe
+from torchscan.report.site import folder_nav, methodology_source, theme_safe
 
 REGISTRY = """
 [catalog]
@@ -50,6 +51,12 @@ def test_standalone_build_then_an_interrupted_one_leaves_it_intact(tmp_path: Pat
     # The standalone site: the catalog is the home page, with the Models section (and Methodology when shipped).
     assert "In-process zoo" in home and 'href="models/tiny.html"' in home and "reports/tiny.html" in home
     assert (output / "markdown" / "catalog.md").read_text().count("[tiny](tiny.md)") == 1
+    if methodology_source() is not None:  # the shipped schema page links to the schema file beside it
+        assert 'href="report.schema.json"' in (output / "methodology" / "schema.html").read_text()
+        assert (output / "methodology" / "report.schema.json").read_bytes() == (
+            Path(torchscan.__file__).parent / "report.schema.json").read_bytes()
+    # No page of a standalone site asks for Google Fonts: it works offline.
+    assert not [path for path in output.rglob("*.html") if "fonts.googleapis" in path.read_text()]
     before = snapshot(output)
     with pytest.raises(KeyboardInterrupt):
         build(registry, BuildOptions(output=output, jobs=1, timeout=60, use_cache=False), Progress(io.StringIO()),
@@ -88,3 +95,41 @@ def test_generated_nav_and_theme_safe_names(tmp_path: Path) -> None:
     assert folder_nav(tmp_path, tmp_path) == ["index.md", "a.md", "b.md", {"Guide": ["guide/index.md",
                                                                                       "guide/intro.md"]}]
     assert theme_safe('A <b> & "c"') == "A ‹b› ＆ ”c”"
+
+
+MIXED = REGISTRY + """
+[[models]]
+name = "incomplete"
+factory = "e2e_models:incomplete"
+input_shape = [4]
+"""
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_progress_and_summary_count_complete_partial_and_failed_runs(tmp_path: Path, strict: bool) -> None:
+    write_models(tmp_path)
+    (tmp_path / "models.toml").write_text(MIXED)
+    registry = load_registry(tmp_path / "models.toml")
+    stream = io.StringIO()
+    result = build(registry, BuildOptions(output=tmp_path / "site", jobs=1, timeout=60, strict=strict),
+                   Progress(stream), executor_factory=in_process)
+    lines = stream.getvalue().splitlines()
+    assert "[1/2] tiny: ok" in lines
+    # A progress line never says "ok" for a run the summary then counts as failed.
+    assert ("[2/2] incomplete: failed (strict: incomplete)" if strict else "[2/2] incomplete: ok, partial") in lines
+    assert result.catalog.counts == {"complete": 1, "partial": 0 if strict else 1, "failed": 1 if strict else 0}
+    assert result.summary_line().startswith("2 runs: 1 complete, " + ("0 partial, 1 failed" if strict
+                                                                      else "1 partial, 0 failed"))
+    strict_failure = ("FAILED incomplete: Strict check failed: the MACs, module FLOPs, DMAs and operator FLOPs "
+                      "totals are lower bounds or unavailable; 1 layer call has incomplete estimates.")
+    assert result.failure_lines() == ([strict_failure] if strict else [])
+
+
+def test_outcome_labels() -> None:
+    partial = {"status": "ok", "report": {"totals": {"macs": {"status": "partial"}}, "layers": []}}
+    complete = {"status": "ok", "report": {"totals": {"macs": {"status": "complete"}}, "layers": []}}
+    assert outcome_label("ok", complete, strict=True) == "ok"
+    assert outcome_label("cached", partial, strict=False) == "cached, partial"
+    assert outcome_label("cached", partial, strict=True) == "cached, failed (strict: incomplete)"
+    assert outcome_label("failed (build: RuntimeError)", {"status": "failed"}, strict=True) == (
+        "failed (build: RuntimeError)")

@@ -12,7 +12,7 @@ from pathlib import Path
 import markdown
 import pytest
 import torch
-from browser import Browser
+from browser import new_tab
 from torch import nn
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module
@@ -34,7 +34,7 @@ from torchscan.report.documents import (
     report_html,
 )
 from torchscan.report.registry import load_registry
-from torchscan.report.views import EMPTY, Cell, LayerRow, ReportView, report_view
+from torchscan.views import EMPTY, Cell, LayerRow, ReportView, report_view
 
 ROOT = Path(__file__).resolve().parents[2]
 SVG = re.compile(r"<svg\b.*?</svg>", re.DOTALL)
@@ -108,9 +108,9 @@ def test_report_html_has_three_accessible_charts_with_their_numbers(cnn_report: 
     by_type, top_calls, profile = report_charts(report_view(cnn_report))
     total = CONV_MACS + LINEAR_MACS
     assert by_type.rows[:2] == [("Conv2d", "1", "7.78 k", f"{100 * CONV_MACS / total:.1f}%", "224", "7.2%"),
-                                ("Linear", "1", "2.88 k", f"{100 * LINEAR_MACS / total:.1f}%", "2.89 k", "92.8%")]
+                                ("Linear", "1", "2.88 k", f"{100 * LINEAR_MACS / total:.1f}%", "2.89K", "92.8%")]
     assert [row[0] for row in by_type.rows[2:]] == ["Flatten", "ReLU"]  # 0 MACs: exact zeros, listed by name
-    assert top_calls.rows == [("1", "0", "Conv2d", "7.78 k", "73.0%"), ("2", "3", "Linear", "2.88 k", "27.0%")]
+    assert top_calls.rows == [("1", "0", "Conv2d", "7.78 k", "73.0%", "—"), ("2", "3", "Linear", "2.88 k", "27.0%", "—")]
     assert [row[0] for row in profile.rows] == ["0", "1", "2", "3"]  # each top-level call is a stage
     # The bars carry their values as text: 7776 MACs and 2880 MACs, 224 and 2890 parameters.
     assert {"7.78 k", "2.88 k", "224", "2.89 k"} <= set(labels(drawn[0]))
@@ -144,9 +144,9 @@ def test_unavailable_values_are_marked_and_listed_never_drawn_as_zero() -> None:
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
     report = crawl_module(model, (3, 8, 8), custom_modules={nn.Linear: ModuleHandler(unknown_macs)})
     by_type, top_calls, profile = report_charts(report_view(report))
-    assert ("Linear", "1", "n/a", "—", "2.89 k", "92.8%") in by_type.rows
+    assert ("Linear", "1", "n/a", "—", "2.89K", "92.8%") in by_type.rows
     assert by_type.notes[0] == "n/a (not drawn, never zero): MACs of Linear (1 call)."
-    assert "Linear" not in labels(by_type.svg)[:labels(by_type.svg).index("Parameters by layer type (total 3.11 k)")]
+    assert "Linear" not in labels(by_type.svg)[:labels(by_type.svg).index("Parameters by layer type (total 3.11K)")]
     assert [row[1] for row in top_calls.rows] == ["0"] and "n/a" in top_calls.notes[0]
     assert "n/a (not drawn)" in labels(profile.svg) and profile.notes[0].startswith("n/a (not drawn, never zero)")
     assert total_of([Amount(5.0), Amount(0.0, "unavailable")]) == Amount(5.0, "partial")
@@ -159,7 +159,7 @@ def test_a_subtree_owner_is_drawn_once_at_the_owner() -> None:
                                                                                              frozenset({"macs"}))})
     by_type, top_calls, profile = report_charts(report_view(report))
     assert by_type.rows == [("Block", "1", "32", "100.0%", "0", "0.0%"), ("Linear", "0", "—", "—", "40", "100.0%")]
-    assert top_calls.rows == [("1", "0", "Block", "32", "100.0%")]
+    assert top_calls.rows == [("1", "0", "Block", "32", "100.0%", "—")]
     for chart in (by_type, top_calls, profile):
         assert "2 calls inside subtree owners are counted in their owner's estimate" in chart.summary
 
@@ -307,22 +307,53 @@ def test_without_matplotlib_the_text_alternative_remains(monkeypatch: pytest.Mon
     assert html.startswith("<figure") and "<svg" not in html and "<td>1</td>" in html
 
 
-def test_charts_are_visible_in_light_and_dark(browser: Browser, cnn_report: dict, tmp_path: Path) -> None:
+def test_charts_are_visible_in_light_and_dark(chromium, cnn_report: dict, tmp_path: Path) -> None:
     path = tmp_path / "report.html"
     path.write_text(render_report_file(cnn_report, "html", title="cnn"), encoding="utf-8")
     size = ('(() => { const r = document.querySelector("#charts svg").getBoundingClientRect();'
             ' return [r.width, r.height]; })()')
     ink = 'getComputedStyle(document.querySelector("#charts svg text")).fill'
     for scheme, text in (("light", "rgb(27, 31, 36)"), ("dark", "rgb(230, 237, 243)")):
-        browser.call("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
-                     session=browser.session)
-        browser.open(path)
-        width, height = browser.evaluate(size)
+        tab = new_tab(chromium, color_scheme=scheme)
+        tab.open(path)
+        width, height = tab.evaluate(size)
         assert width > 300 and height > 50
-        assert browser.evaluate(ink) == text  # labels follow the page's text colour
-        assert browser.evaluate('document.querySelectorAll("#charts svg").length') == 3
-        browser.evaluate('document.getElementById("charts").scrollIntoView()')
-        shot = browser.screenshot(tmp_path / f"charts-{scheme}.png")
+        assert tab.evaluate(ink) == text  # labels follow the page's text colour
+        assert tab.count("#charts svg") == 3
+        tab.page.locator("#charts").scroll_into_view_if_needed()
+        shot = tab.screenshot(tmp_path / f"charts-{scheme}.png")
         assert shot.startswith(b"\x89PNG\r\n\x1a\n") and len(shot) > 10_000
-    browser.call("Emulation.setEmulatedMedia", {"features": []}, session=browser.session)
-    assert browser.console_errors() == []
+        assert tab.errors == []
+        tab.page.context.close()
+
+
+def test_an_owner_with_a_breakdown_is_drawn_by_block_attention_against_feed_forward() -> None:
+    """A GPT-like stack of native layers is one subtree owner; its breakdown opens it up: one bar per block, split
+    into attention, feed-forward and the rest, adding up to the owner's estimate (drawn once)."""
+    block = nn.TransformerEncoderLayer(32, 4, 128, batch_first=True, norm_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(block, 3, enable_nested_tensor=False), nn.Linear(32, 8))
+    view = report_view(crawl_module(model, args=(torch.randn(1, 16, 32),)))
+    _, top_calls, _ = report_charts(view)
+    labels_and_splits = {row[1]: row[5] for row in top_calls.rows}
+    assert {"0.layers.0", "0.layers.1", "0.layers.2", "1"} <= set(labels_and_splits) and "0" not in labels_and_splits
+    split = labels_and_splits["0.layers.0"]
+    assert split.startswith("attention ") and ", feed-forward " in split and ", norms and residuals " in split
+    assert labels_and_splits["1"] == "—"
+    owner = next(row for row in view.layers if row.path == "0")
+    blocks = [row for row in top_calls.rows if row[1].startswith("0.layers.")]
+    assert sum(float(row[4].rstrip("%")) for row in blocks) == pytest.approx(
+        100 * owner.own["macs"].sort / (owner.own["macs"].sort + view.layers[-1].own["macs"].sort), abs=0.2)
+    assert "drawn by block, split into attention, feed-forward and the rest" in top_calls.summary
+    texts = labels(top_calls.svg)
+    assert {"attention", "feed-forward", "norms and residuals"} <= set(texts)
+    assert "0.layers.0 (TransformerEncoderLayer)" in texts
+
+
+def test_every_model_of_a_catalog_gets_its_own_colour() -> None:
+    from torchscan.report.charts.style import distinct_colours
+
+    for count in (3, 8, 14, 16, 40):
+        colours = distinct_colours(count)
+        assert len(colours) == len(set(colours)) == count
+        assert all(re.fullmatch(r"#[0-9a-f]{6}", colour) for colour in colours)
+    assert distinct_colours(20)[:14] == distinct_colours(14)  # adding models keeps the others' colours

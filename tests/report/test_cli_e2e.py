@@ -39,12 +39,24 @@ def test_broken_entries_become_failure_pages_and_the_rest_goes_on(broken_build: 
     assert (out / "index.html").is_file() and (out / ".torchscan-build").is_file()
     page = (out / "markdown" / "raises.md").read_text()
     assert "## Analysis failed" in page and "**RuntimeError**: factory exploded on purpose" in page
+    # The failure keeps the user's own frames, with paths relative to the registry folder (no local paths).
+    assert 'File "e2e_models.py", line' in page and "in raises" in page
+    assert str(broken_build.folder) not in page and "torchscan/report" not in page
+    assert "File &#34;e2e_models.py&#34;" in failures["raises"] and "Traceback" in failures["raises"]
     catalog = (out / "markdown" / "catalog.md").read_text()
     assert "| failed (timeout: TimeoutError) |" in catalog and "| failed (worker: WorkerDied) |" in catalog
-    assert "| incomplete (strict) |" in catalog and "8 models, 5 failed." in catalog
-    assert "Strict check failed: the analysis is incomplete" in (out / "reports" / "incomplete.html").read_text()
-    assert "FAILED raises: RuntimeError: factory exploded on purpose" in result.stderr
-    assert "3 of 8 entries succeeded" in result.stderr
+    assert "| incomplete (strict) |" in catalog and "8 models, 9 runs: 4 complete, 0 partial, 5 failed." in catalog
+    assert "- **raises** failed: build stage, RuntimeError: factory exploded on purpose" in catalog
+    # The portable snippet promises nothing only the site can do; the site's own catalog page sorts and colours.
+    assert "Click a column header" not in catalog and "ts-badge" not in catalog
+    home = (out / "index.html").read_text()
+    assert "Click a column header to sort" in home and 'class="ts-badge ts-failed"' in home
+    strict = (out / "reports" / "incomplete.html").read_text()
+    assert "Strict check failed: the MACs, module FLOPs, DMAs and operator FLOPs totals are lower bounds" in strict
+    assert "FAILED raises: build stage, RuntimeError: factory exploded on purpose" in result.stderr
+    # Complete, partial and failed runs are counted apart: a strict failure is not a success.
+    assert "9 runs: 4 complete, 0 partial, 5 failed; site at" in result.stderr
+    assert "incomplete: failed (strict: incomplete)" in result.stderr and "incomplete: ok" not in result.stderr
     tagger = json.loads((out / "reports" / "tagger.json").read_text())
     assert tagger["context"]["devices"] == ["meta"] and tagger["inputs"]["args"][0]["device"] == "meta"
     if methodology_source() is not None:  # the shipped documentation pages join every generated site
@@ -133,13 +145,23 @@ def test_check_validates_without_running_models(tmp_path: Path) -> None:
     assert run_cli("check", "good.toml", cwd=tmp_path).returncode == 0
 
 
+def test_a_misspelled_dtype_is_reported_with_the_other_mistakes_of_its_entry(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    (tmp_path / "models.toml").write_text('[[models]]\nname = "t"\nfactory = "e2e_models:tiny"\n'
+                                          'input_shpe = [3, 8, 8]\ndtype = "float23"\n')
+    result = run_cli("check", "models.toml", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "models[0] (t): input_shpe: unknown key (did you mean 'input_shape'?)" in result.stderr
+    assert "models[0] (t): dtype: unknown dtype 'float23'" in result.stderr
+
+
 def test_render_and_diff_commands(broken_build: Build, tmp_path: Path) -> None:
     reports = broken_build.output / "reports"
     result = run_cli("render", reports / "tiny.json", "--output", tmp_path / "deep" / "tiny.html", "--title", "Tiny",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     html = (tmp_path / "deep" / "tiny.html").read_text()
-    assert "<title>Tiny — TorchScan report</title>" in html and 'id="tree-body"' in html
+    assert "<title>Tiny — TorchScan report</title>" in html and "data-ts-tree" in html
     result = run_cli("diff", reports / "tiny.json", reports / "tiny.w8.json", "--output", tmp_path / "review.md",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr

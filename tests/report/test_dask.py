@@ -80,7 +80,7 @@ def test_a_local_cluster_build_is_byte_identical_to_a_local_build(tmp_path: Path
     assert [name for name in local_files if local_files[name] != cluster_files[name]] == []
     # The same progress lines (in completion order) and the same failures, each with its local stage.
     for stream in (local_err, on_cluster.stderr):
-        assert "[5/5]" in stream and "1 of 4 entries succeeded" in stream
+        assert "[5/5]" in stream and "5 runs: 2 complete, 0 partial, 3 failed" in stream
         assert "raises: failed (build: RuntimeError)" in stream
         assert "hangs: failed (timeout: TimeoutError)" in stream
         assert "exits: failed (worker: WorkerDied)" in stream

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,40 @@ class Broken(nn.Module):
 
 def broken():
     return Broken()
+
+
+class Inner(nn.Module):
+    def forward(self, x):
+        return helper(x)
+
+
+def helper(x):
+    raise ValueError("deep failure")
+
+
+def nested():
+    return nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), Inner()))
+
+
+class Noisy(nn.Linear):
+    def forward(self, x):
+        import warnings
+        warnings.warn("this layer is noisy", UserWarning)
+        warnings.warn("this layer is noisy", UserWarning)
+        return super().forward(x)
+
+
+def noisy():
+    return Noisy(4, 4)
 '''
 
 
 @pytest.fixture()
-def folder(tmp_path: Path) -> Path:
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A registry folder of its own; its model module is imported afresh (as in a new worker process)."""
     (tmp_path / "worker_models.py").write_text(MODELS)
+    monkeypatch.delitem(sys.modules, "worker_models", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
     return tmp_path
 
 
@@ -101,6 +130,52 @@ def test_failures_name_the_stage_and_error(folder: Path, factory: str, inputs: d
     assert message in error["message"]
 
 
+def test_a_forward_failure_names_the_layer_and_keeps_the_users_frames(folder: Path) -> None:
+    error = analyze_run(job(folder, "nested", {"shapes": [[4]], "dtypes": None}))["error"]
+    assert (error["stage"], error["type"], error["layer"]) == ("analysis", "ValueError", "1.1")
+    frames = error["traceback"].splitlines()
+    # Only the registry folder's own code, relative to it, innermost last; torch and torchscan frames are left out.
+    call, throw = "        return helper(x)", '    raise ValueError("deep failure")'
+    first, second = (MODELS.splitlines().index(text) + 1 for text in (call, throw))
+    assert frames == [f'  File "worker_models.py", line {first}, in forward', call.replace("    ", "", 1),
+                      f'  File "worker_models.py", line {second}, in helper', throw]
+    assert str(folder) not in error["traceback"]
+    build = analyze_run(job(folder, "raises", {"shapes": [[4]], "dtypes": None}))["error"]
+    assert "layer" not in build and build["traceback"].endswith('raise RuntimeError("factory exploded")')
+
+
+def test_warnings_become_report_context_not_stderr(folder: Path, capfd: pytest.CaptureFixture) -> None:
+    result = analyze_run(job(folder, "noisy", {"shapes": [[4]], "dtypes": None}))
+    assert result["report"]["context"]["warnings"] == [{"category": "UserWarning", "message": "this layer is noisy"}]
+    validate_report(result["report"])
+    assert "noisy" not in capfd.readouterr().err
+    quiet = analyze_run(job(folder, "linear", {"shapes": [[4]], "dtypes": None}))["report"]
+    assert "warnings" not in quiet["context"]  # reports without warnings are unchanged
+
+
 def test_a_missing_module_is_an_import_failure(folder: Path) -> None:
     result = analyze_run({**job(folder, "linear", {"shapes": [[4]], "dtypes": None}), "factory": "nope.deeper:f"})
     assert result["error"] == {"stage": "import", "type": "ModuleNotFoundError", "message": "No module named 'nope'"}
+
+
+def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not() -> None:
+    """The terminal sends SIGINT to every process of the build; workers leave it to the parent, which kills them,
+    so an early Ctrl-C prints no worker tracebacks (the worker module arranges this before importing torch)."""
+    import signal
+
+    from torchscan.report.executor import IsolatedProcessExecutor
+
+    executor = IsolatedProcessExecutor(max_workers=1)
+    try:
+        assert executor.submit(interrupt_handler).result(timeout=120) == signal.SIG_IGN
+    finally:
+        executor.shutdown()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def interrupt_handler() -> int:
+    import signal
+
+    import torchscan.report.worker  # noqa: F401 - what a spawned run imports first
+
+    return int(signal.getsignal(signal.SIGINT))

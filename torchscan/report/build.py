@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
-from .documents import build_documents, catalog_markdown
+from .documents import build_documents, site_pages
 from .progress import Progress
 from .registry import Registry
 from .runner import ExecutorFactory, isolated_executor, run_all
@@ -47,6 +47,14 @@ class BuildResult:
     def exit_code(self) -> int:
         return 1 if self.catalog.failed else 0
 
+    def summary_line(self) -> str:
+        """``11 runs: 8 complete, 2 partial, 1 failed; site at …``: a partial run is not counted as a success."""
+        return f"{self.catalog.counts_text}; site at {self.output / 'index.html'}"
+
+    def failure_lines(self) -> list[str]:
+        """``FAILED stem: reason`` for every failed run, in registry order."""
+        return [f"FAILED {run.stem}: {run.reason}" for run in self.catalog.failed_runs]
+
 
 def previous_output(output: Path) -> Path | None:
     """``output`` when it holds an earlier build (it will be replaced), ``None`` when it is absent or empty."""
@@ -68,6 +76,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.build-", dir=output.parent))
     try:
         cache = ResultCache(previous, work, enabled=options.use_cache)
+        progress.strict = {run.stem for run in registry.runs if options.strict or run.strict}
         results = run_all(registry.runs, registry.folder, cache, progress, jobs=options.jobs,
                           timeout=options.timeout, executor_factory=executor_factory)
         catalog = catalog_view(registry, results, options.strict)
@@ -95,15 +104,9 @@ def site_content(registry: Registry, catalog: CatalogView, documents: dict[str, 
     for relative, text in documents.items():
         if relative.startswith("reports/"):
             content.files[relative] = text.encode("utf-8")
-        elif relative.startswith("markdown/") and relative != "markdown/catalog.md":
-            content.pages["models/" + relative.removeprefix("markdown/")] = text
+    content.catalog_page = "index.md" if registry.mkdocs is None else "models/catalog.md"
+    content.pages.update(site_pages(catalog, content.catalog_page, options.templates))
     content.model_pages = [(entry.name, f"models/{entry.name}.md") for entry in catalog.entries]
-    if registry.mkdocs is None:
-        content.catalog_page = "index.md"
-        content.pages["index.md"] = catalog_markdown(catalog, "models/", "reports/", options.templates)
-    else:
-        content.catalog_page = "models/catalog.md"
-        content.pages["models/catalog.md"] = documents["markdown/catalog.md"]
     return content
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics
+from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from .registry import Entry, Registry, Run
-from .views import EMPTY, Cell, ReportView, metric_cell, report_view, value_text, worst_status
+
+#: Run status -> the badge class the site colours it with.
+STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
+                  "incomplete (strict)": "failed"}
 
 
 @dataclass
@@ -55,12 +58,31 @@ class RunSummary:
         return self.report is None or self.strict_failed
 
     @property
+    def outcome(self) -> str:
+        """How the run counts in a build summary: ``complete``, ``partial`` (a lower bound or unavailable number
+        somewhere) or ``failed`` (no report, or incomplete under strictness)."""
+        if self.failed:
+            return "failed"
+        return "complete" if self.status == "complete" else "partial"
+
+    @property
+    def status_class(self) -> str:
+        return STATUS_CLASSES.get(self.status, "partial")
+
+    @property
+    def reason(self) -> str:
+        """Why the run failed, on one line (empty for a run that did not fail)."""
+        if self.error:
+            message = (self.error["message"].splitlines() or [""])[0]
+            return f"{self.error['stage']} stage, {self.error['type']}: {message}"
+        return self.notices[0] if self.notices else ""
+
+    @property
     def notices(self) -> list[str]:
         if not self.strict_failed:
             return []
-        shown = ", ".join(self.incomplete[:6]) + (f" and {len(self.incomplete) - 6} more" if len(self.incomplete) > 6
-                                                  else "")
-        return [f"Strict check failed: the analysis is incomplete ({shown})."]
+        what = self.view.incomplete if self.view is not None and self.view.incomplete else ", ".join(self.incomplete)
+        return [f"Strict check failed: {what}."]
 
 
 @dataclass
@@ -88,6 +110,10 @@ class EntrySummary:
             return "incomplete (strict)"
         return worst_status([{"status": run.status} for run in self.runs])
 
+    @property
+    def status_class(self) -> str:
+        return STATUS_CLASSES.get(self.status, "partial")
+
 
 @dataclass
 class CatalogView:
@@ -101,6 +127,30 @@ class CatalogView:
     def failed(self) -> list[EntrySummary]:
         return [entry for entry in self.entries if entry.failed]
 
+    @property
+    def runs(self) -> list[RunSummary]:
+        return [run for entry in self.entries for run in entry.runs]
+
+    @property
+    def failed_runs(self) -> list[RunSummary]:
+        return [run for run in self.runs if run.failed]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Runs by outcome: complete, partial (some number a lower bound or unavailable) and failed."""
+        counts = {"complete": 0, "partial": 0, "failed": 0}
+        for run in self.runs:
+            counts[run.outcome] += 1
+        return counts
+
+    @property
+    def counts_text(self) -> str:
+        """``11 runs: 8 complete, 2 partial, 1 failed``."""
+        counts = self.counts
+        runs = sum(counts.values())
+        return f"{runs} run{'s' if runs != 1 else ''}: " + ", ".join(f"{number} {name}"
+                                                                   for name, number in counts.items())
+
 
 def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     """Display cells for one run; a failed run keeps its error and empty cells."""
@@ -110,7 +160,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
         return summary
     totals = report["totals"]
     params = totals["parameters"]["total"]
-    summary.params = Cell(format_count(params), "complete", f"{params:,} parameters", params)
+    summary.params = parameter_cell(params)
     summary.macs = metric_cell(totals["macs"])
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])

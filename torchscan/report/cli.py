@@ -105,14 +105,8 @@ def _build(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     for warning in result.warnings:
         progress.note(f"mkdocs: {warning}")
-    for entry in result.catalog.failed:
-        for run in entry.runs:
-            if run.failed:
-                reason = (f"{run.error['type']}: {run.error['message']}" if run.error else run.notices[0])
-                progress.note(f"FAILED {run.stem}: {reason.splitlines()[0] if reason else ''}")
-    total = len(result.catalog.entries)
-    progress.note(f"{total - len(result.catalog.failed)} of {total} entries succeeded; site at "
-                  f"{result.output / 'index.html'}")
+    for line in [*result.failure_lines(), result.summary_line()]:
+        progress.note(line)
     return result.exit_code
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..compare import compare_reports
 from ..formatting import format_count
+from ..views import EMPTY, Cell, layer_label, metric_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
-from .views import EMPTY, Cell, layer_label, metric_cell, shape_text
 
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
                 ("module_flops", "FLOPs", "module view"), ("dmas", "DMAs", "module view"),

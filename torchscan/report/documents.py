@@ -1,4 +1,9 @@
-"""The documents torchscan-report writes, each a pure function of its data: JSON, standalone HTML, Markdown."""
+"""The documents torchscan-report writes, each a pure function of its data: JSON, standalone HTML, Markdown.
+
+Markdown comes in two forms from the same templates and views: the portable snippet files under ``markdown/`` that
+other sites include section by section (plain tables and text), and the pages of the generated site, which add
+what only that site can show (status badges, the collapsible layer tree, sort keys, admonitions).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
+from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
 from .charts import catalog_charts, diff_charts, report_charts
 from .diff_view import DiffView, diff_view
 from .render import render
-from .views import ReportView, report_view
 
 #: A tree with at most this many rows opens fully; a larger one shows the root and its children (one click away).
 OPEN_ALL_ROWS = 400
@@ -23,7 +30,7 @@ def report_json(report: dict[str, Any]) -> str:
 
 def open_depth(view: ReportView) -> int:
     deepest = max((row.depth for row in view.layers), default=0)
-    return deepest if len(view.layers) <= OPEN_ALL_ROWS else min(deepest, 1)
+    return deepest if len(view.tree) <= OPEN_ALL_ROWS else min(deepest, 1)
 
 
 def with_charts(view: ReportView) -> ReportView:
@@ -34,11 +41,17 @@ def with_charts(view: ReportView) -> ReportView:
 
 
 def report_html(view: ReportView, templates: Path | None = None) -> str:
-    return render("report.html.j2", templates, view=with_charts(view), open_depth=open_depth(view))
+    return render("report.html.j2", templates, view=with_charts(view), open_depth=open_depth(view),
+                  columns=LAYER_COLUMNS)
 
 
 def report_markdown(view: ReportView, templates: Path | None = None) -> str:
-    return render("report.md.j2", templates, view=view, for_site=False)
+    return render("report.md.j2", templates, view=view, site=False, tree=None, named=f": {view.title}")
+
+
+def tree_html(view: ReportView, templates: Path | None = None) -> Markup:
+    """The collapsible layer tree as an HTML block for a site page (tree.js and site.css drive and style it)."""
+    return Markup(render("tree.html.j2", templates, view=view, open_depth=open_depth(view), columns=LAYER_COLUMNS))
 
 
 def render_report_file(report: dict[str, Any], kind: str, title: str = "", templates: Path | None = None) -> str:
@@ -63,21 +76,51 @@ def failure_html(run: RunSummary, templates: Path | None = None) -> str:
     return render("failure.html.j2", templates, run=run)
 
 
-def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None) -> str:
-    if entry.primary.view is not None:
-        with_charts(entry.primary.view)
-    return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix)
+def run_callouts(entry: EntrySummary, templates: Path | None = None) -> Markup:
+    """The notices at the top of a model page: each failed run, then each incomplete one (runs with the same
+    causes share one notice), then the Python warnings a run raised, as HTML blocks that Material styles as
+    admonitions."""
+    named = len(entry.runs) > 1
+    blocks = [render("failure_callout.html.j2", templates, run=run, named=named) for run in entry.runs if run.failed]
+    for runs in _incomplete_groups(entry.runs):
+        variants = ", ".join(run.label for run in runs) if named else ""
+        blocks.append(render("callout.html.j2", templates, view=runs[0].view, variants=variants))
+    blocks += [render("warnings_callout.html.j2", templates, run=run, named=named)
+               for run in entry.runs if run.report is not None and run.report["context"].get("warnings")]
+    return Markup("\n".join(block.rstrip("\n") for block in blocks))
 
 
-def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None
-                     ) -> str:
+def _incomplete_groups(runs: list[RunSummary]) -> list[list[RunSummary]]:
+    """The runs that are partial or unavailable (and not failed), grouped by the causes they share."""
+    groups: dict[tuple[str, ...], list[RunSummary]] = {}
+    for run in runs:
+        if not run.failed and run.view is not None and run.view.status in ("partial", "unavailable"):
+            groups.setdefault(tuple(item.summary for item in run.view.causes), []).append(run)
+    return list(groups.values())
+
+
+def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False
+                   ) -> str:
+    """A model's page: the site's (``site``) or the portable snippet file under ``markdown/``."""
+    view = entry.primary.view
+    if view is not None:
+        with_charts(view)
+    tree = tree_html(view, templates) if site and view is not None else None
+    return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
+                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}",
+                  view_charts=bool(view is not None and view.charts))
+
+
+def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None,
+                     site: bool = False) -> str:
     if catalog.charts is None:
         catalog.charts = catalog_charts(catalog)
-    return render("catalog.md.j2", templates, catalog=catalog, page_prefix=page_prefix, report_prefix=report_prefix)
+    return render("catalog.md.j2", templates, catalog=catalog, page_prefix=page_prefix, report_prefix=report_prefix,
+                  site=site)
 
 
 def build_documents(catalog: CatalogView, templates: Path | None = None) -> dict[str, str]:
-    """Every file of a build except the site itself, by path relative to the output folder."""
+    """Every file of a build except the site pages, by path relative to the output folder."""
     files: dict[str, str] = {}
     for entry in catalog.entries:
         for run in entry.runs:
@@ -89,3 +132,14 @@ def build_documents(catalog: CatalogView, templates: Path | None = None) -> dict
         files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates)
     files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates)
     return files
+
+
+def site_pages(catalog: CatalogView, catalog_page: str, templates: Path | None = None) -> dict[str, str]:
+    """The generated site's Markdown pages: one per entry under ``models/``, and the catalog at ``catalog_page``
+    (``index.md`` of a standalone site, or ``models/catalog.md`` beside an existing site's pages)."""
+    pages = {f"models/{entry.name}.md": entry_markdown(entry, "../reports/", templates, site=True)
+             for entry in catalog.entries}
+    at_root = "/" not in catalog_page
+    pages[catalog_page] = catalog_markdown(catalog, "models/" if at_root else "", "reports/" if at_root else
+                                           "../reports/", templates, site=True)
+    return pages

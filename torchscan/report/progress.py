@@ -1,9 +1,27 @@
-"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI)."""
+"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI).
+
+A finished run is labelled by what the build will make of it: ``ok``, ``ok, partial`` (some number is a lower bound
+or unavailable), ``failed (strict: incomplete)`` for an incomplete run under strictness, or the failure itself, so the
+progress lines never say ``ok`` for a run that the summary then lists as failed.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from typing import Any, TextIO
+
+from ..results import incomplete_metrics
+
+
+def outcome_label(status: str, result: dict[str, Any] | None, strict: bool) -> str:
+    """``status`` (``ok``, ``cached`` or a failure) refined by the run's report and strictness."""
+    report = (result or {}).get("report")
+    if not isinstance(report, dict) or "totals" not in report or not incomplete_metrics(report):
+        return status
+    if strict:
+        return "failed (strict: incomplete)" if status == "ok" else f"{status}, failed (strict: incomplete)"
+    return f"{status}, partial"
 
 
 class Progress:
@@ -14,6 +32,8 @@ class Progress:
         self.total = 0
         self.done = 0
         self.started: dict[str, None] = {}
+        #: Stems of the runs that must be complete (``--strict`` or ``strict = true``).
+        self.strict: Collection[str] = ()
 
     def start(self, total: int) -> None:
         self.total, self.done = total, 0
@@ -21,10 +41,10 @@ class Progress:
     def submitted(self, stem: str) -> None:
         self.started[stem] = None
 
-    def finished(self, stem: str, status: str) -> None:
+    def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
         self.done += 1
         self.started.pop(stem, None)
-        self.note(f"[{self.done}/{self.total}] {stem}: {status}")
+        self.note(f"[{self.done}/{self.total}] {stem}: {outcome_label(status, result, stem in self.strict)}")
 
     def stop(self) -> None:
         pass
@@ -56,13 +76,14 @@ class RichProgress(Progress):
         super().submitted(stem)
         self._describe()
 
-    def finished(self, stem: str, status: str) -> None:
+    def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
         from rich.markup import escape
 
         self.started.pop(stem, None)
         self.done += 1
-        style = "green" if status in ("ok", "cached") else "red"
-        self.console.print(f"[{style}]{escape(status)}[/{style}] {escape(stem)}", highlight=False)
+        label = outcome_label(status, result, stem in self.strict)
+        style = "green" if label in ("ok", "cached") else "yellow" if label.endswith("partial") else "red"
+        self.console.print(f"[{style}]{escape(label)}[/{style}] {escape(stem)}", highlight=False)
         self.bar.advance(self.task)
         self._describe()
 

@@ -235,6 +235,9 @@ class _Checker:
             self.problem(where, "expected exactly one input spec: input_shape (generated inputs, with an optional "
                          "dtype) or inputs = \"module:callable\" returning (args, kwargs)"
                          + ("; both were given" if has_shape else "; neither was given"))
+            if "dtype" in spec:  # still named, so that a misspelled dtype is reported with the other mistakes
+                dtype = spec["dtype"]
+                self.dtypes(f"{where}: dtype", dtype, len(dtype) if isinstance(dtype, list) else 1)
             return InputSpec()
         if has_callable:
             if "dtype" in spec:

@@ -1,11 +1,13 @@
 """The Jinja environments (HTML with autoescaping, Markdown with Markdown escaping) and the render entry points.
 
-Templates ship inside the package (``torchscan/templates``) and are loaded with `jinja2.PackageLoader`, so an
-installed wheel finds them; a folder of overrides (same file names) is searched first when given.
+The templates live in the checkout's top-level ``templates/`` folder, which the wheel ships as
+``torchscan/templates`` (see ``[tool.setuptools]`` in ``pyproject.toml``); `template_folder` finds either. A folder
+of overrides (same file names) is searched first when given.
 """
 
 from __future__ import annotations
 
+import html
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -14,9 +16,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from .views import Cell, layer_label
+from ..views import Cell, layer_label
 
-TEMPLATE_PACKAGE = ("torchscan", "templates")
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 #: Characters with a meaning in Markdown inline syntax; backslash escapes are valid CommonMark and Python-Markdown.
 MARKDOWN_SPECIAL = "\\`*_[]"
 #: Characters written as entities: HTML must never pass through, and ``|`` would split a table cell.
@@ -73,10 +75,31 @@ def _json_pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True)
 
 
+def html_attribute(value: Any) -> Markup:
+    """Text for an HTML attribute inside Markdown (a tooltip): entities, never Markdown escapes or a table ``|``."""
+    text = " ".join(str(value).split())
+    return Markup(html.escape(text, quote=True).replace("|", "&#124;"))
+
+
+def capitalize_first(value: Any) -> str:
+    text = str(value)
+    return text[:1].upper() + text[1:]
+
+
+@lru_cache(maxsize=1)
+def template_folder() -> Path:
+    """``torchscan/templates`` in an installed wheel, else the ``templates/`` folder of this checkout."""
+    for folder in (PACKAGE_ROOT / "templates", PACKAGE_ROOT.parent / "templates"):
+        if (folder / "page.html.j2").is_file():
+            return folder
+    raise FileNotFoundError(f"the torchscan-report templates are missing: neither {PACKAGE_ROOT / 'templates'} "
+                            f"(an installed wheel) nor {PACKAGE_ROOT.parent / 'templates'} (a checkout) exists")
+
+
 @lru_cache(maxsize=8)
 def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
     """The environment for ``kind`` ("html" or "md"), with an optional folder of template overrides."""
-    loaders: list[jinja2.BaseLoader] = [jinja2.PackageLoader(*TEMPLATE_PACKAGE)]
+    loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(str(template_folder()))]
     if overrides:
         loaders.insert(0, jinja2.FileSystemLoader(overrides))
     options: dict[str, Any] = {"loader": jinja2.ChoiceLoader(loaders), "undefined": jinja2.StrictUndefined,
@@ -88,7 +111,8 @@ def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
     else:
         raise ValueError(f"unknown template kind {kind!r}")
     env.filters.update({"status_class": _status_class, "sort_key": _sort_key, "md": markdown_escape,
-                        "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup})
+                        "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup,
+                        "attr": html_attribute, "capitalize_first": capitalize_first})
     return env
 
 

@@ -49,7 +49,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
         if cached is not None:
             results[run.stem] = cached
             cache.store(key, cached)
-            progress.finished(run.stem, "cached")
+            progress.finished(run.stem, "cached", cached)
         else:
             pending.append((run, job, key))
     if pending:
@@ -74,7 +74,7 @@ def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache,
             result = outcome_of(future)
             results[run.stem] = result
             cache.store(key, result)
-            progress.finished(run.stem, result["status"] if result["status"] == "ok" else _short(result))
+            progress.finished(run.stem, result["status"] if result["status"] == "ok" else _short(result), result)
     except BaseException:
         if isinstance(executor, IsolatedProcessExecutor):
             executor.kill_all()

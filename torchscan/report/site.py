@@ -19,8 +19,14 @@ from typing import Any
 
 import yaml
 
+from ..schema import SCHEMA_FILE
+from .render import template_folder
+
 ASSET_FOLDER = "assets/torchscan"
-ASSETS = ("tablesort.js", "site.css")
+#: The site's style sheets and scripts: (folder under templates/, file name), loaded by every page.
+ASSETS = (("assets", "tree.css"), ("site_assets", "site.css"), ("site_assets", "tablesort.js"), ("assets", "tree.js"))
+STYLESHEETS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".css")]
+SCRIPTS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".js")]
 REQUIRED_EXTENSIONS = ("tables", "attr_list", "toc")
 METHODOLOGY_FOLDER = "methodology"
 #: Used when the caller has not set SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z, any fixed value works.
@@ -76,8 +82,8 @@ def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_
         user_docs = Path(user["docs_dir"])
         shutil.copytree(user_docs, docs, ignore=shutil.ignore_patterns(".*"))
         overrides["markdown_extensions"] = _extensions(user)
-        overrides["extra_css"] = [*user["extra_css"], f"{ASSET_FOLDER}/site.css"]
-        overrides["extra_javascript"] = [*map(str, user["extra_javascript"]), f"{ASSET_FOLDER}/tablesort.js"]
+        overrides["extra_css"] = [*user["extra_css"], *STYLESHEETS]
+        overrides["extra_javascript"] = [*map(str, user["extra_javascript"]), *SCRIPTS]
         methodology = _add_methodology(docs, user_docs)
         own_nav = user["nav"] if user["nav"] is not None else folder_nav(user_docs, user_docs)
         overrides["nav"] = [*own_nav, *_catalog_nav(content, methodology)]
@@ -128,7 +134,8 @@ def _standalone_config(content: SiteContent, methodology: list[str], docs: Path)
     snippets = {"base_path": [str(docs / METHODOLOGY_FOLDER), str(docs)], "check_paths": True}
     return {
         "site_name": theme_safe(content.title),
-        "theme": {"name": "material", "features": ["content.code.copy", "navigation.top"],
+        # font: false keeps the pages offline (no Google Fonts request); the system font stack is used.
+        "theme": {"name": "material", "features": ["content.code.copy", "navigation.top"], "font": False,
                   "palette": [
                       {"media": "(prefers-color-scheme: light)", "scheme": "default",
                        "toggle": {"icon": "material/weather-night", "name": "Switch to dark mode"}},
@@ -143,8 +150,8 @@ def _standalone_config(content: SiteContent, methodology: list[str], docs: Path)
         # The shipped methodology pages may link to pages of the project's own site that a catalog does not carry;
         # such links are reported, not fatal. The catalog's own links are checked by the test suite.
         "validation": {"links": {"not_found": "info", "unrecognized_links": "info", "anchors": "info"}},
-        "extra_css": [f"{ASSET_FOLDER}/site.css"],
-        "extra_javascript": [f"{ASSET_FOLDER}/tablesort.js"],
+        "extra_css": STYLESHEETS,
+        "extra_javascript": SCRIPTS,
         "nav": [{"Catalog": content.catalog_page}, *_catalog_nav(content, methodology, standalone=True)],
         "exclude_docs": f"{METHODOLOGY_FOLDER}/conventions/\n",
     }
@@ -179,6 +186,8 @@ def _add_methodology(docs: Path, user_docs: Path | None) -> list[str]:
     target = docs / METHODOLOGY_FOLDER
     # The conventions/ files are included into conventions.md by snippets rather than shown as pages of their own.
     shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".*", "__pycache__", "*.py"))
+    # schema.md links to the JSON Schema beside it: publish the shipped file in the same folder.
+    (target / SCHEMA_FILE).write_bytes(resources.files("torchscan").joinpath(SCHEMA_FILE).read_bytes())
     pages = sorted(path.relative_to(docs).as_posix() for path in target.glob("*.md"))
     index = f"{METHODOLOGY_FOLDER}/index.md"
     return ([index] if index in pages else []) + [page for page in pages if page != index]
@@ -189,9 +198,8 @@ def _write_content(docs: Path, content: SiteContent) -> None:
         _write(docs / relative, text.encode("utf-8"))
     for relative, data in sorted(content.files.items()):
         _write(docs / relative, data)
-    for name in ASSETS:
-        data = (resources.files("torchscan") / "templates" / "site_assets" / name).read_bytes()
-        _write(docs / ASSET_FOLDER / name, data)
+    for folder, name in ASSETS:
+        _write(docs / ASSET_FOLDER / name, (template_folder() / folder / name).read_bytes())
 
 
 def _write(path: Path, data: bytes) -> None:

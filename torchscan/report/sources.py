@@ -9,8 +9,10 @@ from __future__ import annotations
 import ast
 import hashlib
 import sys
+from collections.abc import Callable
 from importlib.machinery import PathFinder
 from pathlib import Path
+from typing import Any
 
 
 def locate_module(module: str, folder: Path) -> Path | None:
@@ -69,17 +71,41 @@ def top_level_names(path: Path) -> frozenset[str] | None:
 
 
 def _bound_names(node: ast.stmt) -> set[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return {node.name}
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    if isinstance(node, ast.Assign):
-        return {name.id for target in node.targets for name in ast.walk(target) if isinstance(name, ast.Name)}
-    if isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name):
-        return {node.target.id}
-    if isinstance(node, (ast.If, ast.Try, ast.With)):
-        inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
-        for handler in getattr(node, "handlers", []):
-            inner.extend(handler.body)
-        return {name for child in inner for name in _bound_names(child)}
+    """The names one top-level statement binds (definitions, imports, assignments, and inside if/try/with)."""
+    for kinds, names in _BINDERS:
+        if isinstance(node, kinds):
+            return names(node)
     return set()
+
+
+def _imported(node: Any) -> set[str]:
+    return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+
+
+def _assigned(node: Any) -> set[str]:
+    return {name.id for target in node.targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+
+
+def _target(node: Any) -> set[str]:
+    return {node.target.id} if isinstance(node.target, ast.Name) else set()
+
+
+def _nested(node: Any) -> set[str]:
+    return {name for child in _inner_statements(node) for name in _bound_names(child)}
+
+
+_BINDERS: tuple[tuple[tuple[type, ...], Callable[[Any], set[str]]], ...] = (
+    ((ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef), lambda node: {node.name}),
+    ((ast.Import, ast.ImportFrom), _imported),
+    ((ast.Assign,), _assigned),
+    ((ast.AnnAssign, ast.AugAssign), _target),
+    ((ast.If, ast.Try, ast.With), _nested),
+)
+
+
+def _inner_statements(node: ast.If | ast.Try | ast.With) -> list[ast.stmt]:
+    """The statements of every branch of a compound statement (conditional imports bind names too)."""
+    inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+    for handler in getattr(node, "handlers", []):
+        inner.extend(handler.body)
+    return inner

@@ -16,7 +16,7 @@ from ...handlers import ModuleCall, ModuleEstimates
 from ..conventions import FLOPS_PER_SLICE
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
 from .token_dependencies import attention_allowed, widest, without_padding
-from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known
+from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known, with_breakdown
 
 # --- formula --------------------------------------------------------------------------------------------------
 
@@ -53,11 +53,20 @@ class AttentionShape:
         return self.batch * self.heads * self.queries * self.attended
 
 
+def projection_macs(a: AttentionShape) -> int:
+    """The q, k, v and output projections."""
+    n, l, s, e = a.batch, a.queries, a.keys, a.embed
+    return n * (l * e * e + s * a.kdim * e + s * a.vdim * e + l * e * e)
+
+
+def score_macs(a: AttentionShape) -> int:
+    """QK^T and weights·V (each N*H*L*S*D)."""
+    return 2 * a.scores * a.head_dim
+
+
 def attention_macs(a: AttentionShape) -> int:
     """q, k, v and output projections plus QK^T and weights·V (each N*H*L*S*D)."""
-    n, l, s, e = a.batch, a.queries, a.keys, a.embed
-    projections = n * (l * e * e + s * a.kdim * e + s * a.vdim * e + l * e * e)
-    return projections + 2 * a.scores * a.head_dim
+    return projection_macs(a) + score_macs(a)
 
 
 def softmax_row_flops(length: int) -> int:
@@ -65,16 +74,27 @@ def softmax_row_flops(length: int) -> int:
     return FLOPS_PER_SLICE["softmax"](length) if length else 0
 
 
-def attention_flops(a: AttentionShape) -> int:
-    """2 per MAC + biases + query scaling + float-mask adds + softmax + head averaging of returned weights."""
+def projection_flops(a: AttentionShape) -> int:
+    """2 per projection MAC + the projections' biases."""
     n, l, s, e = a.batch, a.queries, a.keys, a.embed
     in_biases = n * (l * e + 2 * s * e) if a.in_bias else 0
     out_bias = n * l * e if a.out_bias else 0
+    return 2 * projection_macs(a) + in_biases + out_bias
+
+
+def score_flops(a: AttentionShape) -> int:
+    """2 per QK^T and weights·V MAC + query scaling + float-mask adds + softmax + head averaging of the weights."""
+    n, l, e = a.batch, a.queries, a.embed
     scaling = n * l * e                                   # q * D**-0.5, once per query element
     masks = a.additive_masks * a.scores
     softmax = n * a.heads * l * softmax_row_flops(a.attended)
     averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (n, l, s)
-    return 2 * attention_macs(a) + in_biases + out_bias + scaling + masks + softmax + averaging
+    return 2 * score_macs(a) + scaling + masks + softmax + averaging
+
+
+def attention_flops(a: AttentionShape) -> int:
+    """2 per MAC + biases + query scaling + float-mask adds + softmax + head averaging of returned weights."""
+    return projection_flops(a) + score_flops(a)
 
 
 def attention_dmas(a: AttentionShape) -> int:
@@ -98,18 +118,37 @@ def _mask_counts(masks: Masks) -> dict[str, int]:
             "mask_elements": sum(mask.numel() for mask in present)}
 
 
+def attention_shape(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
+                    masks: Masks, weights: str = "none") -> AttentionShape:
+    return AttentionShape(
+        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
+        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
+        extra_keys=_extra_keys(mha), weights=weights, **_mask_counts(masks))
+
+
+def _extra_keys(mha: nn.MultiheadAttention) -> int:
+    return int(mha.bias_k is not None) + int(mha.add_zero_attn)
+
+
 def attention_work(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
                    masks: Masks, weights: str = "none") -> Work:
     """One native attention call; add_bias_kv / add_zero_attn give a lower bound (their copies are not counted)."""
     if not is_native(mha, nn.MultiheadAttention):
         return UNKNOWN
-    extra = int(mha.bias_k is not None) + int(mha.add_zero_attn)
-    shape = AttentionShape(
-        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
-        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
-        extra_keys=extra, weights=weights, **_mask_counts(masks))
+    shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
     work = Work(attention_flops(shape), attention_macs(shape), attention_dmas(shape))
-    return work.at_least(SUMMABLE) if extra else work
+    return work.at_least(SUMMABLE) if shape.extra_keys else work
+
+
+def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
+                    masks: Masks, weights: str = "none") -> list[tuple[str, Work]]:
+    """`attention_work` split into the projections and the scores with their weighted sum (FLOPs and MACs)."""
+    if not is_native(mha, nn.MultiheadAttention):
+        return [("attention", UNKNOWN)]
+    shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
+    parts = [("projections", Work(projection_flops(shape), projection_macs(shape))),
+             ("scores and weighted sum", Work(score_flops(shape), score_macs(shape)))]
+    return [(name, work.at_least(SUMMABLE) if shape.extra_keys else work) for name, work in parts]
 
 
 # --- handler --------------------------------------------------------------------------------------------------
@@ -134,4 +173,9 @@ def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
         allowed = attention_allowed(mask, a["is_causal"] is True, mha.num_heads, q.length, k.length)
         return widest(without_padding(allowed, padding, k.length), k.length), True
 
-    return estimates(call, work, width, query.dtype)
+    def parts() -> list[tuple[str, str, Work]]:
+        q, k, v = (tokens(tensor, mha.batch_first) for tensor in (query, key, value))
+        return [("", f"attention {name}", work)
+                for name, work in attention_parts(mha, q, k, k.width, v.width, (padding, mask), weights)]
+
+    return with_breakdown(estimates(call, work, width, query.dtype), call, parts, query.dtype)

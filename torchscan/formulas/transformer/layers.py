@@ -20,8 +20,9 @@ from ...handlers import ModuleCall, ModuleEstimates
 from .attention import attention_work
 from .blocks import Children, residual_work
 from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
+from .parts import Part, decoder_layer_parts, decoder_stack_parts, encoder_layer_parts, encoder_stack_parts
 from .token_dependencies import stack_width
-from .work import UNKNOWN, Work, estimates, nothing_known, total
+from .work import UNKNOWN, Work, estimates, nothing_known, total, with_breakdown
 
 # --- work -----------------------------------------------------------------------------------------------------
 
@@ -87,6 +88,8 @@ def decoder_stack_work(children: Children, decoder: nn.Module, tgt: Tokens, memo
 
 EncoderWork = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], Work]
 DecoderWork = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], Work]
+EncoderParts = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], list[Part]]
+DecoderParts = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], list[Part]]
 
 
 def _target_masks(arguments: dict[str, Any]) -> tuple[Masks, Masks]:
@@ -114,7 +117,8 @@ def _dependency_width(layers: Callable[[], list[nn.Module]], sequence: torch.Ten
 
 
 def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: EncoderWork,
-              layers: Callable[[], list[nn.Module]], budget: int, children: Children) -> ModuleEstimates:
+              layers: Callable[[], list[nn.Module]], budget: int, children: Children, parts_of: EncoderParts
+              ) -> ModuleEstimates:
     """An encoder layer or stack over src, whose attention mask is the argument ``mask_name``."""
     a = call_arguments(call)
     src, masks = a["src"], (a[mask_name], a["src_key_padding_mask"])
@@ -125,11 +129,14 @@ def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: Enco
     def width() -> tuple[int, bool]:
         return _dependency_width(layers, src, batch_first, masks, a["is_causal"], budget)
 
-    return estimates(call, work, width, src.dtype)
+    def parts() -> list[Part]:
+        return parts_of(children, call.module, tokens(src, batch_first), masks, src.dtype)
+
+    return with_breakdown(estimates(call, work, width, src.dtype), call, parts, src.dtype)
 
 
 def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Callable[[], list[nn.Module]],
-              budget: int, children: Children) -> ModuleEstimates:
+              budget: int, children: Children, parts_of: DecoderParts) -> ModuleEstimates:
     """A decoder layer or stack over tgt and memory; the receptive field is along tgt."""
     a = call_arguments(call)
     tgt, memory = a["tgt"], a["memory"]
@@ -142,7 +149,11 @@ def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers:
     def width() -> tuple[int, bool]:
         return _dependency_width(layers, tgt, batch_first, self_masks, a["tgt_is_causal"], budget)
 
-    return estimates(call, work, width, tgt.dtype)
+    def parts() -> list[Part]:
+        return parts_of(children, call.module, tokens(tgt, batch_first), tokens(memory, batch_first), self_masks,
+                        cross_masks, tgt.dtype)
+
+    return with_breakdown(estimates(call, work, width, tgt.dtype), call, parts, tgt.dtype)
 
 
 # --- handlers -------------------------------------------------------------------------------------------------
@@ -154,7 +165,7 @@ def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) ->
     if not is_native(layer, nn.TransformerEncoderLayer):
         return nothing_known()  # type: ignore[return-value]
     return _encoding(call, "src_mask", layer.self_attn.batch_first, encoder_layer_work, lambda: [layer], budget,
-                     children)
+                     children, encoder_layer_parts)
 
 
 def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
@@ -163,7 +174,7 @@ def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) ->
     if not is_native(layer, nn.TransformerDecoderLayer):
         return nothing_known()  # type: ignore[return-value]
     return _decoding(call, layer.self_attn.batch_first, decoder_layer_work, lambda: [layer], budget,
-                     children)
+                     children, decoder_layer_parts)
 
 
 def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
@@ -172,7 +183,8 @@ def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Modul
     if not is_native(encoder, nn.TransformerEncoder):
         return nothing_known()  # type: ignore[return-value]
     return _encoding(call, "mask", _stack_batch_first(encoder), encoder_stack_work,
-                     lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children)
+                     lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children,
+                     encoder_stack_parts)
 
 
 def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
@@ -181,7 +193,8 @@ def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Modul
     if not is_native(decoder, nn.TransformerDecoder):
         return nothing_known()  # type: ignore[return-value]
     return _decoding(call, _stack_batch_first(decoder), decoder_stack_work,
-                     lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children)
+                     lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children,
+                     decoder_stack_parts)
 
 
 def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
@@ -213,7 +226,14 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
         return _dependency_width(lambda: _native_layers(model.decoder, nn.TransformerDecoderLayer), tgt,
                                  model.batch_first, self_masks, a["tgt_is_causal"], budget)
 
-    return estimates(call, work, width, src.dtype)
+    def parts() -> list[Part]:
+        source, target = tokens(src, model.batch_first), tokens(tgt, model.batch_first)
+        return (encoder_stack_parts(children, model.encoder, source, (a["src_mask"], a["src_key_padding_mask"]),
+                                    src.dtype, "encoder.")
+                + decoder_stack_parts(children, model.decoder, target, source, self_masks, cross_masks, tgt.dtype,
+                                      "decoder."))
+
+    return with_breakdown(estimates(call, work, width, src.dtype), call, parts, src.dtype)
 
 
 #: Module type -> its estimate, given the call, the token-dependency budget and the children's formulas.

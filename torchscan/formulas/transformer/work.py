@@ -112,6 +112,16 @@ def _dropout_active(module: nn.Module) -> bool:
     return False
 
 
+def _bounded(work: Work, dtype: torch.dtype, dropout: bool) -> Work:
+    """The call-wide boundaries of a formula: no FLOPs or MACs for integer inputs, a lower bound under training-mode
+    ``dropout`` (`_dropout_active`, walked once per call)."""
+    if not dtype.is_floating_point:
+        work = work.without(frozenset({"module_flops", "macs"}))
+    if dropout:
+        work = work.at_least(frozenset({"module_flops", "dmas"}))
+    return work
+
+
 def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tuple[int, bool]],
               dtype: torch.dtype) -> ModuleEstimates:
     """The six fields, with the call-wide boundaries applied to the formula's work."""
@@ -119,8 +129,24 @@ def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tu
         counted = work()
     except UnsupportedCall:
         counted = UNKNOWN
-    if not dtype.is_floating_point:
-        counted = counted.without(frozenset({"module_flops", "macs"}))
-    if _dropout_active(call.module):
-        counted = counted.at_least(frozenset({"module_flops", "dmas"}))
-    return {**summable_fields(counted), **token_fields(width)}  # type: ignore[typeddict-item]
+    bounded = _bounded(counted, dtype, _dropout_active(call.module))
+    return {**summable_fields(bounded), **token_fields(width)}  # type: ignore[typeddict-item]
+
+
+#: The metrics a breakdown splits: FLOPs and MACs (the DMAs of attention's intermediates belong to no one part).
+PART_METRICS = ("module_flops", "macs")
+
+
+def with_breakdown(fields: ModuleEstimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
+                   dtype: torch.dtype) -> ModuleEstimates:
+    """``fields`` with the ``breakdown`` of its FLOPs and MACs: ``(module, part, work)`` triples whose work adds up
+    to the estimate's, under the same call-wide boundaries (see `torchscan.breakdown`)."""
+    try:
+        found = parts()
+    except UnsupportedCall:
+        return fields
+    breakdown, dropout = [], _dropout_active(call.module)
+    for module, name, work in found:
+        values = summable_fields(_bounded(work, dtype, dropout))
+        breakdown.append({"part": name, "module": module, **{key: values[key] for key in PART_METRICS}})
+    return {**fields, "breakdown": breakdown}  # type: ignore[typeddict-unknown-key]

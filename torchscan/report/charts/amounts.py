@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ...formatting import format_count
 
 if TYPE_CHECKING:
-    from ..views import Cell
+    from ...views import Cell
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Bar:
-    """One bar of a ranking: its label, amount, colour and a note written beside an n/a row."""
+    """One bar of a ranking: its label, amount, colour and a note written beside an n/a row; a stacked bar also has
+    ``segments``, ``(colour, amount)`` pieces drawn end to end that add up to ``amount``."""
 
     label: str
     amount: Amount
     colour: str = PALETTE[0]
     note: str = ""
+    segments: tuple[tuple[str, Amount], ...] = ()
 
 
 def label_margin(labels: Sequence[str]) -> float:
@@ -95,6 +97,21 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
         canvas.text(0.5, 0.5, empty, axes.transAxes, anchor="middle")
         return
     positions = list(positions) if positions is not None else [float(index) for index in range(len(bars))]
+    floor, stub = _ranking_limits(axes, bars, log)
+    axes.set_ylim(max(max(positions) + 0.5, rows - 0.5), min(positions) - 0.5)
+    spans, colours, statuses, ends = _ranking_boxes(bars, positions, floor, stub)
+    add_boxes(canvas, axes, spans, colours, statuses)
+    for position, bar in zip(positions, bars):
+        canvas.text(0, position, bar.label, axes.get_yaxis_transform(), dx=-5, anchor="end")
+        if bar.amount.drawn:
+            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5)
+        else:
+            canvas.text(0, position, "n/a" + (f" ({bar.note})" if bar.note else ""), axes.get_yaxis_transform(),
+                        dx=4, colour=UNAVAILABLE, size=FONT - 0.5)
+
+
+def _ranking_limits(axes: Axes, bars: Sequence[Bar], log: bool) -> tuple[float, float]:
+    """Set the value axis; returns where bars start (``floor``) and the visible stub a lower bound keeps."""
     known = [bar.amount.known for bar in bars if bar.amount.drawn and bar.amount.known > 0]
     top = max(known, default=1.0)
     floor = 10 ** math.floor(math.log10(min(known, default=1.0))) / 3 if log else 0.0
@@ -104,18 +121,31 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
         axes.set_xlim(floor, top * (top / floor) ** 0.22)
     else:
         axes.set_xlim(0, top * 1.2)
-    axes.set_ylim(max(max(positions) + 0.5, rows - 0.5), min(positions) - 0.5)
     # A lower bound keeps a visible stub, so that its hatching (and a bound of zero) can be seen.
     stub = floor * (axes.get_xlim()[1] / floor) ** 0.03 if log else axes.get_xlim()[1] * 0.03
-    drawn = [(position, bar, max(bar.amount.known, stub if bar.amount.status == "partial" else floor))
-             for position, bar in zip(positions, bars) if bar.amount.drawn]
-    add_boxes(canvas, axes, [(floor, end, position - 0.36, position + 0.36) for position, _, end in drawn],
-              [bar.colour for _, bar, _ in drawn], [bar.amount.status for _, bar, _ in drawn])
-    ends = {position: end for position, _, end in drawn}
+    return floor, stub
+
+
+def _ranking_boxes(bars: Sequence[Bar], positions: Sequence[float], floor: float, stub: float
+                   ) -> tuple[list[tuple[float, float, float, float]], list[str], list[str], dict[float, float]]:
+    """The boxes of every drawn bar (a stacked bar's segments end to end), their colours and statuses, and where
+    each bar ends (for its value label)."""
+    spans: list[tuple[float, float, float, float]] = []
+    colours: list[str] = []
+    statuses: list[str] = []
+    ends: dict[float, float] = {}
     for position, bar in zip(positions, bars):
-        canvas.text(0, position, bar.label, axes.get_yaxis_transform(), dx=-5, anchor="end")
-        if bar.amount.drawn:
-            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5)
-        else:
-            canvas.text(0, position, "n/a" + (f" ({bar.note})" if bar.note else ""), axes.get_yaxis_transform(),
-                        dx=4, colour=UNAVAILABLE, size=FONT - 0.5)
+        if not bar.amount.drawn:
+            continue
+        pieces = bar.segments or ((bar.colour, bar.amount),)
+        start = floor
+        for colour, amount in pieces:
+            stop = start + amount.known
+            spans.append((start, stop, position - 0.36, position + 0.36))
+            colours.append(colour)
+            statuses.append(amount.status if amount.drawn else "partial")
+            start = stop
+        ends[position] = max(start, stub if bar.amount.status == "partial" else floor)
+        if bar.amount.status == "partial" and start < stub:
+            spans[-1] = (spans[-1][0], stub, *spans[-1][2:])
+    return spans, colours, statuses, ends

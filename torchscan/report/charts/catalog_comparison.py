@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...formatting import format_count
+from ...formatting import format_parameters
 from .amounts import Amount, amount_of, shorten
 from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
 from .canvas import Canvas, no_ticks
 from .chart import TABLE_ROWS, Chart, Painter
-from .style import FONT, INK, PALETTE, ROW, WIDTH
+from .style import FONT, INK, ROW, WIDTH, distinct_colours
 from .svg_output import draw
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ CATALOG_BARS = 80
 def catalog_charts(view: CatalogView) -> list[Chart]:
     """Parameters against MACs for every model run (variants joined by a line), and MACs per model run."""
     runs = [(entry, run) for entry in view.entries for run in entry.runs]
-    colours = {entry.name: PALETTE[index % len(PALETTE)] for index, entry in enumerate(view.entries)}
+    colours = dict(zip((entry.name for entry in view.entries), distinct_colours(len(view.entries))))
     return [draw(*scatter_chart(runs, colours)), draw(*macs_per_model_chart(runs, colours))]
 
 
@@ -49,7 +49,7 @@ def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict
         else:
             points.append((entry.name, name, params, macs))
     notes = ["Not drawn: " + ", ".join(skipped) + "."] if skipped else []
-    rows = [(name, format_count(params), macs.text) for _, name, params, macs in points]
+    rows = [(name, format_parameters(params), macs.text) for _, name, params, macs in points]
     summary = (f"Each point is one model run, on logarithmic axes; the variants of one model share a colour and are "
                f"joined by a line; a hollow triangle marks a lower bound on MACs. {len(points)} of {len(runs)} "
                "runs drawn.")
@@ -119,6 +119,41 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, i
         return
     xs = [float(params) for _, _, params, _ in points]
     ys = [macs.known for *_, macs in points]
+    _log_axes(canvas, axes, xs, ys)
+    _variant_lines(axes, points, xs, ys, colours)
+    _markers(axes, points, xs, ys, colours)
+    canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
+    canvas.text(0, 0.5, "MACs (module view)", axes.transAxes, dx=-40, anchor="middle", rotate=-90,
+                size=FONT - 0.5)
+    point_labels(canvas, axes, points)
+
+
+def _variant_lines(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float],
+                   ys: Sequence[float], colours: dict[str, str]) -> None:
+    """The variants of one model joined by a line in the model's colour."""
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for (entry, _, _, _), x, y in zip(points, xs, ys):
+        lines.setdefault(entry, []).append((x, y))
+    for entry, line in lines.items():
+        if len(line) > 1:
+            axes.plot([x for x, _ in line], [y for _, y in line], color=colours[entry], linewidth=1.0, alpha=0.8,
+                      clip_on=False)
+
+
+def _markers(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float], ys: Sequence[float],
+             colours: dict[str, str]) -> None:
+    """Exact points as filled dots, lower bounds on MACs as hollow triangles."""
+    for status, style in (("complete", {"marker": "o", "s": 24, "linewidths": 0}),
+                          ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2})):
+        chosen = [index for index, (*_, macs) in enumerate(points) if macs.status == status]
+        if chosen:
+            key = "color" if status == "complete" else "edgecolors"
+            axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
+                         **{key: [colours[points[index][0]] for index in chosen]}, **style)
+
+
+def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:
+    """Logarithmic axes with room around the points, and their decade grids."""
     axes.set_xscale("log")
     axes.set_yscale("log")
     no_ticks(axes)
@@ -128,26 +163,9 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, i
     axes.set_ylim(low_y, high_y)
     value_grid(canvas, axes, "x", low_x, high_x, log=True)
     value_grid(canvas, axes, "y", low_y, high_y, log=True)
-    lines: dict[str, list[tuple[float, float]]] = {}
-    for (entry, _, _, _), x, y in zip(points, xs, ys):
-        lines.setdefault(entry, []).append((x, y))
-    for entry, line in lines.items():
-        if len(line) > 1:
-            axes.plot([x for x, _ in line], [y for _, y in line], color=colours[entry], linewidth=1.0, alpha=0.8,
-                      clip_on=False)
-    exact = [index for index, (*_, macs) in enumerate(points) if macs.status == "complete"]
-    if exact:
-        axes.scatter([xs[index] for index in exact], [ys[index] for index in exact], marker="o", s=24, linewidths=0,
-                     color=[colours[points[index][0]] for index in exact], zorder=3, clip_on=False)
-    bounds = [index for index, (*_, macs) in enumerate(points) if macs.status == "partial"]
-    if bounds:
-        axes.scatter([xs[index] for index in bounds], [ys[index] for index in bounds], marker="^", s=34,
-                     facecolors="none", edgecolors=[colours[points[index][0]] for index in bounds], linewidths=1.2,
-                     zorder=3, clip_on=False)
-    canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
-    canvas.text(0, 0.5, "MACs (module view)", axes.transAxes, dx=-40, anchor="middle", rotate=-90,
-                size=FONT - 0.5)
-    point_labels(canvas, axes, points)
+
+
+Box = tuple[float, float, float, float]
 
 
 def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]]) -> None:
@@ -156,7 +174,7 @@ def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, in
     spots = [tuple(float(value) for value in axes.transData.transform((params, macs.known)))
              for _, _, params, macs in points]
     order = sorted(range(len(points)), key=lambda index: (-points[index][3].known, points[index][1]))
-    taken: list[tuple[float, float, float, float]] = []
+    taken: list[Box] = []
     for index in order:
         _, name, _, macs = points[index]
         x, y = spots[index]
@@ -166,16 +184,22 @@ def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, in
                 (x - 3 - width, y - 9)]
         far = [(x + 10, y + sign * 11 * step) for step in range(2, 9) for sign in (-1, 1)]
         others = [(ox - 8, oy - 6, ox + 8, oy + 6) for number, (ox, oy) in enumerate(spots) if number != index]
-        chosen = near[0]
-        for left, middle in [*near, *far]:
-            box = (left, middle - 4.5, left + width, middle + 4.5)
-            if left >= 2 and box[2] <= canvas.width - 2 and not any(
-                    box[0] < other[2] and other[0] < box[2] and box[1] < other[3] and other[1] < box[3]
-                    for other in [*taken, *others]):
-                chosen = (left, middle)
-                break
-        left, middle = chosen
+        left, middle = _free_spot([*near, *far], width, [*taken, *others], canvas.width) or near[0]
         taken.append((left, middle - 4.5, left + width, middle + 4.5))
         if (left, middle) not in near:
             canvas.leader(x, y, left - 1, middle)
         canvas.text(left, middle, text, size=FONT - 1)
+
+
+def _free_spot(candidates: Sequence[tuple[float, float]], width: float, blocked: Sequence[Box], limit: float
+               ) -> tuple[float, float] | None:
+    """The first candidate (left edge, middle) whose label box stays inside the figure and overlaps nothing."""
+    for left, middle in candidates:
+        box = (left, middle - 4.5, left + width, middle + 4.5)
+        if left >= 2 and box[2] <= limit - 2 and not any(_overlap(box, other) for other in blocked):
+            return left, middle
+    return None
+
+
+def _overlap(first: Box, second: Box) -> bool:
+    return first[0] < second[2] and second[0] < first[2] and first[1] < second[3] and second[1] < first[3]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...formatting import format_count
+from ...formatting import format_parameters
 from .amounts import Amount, amount_of, counted, ranked, share_text, shorten, total_of
 from .bar_plots import (
     Bar,
@@ -24,14 +24,14 @@ from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
 from .svg_output import draw
+from .top_calls import covered_sentence, top_calls_chart
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
-    from ..views import LayerRow, ReportView
+    from ...views import LayerRow, ReportView
 
 TOP_TYPES = 10  # bars of a by-type ranking before the rest is summed as "other"
-TOP_CALLS = 15
 PROFILE_BARS = 200  # the profile's largest number of bars: more calls are summed per bar
 
 
@@ -39,7 +39,8 @@ def report_charts(view: ReportView) -> list[Chart]:
     """Cost and parameters by layer type, the most expensive calls, and the profile along execution order."""
     metric = cost_metric(view.layers)
     calls = [row for row in view.layers if metric in row.own]
-    return [draw(*by_type_chart(view, calls, metric)), draw(*top_calls_chart(view, calls, metric)),
+    colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])
+    return [draw(*by_type_chart(view, calls, metric)), draw(*top_calls_chart(view, calls, metric, colours)),
             draw(*profile_chart(view, calls, metric))]
 
 
@@ -53,6 +54,33 @@ def cost_metric(rows: Sequence[LayerRow]) -> str:
 
 def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tuple[Chart, Painter]:
     unit = METRIC_NAMES[metric]
+    cost, params = _type_sums(view, calls, metric)
+    cost_items = ranked([(name, total_of(parts)) for name, parts in cost.items()])
+    param_items = ranked([(name, Amount(count)) for name, count in params.items() if count])
+    whole_cost = total_of([amount for _, amount in cost_items])
+    whole_params = Amount(sum(amount.known for _, amount in param_items))
+    notes = _by_type_notes(view, cost, cost_items, whole_params, unit)
+    rows = [(name, str(len(cost[name])), amount.text, share_text(amount, whole_cost),
+             format_parameters(params.get(name, 0)), share_text(Amount(params.get(name, 0)), whole_params))
+            for name, amount in cost_items]
+    rows += [(name, "0", "—", "—", format_parameters(int(amount.known)), share_text(amount, whole_params))
+             for name, amount in param_items if name not in cost]
+    summary = (f"{unit} ({whole_cost.text} in {counted(len(calls), 'call')}) and parameters "
+               f"({format_parameters(int(whole_params.known))}) summed per layer type over the calls that carry "
+               "estimates." + covered_sentence(view.layers, metric))
+    chart = Chart("by-type", f"{unit} and parameters by layer type", summary,
+                  ("Layer type", "Calls", unit, f"Share of counted {unit}", "Parameters", "Share of parameters"),
+                  rows[:TABLE_ROWS], notes)
+    panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0], "types"),
+               f"{unit} by layer type (total {whole_cost.short})", "no estimates"),
+              (top_with_other(param_items, TOP_TYPES, PALETTE[2], "types"),
+               f"Parameters by layer type (total {format_parameters(int(whole_params.known))})", "no parameters"))
+    return chart, lambda: paint_by_type(panels, notes)
+
+
+def _type_sums(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tuple[dict[str, list[Amount]],
+                                                                                  dict[str, int]]:
+    """Per layer type: the amounts of its calls' own estimates, and its modules' parameters (once per module)."""
     cost: dict[str, list[Amount]] = {}
     for row in calls:
         cost.setdefault(row.type_name, []).append(amount_of(row.own[metric]) or Amount())
@@ -60,10 +88,11 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     for row in view.layers:
         if row.call_index == 0:  # a module's parameters belong to it once, however often it is called
             params[row.type_name] = params.get(row.type_name, 0) + int(row.params.sort or 0)
-    cost_items = ranked([(name, total_of(parts)) for name, parts in cost.items()])
-    param_items = ranked([(name, Amount(count)) for name, count in params.items() if count])
-    whole_cost = total_of([amount for _, amount in cost_items])
-    whole_params = Amount(sum(amount.known for _, amount in param_items))
+    return cost, params
+
+
+def _by_type_notes(view: ReportView, cost: dict[str, list[Amount]], cost_items: Sequence[tuple[str, Amount]],
+                   whole_params: Amount, unit: str) -> list[str]:
     notes = []
     missing = [name for name, amount in cost_items if not amount.drawn]
     if missing:
@@ -72,86 +101,26 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
             + (" …" if len(missing) > 6 else "") + ".")
     total_params = next((row.cell.sort for row in view.totals if row.label == "Parameters"), None) or 0
     if int(total_params) > whole_params.known:
-        notes.append(f"{format_count(int(total_params - whole_params.known))} parameters are held by modules that "
-                     "were never called themselves (their parent uses them directly): not drawn by type.")
-    rows = [(name, str(len(cost[name])), amount.text, share_text(amount, whole_cost),
-             format_count(params.get(name, 0)), share_text(Amount(params.get(name, 0)), whole_params))
-            for name, amount in cost_items]
-    rows += [(name, "0", "—", "—", amount.text, share_text(amount, whole_params))
-             for name, amount in param_items if name not in cost]
-    summary = (f"{unit} ({whole_cost.text} in {counted(len(calls), 'call')}) and parameters ({whole_params.text}) "
-               "summed per layer type over the calls that carry estimates." + covered_sentence(view.layers, metric))
-    chart = Chart("by-type", f"{unit} and parameters by layer type", summary,
-                  ("Layer type", "Calls", unit, f"Share of counted {unit}", "Parameters", "Share of parameters"),
-                  rows[:TABLE_ROWS], notes)
-    cost_bars = top_with_other(cost_items, TOP_TYPES, PALETTE[0], "types")
-    param_bars = top_with_other(param_items, TOP_TYPES, PALETTE[2], "types")
-
-    def paint() -> Canvas:
-        count = max(len(cost_bars), len(param_bars), 1)
-        legend = partial_legend(cost_bars)
-        canvas = Canvas(WIDTH, ranking_height(count, notes) + (14 if legend else 0))
-        canvas.legend(legend, x=6, y=canvas.height - 30)
-        half = (WIDTH - 24) / 2
-        for index, (bars, title) in enumerate(((cost_bars, f"{unit} by layer type (total {whole_cost.short})"),
-                                               (param_bars, f"Parameters by layer type (total {whole_params.short})"))):
-            left = index * (half + 24) + label_margin([bar.label for bar in bars])
-            axes = canvas.axes(left, ranking_bottom(notes), index * (half + 24) + half - 46 - left, count * ROW)
-            canvas.text(index * (half + 24) + 6, canvas.height - 14, title, size=FONT + 1, weight="bold",
-                        baseline="auto")
-            paint_ranking(canvas, axes, bars, empty="no estimates" if index == 0 else "no parameters", rows=count)
-        canvas.footnote(notes)
-        return canvas
-
-    return chart, paint
+        notes.append(f"{format_parameters(int(total_params - whole_params.known))} parameters are held by modules "
+                     "that were never called themselves (their parent uses them directly): not drawn by type.")
+    return notes
 
 
-def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tuple[Chart, Painter]:
-    unit = METRIC_NAMES[metric]
-    items = [(row, amount_of(row.own[metric]) or Amount()) for row in calls]
-    whole = total_of([amount for _, amount in items])
-    order = sorted(items, key=lambda item: (not item[1].drawn, -item[1].known, item[0].index))
-    shown = [(row, amount) for row, amount in order if amount.drawn and amount.known > 0][:TOP_CALLS]
-    colours = type_colours([(row.type_name, amount) for row, amount in items])
-    bars = [Bar(shorten(f"{row.label} ({row.type_name})", 48), amount, colours.get(row.type_name, NEUTRAL))
-            for row, amount in shown]
-    missing = [row for row, amount in items if not amount.drawn]
-    notes = []
-    if missing:
-        notes.append(f"n/a (not drawn, never zero): {counted(len(missing), 'call')}, "
-                     + ", ".join(row.label for row in missing[:6]) + (" …" if len(missing) > 6 else "") + ".")
-    drawn_calls = {row.index for row, _ in shown}
-    hidden = [row for row, amount in order if amount.status == "partial" and row.index not in drawn_calls]
-    if hidden:
-        notes.append(f"Lower bound only (≥) for {counted(len(hidden), 'call')} below the drawn bars, which could be "
-                     "larger: " + ", ".join(row.label for row in hidden[:6]) + (" …" if len(hidden) > 6 else "") + ".")
-    part = total_of([amount for _, amount in shown]) if shown else Amount()
-    summary = (f"The top {counted(len(shown), 'layer call')} by their own {unit} estimates: together "
-               f"{share_text(part, whole)} of the {whole.text} counted." + covered_sentence(view.layers, metric))
-    rows = [(str(rank), row.label, row.type_name, amount.text, share_text(amount, whole))
-            for rank, (row, amount) in enumerate(shown, 1)]
-    chart = Chart("top-calls", f"Layer calls with the most {unit}", summary,
-                  ("Rank", "Layer call", "Type", unit, f"Share of counted {unit}"), rows, notes)
-
-    def paint() -> Canvas:
-        count = max(len(bars), 1)
-        canvas = Canvas(WIDTH, ranking_height(count, notes))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, count * ROW)
-        canvas.title(f"Layer calls with the most {unit}")
-        paint_ranking(canvas, axes, bars, empty=f"no call has {unit}")
-        canvas.footnote(notes)
-        canvas.legend(partial_legend(bars))
-        return canvas
-
-    return chart, paint
-
-
-def covered_sentence(rows: Sequence[LayerRow], metric: str) -> str:
-    """How many calls a subtree owner covers: their cost is inside the owner's bar, never drawn twice."""
-    covered = sum(1 for row in rows if row.metrics.get(metric) is not None and row.metrics[metric].status == "covered")
-    return (f" {counted(covered, 'call')} inside subtree owners are counted in their owner's estimate, not drawn "
-            "again." if covered else "")
+def paint_by_type(panels: Sequence[tuple[list[Bar], str, str]], notes: Sequence[str]) -> Canvas:
+    """Two rankings side by side: the cost and the parameters of each layer type."""
+    count = max(max(len(bars) for bars, _, _ in panels), 1)
+    legend = partial_legend(panels[0][0])
+    canvas = Canvas(WIDTH, ranking_height(count, notes) + (14 if legend else 0))
+    canvas.legend(legend, x=6, y=canvas.height - 30)
+    half = (WIDTH - 24) / 2
+    for index, (bars, title, empty) in enumerate(panels):
+        left = index * (half + 24) + label_margin([bar.label for bar in bars])
+        axes = canvas.axes(left, ranking_bottom(notes), index * (half + 24) + half - 46 - left, count * ROW)
+        canvas.text(index * (half + 24) + 6, canvas.height - 14, title, size=FONT + 1, weight="bold",
+                    baseline="auto")
+        paint_ranking(canvas, axes, bars, empty=empty, rows=count)
+    canvas.footnote(notes)
+    return canvas
 
 
 @dataclass(frozen=True)
@@ -176,36 +145,43 @@ def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     whole = total_of(amounts)
     stage_rows = [(stage.label, f"{stage.start + 1}–{stage.stop}", part.text, share_text(part, whole))
                   for stage in stages[:TABLE_ROWS] for part in [total_of(amounts[stage.start:stage.stop])]]
-    missing = sum(1 for amount in amounts if not amount.drawn)
-    notes = [f"n/a (not drawn, never zero): {counted(missing, 'call')} without a known {unit} estimate, marked ×."
-             ] if missing else []
-    bounded = sum(1 for amount in amounts if amount.status == "partial")
-    if bounded:
-        notes.append(f"Lower bound only (≥: hatched, marked ▲) for {counted(bounded, 'call')}.")
+    notes = _profile_notes(amounts, unit)
     summary = (f"{unit} of each of the {counted(len(calls), 'call')} with an estimate, in execution order"
                f"{f', summed over {size} consecutive calls per bar' if size > 1 else ''}"
                f"{'; bands mark the stages' if len(stages) > 1 else ''}."
                + peak_sentence(calls, bins, size, unit) + covered_sentence(view.layers, metric))
     chart = Chart("profile", f"{unit} along execution order", summary,
                   ("Stage", "Calls (positions)", unit, f"Share of counted {unit}"), stage_rows, notes)
+    return chart, lambda: paint_profile_chart(unit, bins, bin_colours, colours, size, stages, notes)
 
-    def paint() -> Canvas:
-        canvas = Canvas(WIDTH, 232 + (13 if notes else 0))
-        axes = canvas.axes(52, 62 + (13 if notes else 0), WIDTH - 64, 130)
-        canvas.title(f"{unit} along execution order")
-        paint_profile(canvas, axes, bins, bin_colours, size, stages)
-        legend = [("fill", colour, shorten(name, 22)) for name, colour in colours.items()]
-        if any(colour == NEUTRAL and amount.known > 0 for colour, amount in zip(bin_colours, bins)):
-            legend.append(("fill", NEUTRAL, "other types"))
-        if any(amount.status == "partial" for amount in bins):
-            legend.append(("triangle", INK, "≥ lower bound"))
-        if any(not amount.drawn for amount in bins):
-            legend.append(("cross", UNAVAILABLE, "n/a (not drawn)"))
-        canvas.legend(legend, x=52, y=canvas.height - 30)
-        canvas.footnote(notes)
-        return canvas
 
-    return chart, paint
+def _profile_notes(amounts: Sequence[Amount], unit: str) -> list[str]:
+    missing = sum(1 for amount in amounts if not amount.drawn)
+    notes = [f"n/a (not drawn, never zero): {counted(missing, 'call')} without a known {unit} estimate, marked ×."
+             ] if missing else []
+    bounded = sum(1 for amount in amounts if amount.status == "partial")
+    if bounded:
+        notes.append(f"Lower bound only (≥: hatched, marked ▲) for {counted(bounded, 'call')}.")
+    return notes
+
+
+def paint_profile_chart(unit: str, bins: Sequence[Amount], bin_colours: Sequence[str], colours: dict[str, str],
+                        size: int, stages: Sequence[Stage], notes: Sequence[str]) -> Canvas:
+    canvas = Canvas(WIDTH, 232 + (13 if notes else 0))
+    axes = canvas.axes(52, 62 + (13 if notes else 0), WIDTH - 64, 130)
+    canvas.title(f"{unit} along execution order")
+    paint_profile(canvas, axes, bins, bin_colours, size, stages)
+    legend = [("fill", colour, shorten(name, 22)) for name, colour in colours.items()]
+    for kind, colour, label, present in (
+            ("fill", NEUTRAL, "other types", any(colour == NEUTRAL and amount.known > 0
+                                                 for colour, amount in zip(bin_colours, bins))),
+            ("triangle", INK, "≥ lower bound", any(amount.status == "partial" for amount in bins)),
+            ("cross", UNAVAILABLE, "n/a (not drawn)", any(not amount.drawn for amount in bins))):
+        if present:
+            legend.append((kind, colour, label))
+    canvas.legend(legend, x=52, y=canvas.height - 30)
+    canvas.footnote(notes)
+    return canvas
 
 
 def peak_sentence(calls: Sequence[LayerRow], bins: Sequence[Amount], size: int, unit: str) -> str:
@@ -287,9 +263,16 @@ def paint_profile(canvas: Canvas, axes: Axes, bins: Sequence[Amount], colours: S
     width = 1.0 if size > 1 or count > 60 else 0.8
     spans = [(index + (1 - width) / 2, index + (1 + width) / 2, 0.0, amount.known)
              for index, amount in enumerate(bins)]
-    statuses = [amount.status for amount in bins]
-    add_boxes(canvas, axes, spans, colours, statuses, narrowest=5.0)
-    partial = [index for index, status in enumerate(statuses) if status == "partial"]
+    add_boxes(canvas, axes, spans, colours, [amount.status for amount in bins], narrowest=5.0)
+    _profile_marks(axes, bins)
+    value_grid(canvas, axes, "y", 0, top * 1.1)
+    canvas.text(1, 0, "layer calls in execution order" + (f" ({size} calls per bar)" if size > 1 else "") + " →",
+                axes.transAxes, dy=-48, anchor="end", size=FONT - 0.5)
+
+
+def _profile_marks(axes: Axes, bins: Sequence[Amount]) -> None:
+    """A ▲ on each lower bound (a bound of zero has no height to hatch) and a × at each n/a bar."""
+    partial = [index for index, amount in enumerate(bins) if amount.status == "partial"]
     if partial:
         axes.scatter([index + 0.5 for index in partial], [bins[index].known for index in partial], marker="^", s=20,
                      color=INK, linewidths=0, zorder=3, clip_on=False)
@@ -297,9 +280,6 @@ def paint_profile(canvas: Canvas, axes: Axes, bins: Sequence[Amount], colours: S
     if missing:
         axes.scatter([index + 0.5 for index in missing], [0.0] * len(missing), marker="x", s=14, color=UNAVAILABLE,
                      linewidths=1.0, zorder=3, clip_on=False)
-    value_grid(canvas, axes, "y", 0, top * 1.1)
-    canvas.text(1, 0, "layer calls in execution order" + (f" ({size} calls per bar)" if size > 1 else "") + " →",
-                axes.transAxes, dy=-48, anchor="end", size=FONT - 0.5)
 
 
 def stage_bands(canvas: Canvas, axes: Axes, stages: Sequence[Stage], size: int) -> None:

@@ -43,19 +43,9 @@ def delta_text(delta: LayerDelta, short: bool = False) -> str:
 
 def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Painter]:
     unit = METRIC_NAMES[metric]
-    known = sorted((delta for delta in deltas if delta.status != "unavailable" and delta.value),
-                   key=lambda delta: (-abs(delta.value or 0), delta.label))
-    # A lower bound of zero says nothing about the size of the change: unknown as well.
-    unknown = [delta for delta in deltas if delta.status == "unavailable" or (delta.status == "partial"
-                                                                              and not delta.value)]
+    known, unknown = _split(deltas)
     shown, shown_unknown = known[:TOP_DELTAS], unknown[:TOP_UNKNOWN_DELTAS]
-    notes = []
-    if len(known) > len(shown):
-        notes.append(f"{len(known) - len(shown)} smaller changes are not drawn (see the table).")
-    if unknown:
-        notes.append(f"Unknown deltas (a side is partial or unavailable) are marked ?, never drawn as 0: "
-                     f"{counted(len(unknown), 'call')}" + (f", {len(unknown) - len(shown_unknown)} of them not drawn"
-                                                if len(unknown) > len(shown_unknown) else "") + ".")
+    notes = _delta_notes(known, unknown, shown, shown_unknown)
     rows = [(delta.label, delta.type_name, delta.change, delta.before.text or "—", delta.after.text or "—",
              delta_text(delta), delta.percent or "—") for delta in [*known, *unknown][:TABLE_ROWS]]
     more = sum(1 for delta in known if (delta.value or 0) > 0)
@@ -64,25 +54,48 @@ def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Paint
                "removed ones down to nothing.") if deltas else f"No layer call's {unit} estimate changed."
     chart = Chart("layer-deltas", f"Largest per-layer {unit} changes", summary,
                   ("Layer call", "Type", "Change", "Before", "After", "Delta", "%"), rows, notes)
+    return chart, lambda: paint_delta_chart(unit, shown, shown_unknown, notes)
 
-    def paint() -> Canvas:
-        count = max(len(shown) + len(shown_unknown), 1)
-        labels = [delta_label(delta) for delta in [*shown, *shown_unknown]]
-        canvas = Canvas(WIDTH, ranking_height(count, notes))
-        left = label_margin(labels)
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 16 - left, count * ROW)
-        canvas.title(f"Largest per-layer {unit} changes (after − before)")
-        paint_deltas(canvas, axes, shown, shown_unknown, labels)
-        canvas.footnote(notes)
-        legend = [item for item, present in (
-            (("fill", INCREASE, "more expensive"), any((delta.value or 0) > 0 for delta in shown)),
-            (("fill", DECREASE, "cheaper"), any((delta.value or 0) < 0 for delta in shown)),
-            (("hatch", NEUTRAL, "≥ lower bound"), any(delta.status == "partial" for delta in shown)),
-            (("question", UNAVAILABLE, "unknown"), bool(shown_unknown))) if present]
-        canvas.legend(legend)
-        return canvas
 
-    return chart, paint
+def _split(deltas: Sequence[LayerDelta]) -> tuple[list[LayerDelta], list[LayerDelta]]:
+    """Known deltas, largest first, and unknown ones (a lower bound of zero says nothing about the size of the
+    change: unknown as well)."""
+    known = sorted((delta for delta in deltas if delta.status != "unavailable" and delta.value),
+                   key=lambda delta: (-abs(delta.value or 0), delta.label))
+    unknown = [delta for delta in deltas
+               if delta.status == "unavailable" or (delta.status == "partial" and not delta.value)]
+    return known, unknown
+
+
+def _delta_notes(known: Sequence[LayerDelta], unknown: Sequence[LayerDelta], shown: Sequence[LayerDelta],
+                 shown_unknown: Sequence[LayerDelta]) -> list[str]:
+    notes = []
+    if len(known) > len(shown):
+        notes.append(f"{len(known) - len(shown)} smaller changes are not drawn (see the table).")
+    if unknown:
+        hidden = len(unknown) - len(shown_unknown)
+        notes.append(f"Unknown deltas (a side is partial or unavailable) are marked ?, never drawn as 0: "
+                     f"{counted(len(unknown), 'call')}" + (f", {hidden} of them not drawn" if hidden else "") + ".")
+    return notes
+
+
+def paint_delta_chart(unit: str, shown: Sequence[LayerDelta], shown_unknown: Sequence[LayerDelta],
+                      notes: Sequence[str]) -> Canvas:
+    count = max(len(shown) + len(shown_unknown), 1)
+    labels = [delta_label(delta) for delta in [*shown, *shown_unknown]]
+    canvas = Canvas(WIDTH, ranking_height(count, notes))
+    left = label_margin(labels)
+    axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 16 - left, count * ROW)
+    canvas.title(f"Largest per-layer {unit} changes (after − before)")
+    paint_deltas(canvas, axes, shown, shown_unknown, labels)
+    canvas.footnote(notes)
+    legend = [item for item, present in (
+        (("fill", INCREASE, "more expensive"), any((delta.value or 0) > 0 for delta in shown)),
+        (("fill", DECREASE, "cheaper"), any((delta.value or 0) < 0 for delta in shown)),
+        (("hatch", NEUTRAL, "≥ lower bound"), any(delta.status == "partial" for delta in shown)),
+        (("question", UNAVAILABLE, "unknown"), bool(shown_unknown))) if present]
+    canvas.legend(legend)
+    return canvas
 
 
 def delta_label(delta: LayerDelta) -> str:
@@ -99,23 +112,35 @@ def paint_deltas(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], unknow
         canvas.text(0.5, 0.5, "no per-layer change", axes.transAxes, anchor="middle")
         return
     values = [delta.value or 0.0 for delta in shown]
-    low, high = min([0.0, *values]), max([0.0, *values])
-    span = (high - low) or 1.0
-    axes.set_xlim(low - 0.28 * span if low < 0 else -0.06 * span, high + 0.28 * span if high > 0 else 0.06 * span)
-    count = len(shown) + len(unknown)
-    axes.set_ylim(count - 0.5, -0.5)
-    axes.axvline(0, color=INK, linewidth=0.7, clip_on=False)
+    _delta_limits(axes, values, len(shown) + len(unknown))
+    _delta_bars(canvas, axes, shown, values)
+    _unknown_marks(canvas, axes, unknown, len(shown))
+    for position, label in enumerate(labels):
+        canvas.text(0, position, label, axes.get_yaxis_transform(), dx=-5, anchor="end")
+
+
+def _delta_bars(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], values: Sequence[float]) -> None:
     add_boxes(canvas, axes, [(min(0.0, value), max(0.0, value), position - 0.36, position + 0.36)
-                     for position, value in enumerate(values)],
+                             for position, value in enumerate(values)],
               [INCREASE if value > 0 else DECREASE for value in values], [delta.status for delta in shown])
     for position, (delta, value) in enumerate(zip(shown, values)):
         canvas.text(value, position, delta_text(delta, short=True), axes.transData, dx=3 if value > 0 else -3,
                     anchor="start" if value > 0 else "end", size=FONT - 0.5)
-    for offset, delta in enumerate(unknown):
-        position = len(shown) + offset
+
+
+def _unknown_marks(canvas: Canvas, axes: Axes, unknown: Sequence[LayerDelta], first: int) -> None:
+    """A ? at zero for each unknown delta, with what is known of its two sides."""
+    for position, delta in enumerate(unknown, first):
         canvas.text(0, position, "?", axes.transData, anchor="middle", colour=UNAVAILABLE, size=FONT + 1,
                     weight="bold")
         canvas.text(0, position, f"unknown: {delta.before.text or 'none'} → {delta.after.text or 'none'}",
                     axes.transData, dx=8, colour=UNAVAILABLE, size=FONT - 0.5)
-    for position, label in enumerate(labels):
-        canvas.text(0, position, label, axes.get_yaxis_transform(), dx=-5, anchor="end")
+
+
+def _delta_limits(axes: Axes, values: Sequence[float], count: int) -> None:
+    """Room on both sides of zero for the bars and their labels, and one row per delta."""
+    low, high = min([0.0, *values]), max([0.0, *values])
+    span = (high - low) or 1.0
+    axes.set_xlim(low - 0.28 * span if low < 0 else -0.06 * span, high + 0.28 * span if high > 0 else 0.06 * span)
+    axes.set_ylim(count - 0.5, -0.5)
+    axes.axvline(0, color=INK, linewidth=0.7, clip_on=False)

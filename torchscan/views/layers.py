@@ -1,0 +1,239 @@
+"""The rows of the layer view: one per layer call in call-start (pre-)order, with subtree extents, sums, ownership
+and the "of which" parts of subtree owners.
+
+A composite call shows the sum over its subtree (``Σ``); a call whose metric a subtree owner counts reads
+*covered*; a row shown where it does not sit under its module's parent (a module called from elsewhere) is named
+by its full dotted path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..results import METRIC_UNITS, SUMMABLE_METRICS, add_results
+from .breakdown import PartRow, part_rows
+from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
+from .values import shape_text
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the layer view: its key (a `LayerRow.cell` key), header and whether it holds numbers."""
+
+    key: str
+    header: str
+    numeric: bool = True
+    title: str = ""
+
+
+#: Every column of the layer view, in display order; each renderer shows a subset, cell for cell the same.
+LAYER_COLUMNS = (
+    Column("layer", "Layer", False), Column("type", "Type", False), Column("output", "Output", False),
+    Column("params", "Params", title="parameters of the module (once per module, however often it is called)"),
+    Column("macs", "MACs", title="module view"), Column("module_flops", "FLOPs", title="module view"),
+    Column("dmas", "DMAs", title="module view"), Column("receptive_field", "RF", title="receptive field"),
+    Column("effective_stride", "Stride"), Column("effective_padding", "Padding"),
+    Column("op_direct", "Op FLOPs direct", title="operator FLOPs dispatched in this call, outside its children"),
+    Column("op_inclusive", "Op FLOPs incl.", title="operator FLOPs dispatched in this call and its children"),
+    Column("ownership", "Ownership", False, "subtree owners and the calls they cover"),
+)
+COLUMNS_BY_KEY = {column.key: column for column in LAYER_COLUMNS}
+
+
+@dataclass
+class LayerRow:
+    """One layer call as every renderer shows it."""
+
+    index: int
+    parent: int | None
+    end: int
+    depth: int
+    name: str
+    path: str
+    call_index: int
+    type_name: str
+    type_full: str
+    output: str
+    params: Cell
+    metrics: dict[str, Cell]
+    op_direct: Cell
+    op_inclusive: Cell
+    ownership: Cell = EMPTY
+    covered_by: str = ""
+    problems: int = 0
+    problem_note: str = ""
+    #: The name shown in the tree: the path relative to the parent row, the full path when the call was made from
+    #: outside its module's parent (it would be misplaced under the row it follows).
+    display_name: str = ""
+    #: This call's own retained estimates of the summable metrics (covered and absent ones left out): what the
+    #: charts add up, so a subtree owner counts once and its covered calls not at all.
+    own: dict[str, Cell] = field(default_factory=dict)
+    #: The parts of this owner's inclusive estimate ("of which" rows), when its handler reported them.
+    parts: list[PartRow] = field(default_factory=list)
+
+    @property
+    def has_children(self) -> bool:
+        return self.end > self.index + 1
+
+    @property
+    def label(self) -> str:
+        return layer_label(self.path, self.call_index)
+
+    @property
+    def title(self) -> str:
+        """The name cell: the display name, with ``#k`` for a repeated call."""
+        return self.display_name + (f" #{self.call_index}" if self.call_index else "")
+
+    def cell(self, key: str) -> Cell:
+        """The cell of column ``key`` (see `LAYER_COLUMNS`)."""
+        if key == "layer":
+            return Cell(self.title, "text", self.label)
+        if key == "type":
+            return Cell(self.type_name, "text", self.type_full)
+        if key == "output":
+            return Cell(self.output, "text")
+        if key in self.metrics:
+            return self.metrics[key]
+        return {"params": self.params, "op_direct": self.op_direct, "op_inclusive": self.op_inclusive,
+                "ownership": self.ownership}[key]
+
+
+def layer_label(path: str, call_index: int) -> str:
+    """``encoder.layers.0`` (first call) or ``encoder.layers.0 #2`` (third call); the root reads ``(root)``."""
+    return (path or "(root)") + (f" #{call_index}" if call_index else "")
+
+
+def layer_rows(report: dict[str, Any]) -> list[LayerRow]:
+    """One row per layer call in call-start (pre-)order, with subtree extents for the collapsible tree."""
+    layers = report["layers"]
+    position = {(layer["path"], layer["call_index"]): index for index, layer in enumerate(layers)}
+    parents = [position.get((layer["parent"]["path"], layer["parent"]["call_index"])) if layer["parent"] else None
+               for layer in layers]
+    ends = subtree_ends(parents)
+    sums = {name: _subtree_sums(layers, parents, name) for name in SUMMABLE_METRICS}
+    problems = _problems(report["diagnostics"])
+    return [_row(index, layer, parents[index], ends[index], sums, problems.get((layer["path"], layer["call_index"])))
+            for index, layer in enumerate(layers)]
+
+
+def _row(index: int, layer: dict[str, Any], parent: int | None, end: int, sums: dict[str, list[Any]],
+         problems: list[str] | None) -> LayerRow:
+    label = layer_label(layer["path"], layer["call_index"])
+    return LayerRow(
+        index=index, parent=parent, end=end, depth=layer["depth"], name=layer["name"] or "(root)",
+        path=layer["path"], call_index=layer["call_index"], type_name=layer["type"].rpartition(".")[2],
+        type_full=layer["type"], output=shape_text(layer["output"]), params=_params_cell(layer),
+        metrics=_metric_cells(layer, sums, index, end > index + 1),
+        op_direct=metric_cell(layer["operator_flops"]["direct"]),
+        op_inclusive=metric_cell(layer["operator_flops"]["inclusive"]),
+        ownership=_ownership_cell(layer), covered_by=_covered_text(layer), problems=len(problems or ()),
+        problem_note="; ".join(sorted(set(problems or ()))), display_name=display_name(layer),
+        own={name: metric_cell(layer["metrics"][name]) for name in SUMMABLE_METRICS if name in layer["metrics"]},
+        parts=part_rows(label, layer["path"], layer.get("breakdown", [])))
+
+
+def display_name(layer: dict[str, Any]) -> str:
+    """The path relative to the parent row (``0``, or ``layers.3`` under a stack that calls its ModuleList's items
+    directly), or the full path when the call is made from outside its module's parent."""
+    if not layer["path"]:
+        return "(root)"
+    parent = layer["parent"]["path"] if layer["parent"] else ""
+    prefix = f"{parent}." if parent else ""
+    return layer["path"].removeprefix(prefix)
+
+
+def subtree_ends(parents: list[int | None]) -> list[int]:
+    """``ends[i]``: one past the last descendant of row ``i`` (rows are in pre-order)."""
+    ends = [index + 1 for index in range(len(parents))]
+    for index in range(len(parents) - 1, -1, -1):
+        parent = parents[index]
+        if parent is not None:
+            ends[parent] = max(ends[parent], ends[index])
+    return ends
+
+
+def _problems(diagnostics: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
+    """The codes of the warnings and errors that point at each call."""
+    found: dict[tuple[str, int], list[str]] = {}
+    for item in diagnostics:
+        if "path" in item and item["severity"] != "info":
+            found.setdefault((item["path"], item.get("call_index", 0)), []).append(item["code"])
+    return found
+
+
+def _subtree_sums(layers: list[dict[str, Any]], parents: list[int | None], name: str) -> list[dict[str, Any] | None]:
+    """Per row, the sum of the retained estimates of ``name`` in its call and every call inside it."""
+    parts: list[list[dict[str, Any]]] = [[] for _ in layers]
+    sums: list[dict[str, Any] | None] = [None] * len(layers)
+    for index in range(len(layers) - 1, -1, -1):
+        own = layers[index]["metrics"].get(name)
+        found = parts[index] + ([own] if own else [])
+        if found:
+            sums[index] = add_results(found, METRIC_UNITS[name], "subtree", "sum_of_layer_estimates")
+            if parents[index] is not None:
+                parts[parents[index]].append(sums[index])
+    return sums
+
+
+def _params_cell(layer: dict[str, Any]) -> Cell:
+    """A module's parameters, shown once: at its first call (a repeated call reuses them)."""
+    count = layer["parameters"]["count"]
+    if not count:
+        return Cell("", "empty", "", 0)
+    if layer["call_index"]:
+        return Cell("", "empty", f"{count:,} parameters, counted at the module's first call")
+    return parameter_cell(count)
+
+
+def _metric_cells(layer: dict[str, Any], sums: dict[str, list[Any]], index: int, has_children: bool
+                  ) -> dict[str, Cell]:
+    """Own estimates for leaf calls; for a call with calls inside, the sum over its subtree (marked Σ)."""
+    cells = {}
+    owners = layer.get("metric_owners", {})
+    delegated = layer.get("delegated_metrics", [])
+    for name in METRIC_LABELS:
+        own = layer["metrics"].get(name)
+        subtree = sums[name][index] if name in sums else None
+        if name in owners:
+            owner = layer_label(owners[name]["path"], owners[name]["call_index"])
+            cells[name] = Cell("covered", "covered", f"counted by {owner}")
+        elif has_children and subtree is not None and (name in delegated or own is not None):
+            total = metric_cell(subtree)
+            mine = f"this call's own estimate {metric_cell(own).text}, plus " if own is not None else ""
+            cells[name] = Cell("Σ " + total.text, total.status, f"sum of {mine}the calls inside: {total.note}",
+                               total.sort)
+        else:
+            cells[name] = metric_cell(own)
+    return cells
+
+
+def owned_metrics(layer: dict[str, Any]) -> list[str]:
+    """The labels of the metrics this call owns for its whole subtree."""
+    ownership = layer.get("metric_ownership", {})
+    return [label for name, label in METRIC_LABELS.items() if ownership.get(name) == "subtree"]
+
+
+def _ownership_cell(layer: dict[str, Any]) -> Cell:
+    """A compact badge (``owner``, ``covered`` or both); the full sentence is the tooltip."""
+    owned = owned_metrics(layer)
+    covered = _covered_text(layer)
+    words = (["owner"] if owned else []) + (["covered"] if covered else [])
+    if not words:
+        return EMPTY
+    notes = ([f"owns its subtree for {', '.join(owned)}"] if owned else []) + (
+        [f"covered: {covered}"] if covered else [])
+    return Cell(", ".join(words), "owner" if owned else "covered", "; ".join(notes))
+
+
+def _covered_text(layer: dict[str, Any]) -> str:
+    by_owner: dict[str, list[str]] = {}
+    for name, owner in layer.get("metric_owners", {}).items():
+        by_owner.setdefault(layer_label(owner["path"], owner["call_index"]), []).append(METRIC_LABELS[name])
+    return "; ".join(f"{', '.join(names)} in {owner}" for owner, names in sorted(by_owner.items()))
+
+
+def metric_sentence(names: list[str]) -> str:
+    """``MACs, module FLOPs and DMAs``: metric field names spelled out for a sentence."""
+    words = [METRIC_NAMES.get(name, name) for name in names]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""

@@ -30,23 +30,7 @@ def parser() -> argparse.ArgumentParser:
     main.add_argument("--version", action="version", version=f"torchscan-report {__version__}")
     commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    build = commands.add_parser("build", help="analyze every registry entry, render the reports, build the site")
-    build.add_argument("registry", type=Path, help="the models.toml registry")
-    build.add_argument("--output", "-o", type=Path, default=Path("site"), help="output folder (default: ./site; "
-                       "replaced as a whole at the end of the build)")
-    build.add_argument("--jobs", "-j", type=_positive_int, default=default_jobs(),
-                       help="entries analyzed in parallel (default: the CPU count; with --scheduler, the "
-                       "cluster's worker threads decide)")
-    build.add_argument("--timeout", type=_positive_float, default=600.0,
-                       help="seconds one entry may run before its worker is killed (default: 600)")
-    build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")
-    build.add_argument("--strict", action="store_true", help="also fail entries whose analysis is incomplete")
-    build.add_argument("--templates", type=_folder, help="a folder of template overrides (same file names)")
-    build.add_argument("--scheduler", type=_scheduler, default=os.environ.get(SCHEDULER_VARIABLE) or None,
-                       help="run the analyses on a Dask cluster: a scheduler address (tcp://host:8786) or local:N for "
-                       f"a LocalCluster of N worker processes (default: ${SCHEDULER_VARIABLE}, else a local build)")
-    build.add_argument("--ship-code", action="store_true", help="with --scheduler: upload the registry folder's "
-                       "Python files to the workers instead of expecting them at the same path")
+    _add_build_command(commands)
 
     render = commands.add_parser("render", help="render one JSON report as standalone HTML or Markdown")
     render.add_argument("report", type=Path, help="a report written by crawl_module (JSON)")
@@ -69,6 +53,27 @@ def parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a registry without running any model")
     check.add_argument("registry", type=Path)
     return main
+
+
+def _add_build_command(commands: Any) -> None:
+    """The ``build`` command and its options."""
+    build = commands.add_parser("build", help="analyze every registry entry, render the reports, build the site")
+    build.add_argument("registry", type=Path, help="the models.toml registry")
+    build.add_argument("--output", "-o", type=Path, default=Path("site"), help="output folder (default: ./site; "
+                       "replaced as a whole at the end of the build)")
+    build.add_argument("--jobs", "-j", type=_positive_int, default=default_jobs(),
+                       help="entries analyzed in parallel (default: the CPU count; with --scheduler, the "
+                       "cluster's worker threads decide)")
+    build.add_argument("--timeout", type=_positive_float, default=600.0,
+                       help="seconds one entry may run before its worker is killed (default: 600)")
+    build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")
+    build.add_argument("--strict", action="store_true", help="also fail entries whose analysis is incomplete")
+    build.add_argument("--templates", type=_folder, help="a folder of template overrides (same file names)")
+    build.add_argument("--scheduler", type=_scheduler, default=os.environ.get(SCHEDULER_VARIABLE) or None,
+                       help="run the analyses on a Dask cluster: a scheduler address (tcp://host:8786) or local:N for "
+                       f"a LocalCluster of N worker processes (default: ${SCHEDULER_VARIABLE}, else a local build)")
+    build.add_argument("--ship-code", action="store_true", help="with --scheduler: upload the registry folder's "
+                       "Python files to the workers instead of expecting them at the same path")
 
 
 def main(argv: list[str] | None = None) -> int:

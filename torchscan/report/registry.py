@@ -210,18 +210,24 @@ class _Checker:
             if label.lower() in seen:
                 self.problem(f"{at}.name", f"duplicate variant name {label!r} (names are compared ignoring case)")
             seen.add(label.lower())
-            merged = dict(base)
-            for key in ("kwargs", "inputs_kwargs"):
-                if key in variant:
-                    merged[key] = {**self.table(f"{at}.{key}", base.get(key, {})),
-                                   **self.table(f"{at}.{key}", variant[key])}
-            for key in ("input_shape", "dtype"):
-                if key in variant:
-                    merged[key] = variant[key]
+            merged = self.variant_settings(at, base, variant)
             stem = common["entry"] if position == 0 else f"{common['entry']}.{label}"
             description = self.string(f"{at}.description", variant.get("description", ""))
             runs.append(self.run(at, common, merged, label, stem, description))
         return runs
+
+    def variant_settings(self, at: str, base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
+        """The entry's settings with a variant's changes: keyword tables merged key by key, shapes and dtypes
+        replaced."""
+        merged = dict(base)
+        for key in ("kwargs", "inputs_kwargs"):
+            if key in variant:
+                merged[key] = {**self.table(f"{at}.{key}", base.get(key, {})),
+                               **self.table(f"{at}.{key}", variant[key])}
+        for key in ("input_shape", "dtype"):
+            if key in variant:
+                merged[key] = variant[key]
+        return merged
 
     def run(self, where: str, common: dict[str, Any], spec: dict[str, Any], variant: str | None, stem: str,
             description: str) -> Run:

@@ -10,7 +10,7 @@ Two more measurements answer questions the ratios cannot:
 * ``synthetic_100`` / ``synthetic_10k``: the same tiny layer repeated, 100 and 10,000 layer calls; the extra time
   per layer call of each must be about equal (assembly linear in the number of calls).
 * ``llama2_70b_meta``: the LLaMA-2-70B configuration on the ``meta`` device; a fresh interpreter also reports the
-  analysis's memory (process peak RSS, RSS growth during the analysis, and the ``tracemalloc`` peak).
+  analysis's memory (process peak RSS, its growth during the first analysis, and the ``tracemalloc`` peak).
 
     python benchmarks/overhead.py [--repeats 7] [--threads 1] [--models resnet,bert] [--clock cpu] [--stat min]
 
@@ -126,7 +126,7 @@ def layer_calls(model: nn.Module, args: tuple, kwargs: dict) -> int:
 
 
 MEMORY_PROBE = """
-import resource, sys, time, tracemalloc
+import sys, time, tracemalloc
 sys.path[:0] = {paths!r}
 import torch, overhead
 from torchscan import crawl_module
@@ -134,22 +134,34 @@ model, args, kwargs = overhead.llama_70b_meta()
 model.eval()
 with torch.no_grad():
     model(*args, **kwargs)
-crawl_module(model, args=args, kwargs=kwargs)  # warm-up: first use of the dispatch mode, lazy imports
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = overhead.peak_rss()
+crawl_module(model, args=args, kwargs=kwargs)  # the first analysis in this process, with its first-use costs
+first = overhead.peak_rss()
 start = time.perf_counter()
 crawl_module(model, args=args, kwargs=kwargs)
 seconds = time.perf_counter() - start
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 tracemalloc.start()
 crawl_module(model, args=args, kwargs=kwargs)
 traced = tracemalloc.get_traced_memory()[1]
-print(seconds, before * 1024, after * 1024, traced)
+print(seconds, before, first, traced)
 """
 
 
+def peak_rss() -> float:
+    """This process's peak resident set size in bytes: ``VmHWM``, the high-water mark of its own address space.
+
+    Not ``ru_maxrss``: Linux carries the parent's peak into a child started with fork/vfork and exec.
+    """
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def memory_probe() -> dict[str, float]:
-    """The 70B meta analysis in a fresh interpreter: its time, the process peak RSS before and after it, and the
-    peak of Python allocations during it (``tracemalloc``, a separate untimed run)."""
+    """The 70B meta analysis in a fresh interpreter: the time of a second analysis, the process peak RSS before and
+    after the first one, and the peak of Python allocations during a third (``tracemalloc``, untimed)."""
     code = MEMORY_PROBE.format(paths=[str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")])
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     output = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
@@ -225,7 +237,7 @@ def main() -> None:
     if "llama2_70b_meta" in names:
         probe = memory_probe()
         print(f"llama2_70b_meta memory (fresh process): analysis {probe['seconds']:.2f} s, process peak RSS "
-              f"{probe['rss_peak'] / 2**20:.0f} MB (growth during the analysis "
+              f"{probe['rss_peak'] / 2**20:.0f} MB (growth during the first analysis "
               f"{(probe['rss_peak'] - probe['rss_before']) / 2**20:.0f} MB), tracemalloc peak "
               f"{probe['traced_peak'] / 2**20:.0f} MB")
     print(f"first-call extra cost in a fresh process: {first_call_extra():.3f} s")

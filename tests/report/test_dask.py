@@ -84,7 +84,7 @@ def test_a_local_cluster_build_is_byte_identical_to_a_local_build(tmp_path: Path
         assert "raises: failed (build: RuntimeError)" in stream
         assert "hangs: failed (timeout: TimeoutError)" in stream
         assert "exits: failed (worker: WorkerDied)" in stream
-        assert "FAILED exits: WorkerDied: the worker process died without a result (exit code 3)" in stream
+        assert "FAILED exits: worker stage, WorkerDied: the worker process died without a result (exit code 3)" in stream
 
 
 def test_lost_workers_are_retried_then_recorded(shared: LoopbackCluster, tmp_path: Path) -> None:

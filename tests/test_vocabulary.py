@@ -31,7 +31,7 @@ def relative(path: Path) -> str:
 
 def test_the_vocabulary_has_the_values_of_the_report_contract():
     assert SUMMABLE_METRICS == ("module_flops", "macs", "dmas")
-    assert SCOPES == ("module_call", "subtree", "direct", "inclusive", "model")
+    assert SCOPES == ("module_call", "subtree", "direct", "inclusive", "model", "part")
     assert dict(POINTWISE_SPATIAL) == {"receptive_field": 1, "effective_stride": 1, "effective_padding": 0}
     with pytest.raises(TypeError):
         POINTWISE_SPATIAL["receptive_field"] = 2  # type: ignore[index]  # shared: read-only

@@ -42,6 +42,10 @@ STATUS_MARKERS = {"partial": "≥", "unavailable": "n/a", "not_applicable": "n/a
                   "covered": "covered"}
 
 
+#: The status of a breakdown row's name cell: a part of its owner's estimate, styled apart from the layer rows.
+PART_STATUS = "part"
+
+
 @dataclass(frozen=True)
 class Cell:
     """One displayed value: ``text`` as shown, ``status`` for styling, ``note`` for a tooltip, ``sort`` key."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import METRIC_UNITS, SUMMABLE_METRICS, add_results
+from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, add_results
 from .breakdown import PartRow, part_rows
 from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
 from .values import shape_text
@@ -170,7 +170,7 @@ def _subtree_sums(layers: list[dict[str, Any]], parents: list[int | None], name:
         own = layers[index]["metrics"].get(name)
         found = parts[index] + ([own] if own else [])
         if found:
-            sums[index] = add_results(found, METRIC_UNITS[name], "subtree", "sum_of_layer_estimates")
+            sums[index] = add_results(found, METRIC_UNITS[name], SUBTREE, "sum_of_layer_estimates")
             if parents[index] is not None:
                 parts[parents[index]].append(sums[index])
     return sums

@@ -16,7 +16,7 @@ from ..diagnostics import CODES
 from ..formatting import format_count, format_parameters
 from ..results import SUMMABLE_METRICS
 from .breakdown import PartRow
-from .cells import METRIC_LABELS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
+from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
 from .layers import LayerRow, layer_label, layer_rows, owned_metrics
 from .values import value_text
@@ -71,7 +71,7 @@ class TreeItem:
             return self.row.cell(key)
         if key == "layer":
             text = f"of which {self.part.part}" if self.part.path == self.row.path else self.part.label
-            return Cell(text, "part", f"{self.part.path or '(root)'}: {self.part.part}, part of {self.part.owner}'s "
+            return Cell(text, PART_STATUS, f"{self.part.path or '(root)'}: {self.part.part}, part of {self.part.owner}'s "
                         "estimate (already included in it)")
         return self.part.cell(key)
 

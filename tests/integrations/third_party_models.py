@@ -2,9 +2,9 @@
 (random weights, never a download), counting their MACs independently, and analyzing each once per session.
 
 torchvision's wheel on the test machine is a CUDA build whose C extension does not load next to the CPU torch;
-its import then fails on ``torchvision::nms``. `import_torchvision` defines ``torchvision::nms`` and
-``torchvision::qnms`` as Python CPU kernels through ``torch.library`` in that case (classification models never
-call them) and imports it again. timm and transformers import torchvision, so they go through the same door.
+its import then fails on ``torchvision::nms``. `import_torchvision` uses the catalog's `zoo.torchvision_ops`, which defines
+``torchvision::nms`` and ``torchvision::qnms`` as Python CPU kernels through ``torch.library`` in that case
+(classification models never call them) and imports it again. timm and transformers import torchvision, so they go through the same door.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,52 +21,15 @@ import torch
 from torch import nn
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
+from zoo.torchvision_ops import ensure_torchvision
 
 from torchscan import IncompleteAnalysisError, crawl_module
 
 aten = torch.ops.aten
 Inputs = Callable[[str], tuple[tuple, dict[str, Any]]]
-_KERNELS: list[torch.library.Library] = []  # keeps the fallback kernels registered for the session
-
-
-def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    """Greedy non-maximum suppression: indices of the kept boxes, by decreasing score."""
-    order = scores.argsort(descending=True)
-    area = (boxes[:, 2:] - boxes[:, :2]).clamp(min=0).prod(dim=1)
-    keep: list[int] = []
-    while order.numel():
-        best, order = order[0], order[1:]
-        keep.append(int(best))
-        top_left = torch.maximum(boxes[best, :2], boxes[order, :2])
-        bottom_right = torch.minimum(boxes[best, 2:], boxes[order, 2:])
-        overlap = (bottom_right - top_left).clamp(min=0).prod(dim=1)
-        order = order[overlap / (area[best] + area[order] - overlap) <= iou_threshold]
-    return torch.tensor(keep, dtype=torch.long)
-
-
-def _qnms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    return _nms(boxes.dequantize(), scores.dequantize(), iou_threshold)
-
-
-def _define_detection_kernels() -> None:
-    library = torch.library.Library("torchvision", "FRAGMENT")
-    for name, kernel in (("nms", _nms), ("qnms", _qnms)):
-        library.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        library.impl(name, kernel, "CPU")
-    _KERNELS.append(library)
-
-
-@functools.cache
-def _torchvision() -> Any:
-    try:
-        return importlib.import_module("torchvision")
-    except RuntimeError as error:
-        if "torchvision::nms" not in str(error):
-            raise
-    for name in [name for name in sys.modules if name == "torchvision" or name.startswith("torchvision.")]:
-        del sys.modules[name]
-    _define_detection_kernels()
-    return importlib.import_module("torchvision")
+#: torchvision, imported once per session through the catalog's own door (`zoo.torchvision_ops`), which defines
+#: the Python detection kernels where its compiled ones do not load.
+_torchvision = functools.cache(ensure_torchvision)
 
 
 def _require(name: str) -> None:

@@ -48,10 +48,15 @@ def _plain(value: Any) -> Hashable:
 
 def module_configuration(module: nn.Module) -> tuple:
     """The module's type, public plain attributes, and own parameters' and buffers' shapes and dtypes."""
-    attributes = tuple((name, _plain(value)) for name, value in module.__dict__.items() if name[0] != "_")
-    tensors = tuple((name, _own_tensor(tensor)) for table in (module._parameters, module._buffers)
-                    for name, tensor in table.items())
-    return type(module), attributes, tensors
+    attributes = []
+    for name, value in module.__dict__.items():  # a loop, not a generator: it runs once per module per analysis
+        if name[0] != "_":
+            kind = type(value)
+            attributes.append((name, kind, value) if kind in _EXACTLY_SIMPLE else (name, _plain(value)))
+    tensors = [(name, _own_tensor(tensor)) for name, tensor in module._parameters.items()]
+    if module._buffers:
+        tensors.extend((name, _own_tensor(tensor)) for name, tensor in module._buffers.items())
+    return type(module), tuple(attributes), tuple(tensors)
 
 
 def _own_tensor(tensor: torch.Tensor | None) -> Hashable:

@@ -231,9 +231,11 @@ def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: st
                         ) -> tuple[MetricResult, str | None]:
     """One field's value as a MetricResult, or an unavailable result and why the value is invalid."""
     unit, scope = METRIC_UNITS[name], handler.scope(name)
-    if type(value) is int and value >= 0:  # the common case, kept cheap: it runs for every call of every layer
+    if type(value) is int and value >= 0:  # the common cases, kept cheap: they run for every call of every layer
         return complete(value, unit, scope, label), None
     spatial = name in SPATIAL_METRICS
+    if spatial and type(value) is list and _natural_numbers(value):
+        return complete(value.copy(), unit, scope, label), None
     if value is None:
         return unavailable(unit, scope, label), None
     if isinstance(value, Incomplete):
@@ -242,12 +244,27 @@ def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: st
         if spatial:
             return not_applicable(unit, scope, label), None
         return unavailable(unit, scope, label), f"{name} is a count: it cannot be not applicable"
+    return _other_to_result(name, value, scope, label, builtin)
+
+
+def _other_to_result(name: str, value: Any, scope: str, label: str, builtin: bool
+                     ) -> tuple[MetricResult, str | None]:
+    """A MetricResult mapping, any other number (a float, a numpy scalar), or an invalid value."""
+    unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
     if isinstance(value, Mapping):
         return _structured_to_result(name, value, scope, label, builtin)
     if is_count(value) or (spatial and is_spatial_value(value)):
         return complete(plain_number(value), unit, scope, label), None
     what = "a finite non-negative number" + (" or a list of them" if spatial else "")
     return unavailable(unit, scope, label), f"{name} must be {what}, None or a MetricResult, got {type(value).__name__}"
+
+
+def _natural_numbers(values: list[Any]) -> bool:
+    """A non-empty list of plain non-negative ints (per-dimension receptive-field values, as formulas give them)."""
+    for item in values:
+        if type(item) is not int or item < 0:
+            return False
+    return bool(values)
 
 
 def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: str, label: str

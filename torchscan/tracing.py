@@ -254,8 +254,13 @@ class CallTracer:
             return
         recorder = self.recorder
         recorder.leave()
-        with recorder.paused(), torch.no_grad():
-            estimate = self._estimate(frame, None if failed else ModuleCall(module, args, kwargs, output))
+        call = None if failed else ModuleCall(module, args, kwargs, output)
+        with recorder.paused():
+            if torch.is_grad_enabled():  # the model's forward enabled it; the analysis runs under no_grad
+                with torch.no_grad():
+                    estimate = self._estimate(frame, call)
+            else:
+                estimate = self._estimate(frame, call)
         self._settle(frame, CallOutcome(frame.index, estimate, self._owners(frame), self._close_operators(frame)))
 
     def _close_structure(self, frame: Frame, failed: bool) -> None:

@@ -77,15 +77,27 @@ class _Structure:
 
     def describe(self, value: Any) -> Hashable:
         kind = type(value)
-        if kind is torch.Tensor or kind is nn.Parameter or isinstance(value, torch.Tensor):
+        if kind is torch.Tensor or kind is nn.Parameter:
             return self._tensor(value)
-        if kind in _EXACTLY_SIMPLE or isinstance(value, SIMPLE_TYPES):
+        if kind is tuple or kind is list:
+            return kind, tuple([self.describe(item) for item in value])
+        if kind is dict:
+            return kind, tuple([(key, self.describe(item)) for key, item in value.items()])
+        if kind in _EXACTLY_SIMPLE:
+            return kind, value
+        return self._subclassed(value, kind)
+
+    def _subclassed(self, value: Any, kind: type) -> Hashable:
+        """Tensor subclasses, subclasses of the simple types and containers, other mappings; else NotMemoizable."""
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, SIMPLE_TYPES):
             return kind, value
         if isinstance(value, (tuple, list)):
-            return type(value), tuple(self.describe(item) for item in value)
+            return kind, tuple([self.describe(item) for item in value])
         if isinstance(value, Mapping):
-            return type(value), tuple((key, self.describe(item)) for key, item in value.items())
-        raise NotMemoizable(type(value).__name__)
+            return kind, tuple([(key, self.describe(item)) for key, item in value.items()])
+        raise NotMemoizable(kind.__name__)
 
     def _tensor(self, tensor: torch.Tensor) -> Hashable:
         if tensor.is_nested:

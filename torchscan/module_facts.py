@@ -4,27 +4,39 @@ forward (`module_infos`), parameter and buffer statistics after it (`tensor_stat
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
+from .integrations.signature import observes_operators
 
 #: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
 BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 
 
-@dataclass(frozen=True)
 class ModuleInfo:
-    """Per-module facts computed once before the forward, so the hooks stay cheap."""
+    """Per-module facts computed once before the forward, so the hooks stay cheap.
 
-    path: str
-    type_name: str
-    leaf: bool
-    caller: ModuleHandler | None
-    builtin: ModuleHandler | None
+    Besides path, type and handlers, three flags the hooks would otherwise derive on every call:
+    ``may_own`` (some handler owns fields for the subtree), ``observes`` (a third-party formula checks the
+    operators the call runs) and ``prices_direct_work`` (no built-in formula alone prices the call, so the
+    operators it runs directly may need estimating).
+    """
+
+    __slots__ = ("builtin", "caller", "leaf", "may_own", "observes", "path", "prices_direct_work", "type_name")
+
+    def __init__(self, path: str, type_name: str, leaf: bool, caller: ModuleHandler | None,
+                 builtin: ModuleHandler | None) -> None:
+        self.path = path
+        self.type_name = type_name
+        self.leaf = leaf
+        self.caller = caller
+        self.builtin = builtin
+        self.may_own = caller is not None or (builtin is not None and bool(builtin.subtree_metrics))
+        self.observes = observes_operators(builtin)
+        self.prices_direct_work = caller is not None or builtin is None
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.
@@ -35,18 +47,24 @@ def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: B
                  fused_path_owners: list[nn.Module] | None = None) -> dict[int, ModuleInfo]:
     """Path, type and handlers of every module, looked up once per type; modules of `FUSED_PATH_TYPES` are
     appended to ``fused_path_owners``."""
-    handler_cache: dict[type, tuple[ModuleHandler | None, ModuleHandler | None]] = {}
+    by_type: dict[type, tuple[str, ModuleHandler | None, ModuleHandler | None]] = {}
     infos: dict[int, ModuleInfo] = {}
     for path, module in model.named_modules():
         kind = type(module)
-        if kind not in handler_cache:
-            handler_cache[kind] = (closest_handler(kind, custom), builtin(kind) if builtin is not None else None)
-        caller, found = handler_cache[kind]
-        infos[id(module)] = ModuleInfo(path=path, type_name=f"{kind.__module__}.{kind.__qualname__}",
-                                       leaf=next(module.children(), None) is None, caller=caller, builtin=found)
+        facts = by_type.get(kind)
+        if facts is None:
+            facts = by_type[kind] = (f"{kind.__module__}.{kind.__qualname__}", closest_handler(kind, custom),
+                                     builtin(kind) if builtin is not None else None)
+        type_name, caller, found = facts
+        infos[id(module)] = ModuleInfo(path, type_name, _is_leaf(module), caller, found)
         if fused_path_owners is not None and isinstance(module, FUSED_PATH_TYPES):
             fused_path_owners.append(module)
     return infos
+
+
+def _is_leaf(module: nn.Module) -> bool:
+    """No child module (as ``children()`` lists them: a child registered as ``None`` is none)."""
+    return all(child is None for child in module._modules.values())
 
 
 def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = None
@@ -61,7 +79,13 @@ def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = Non
     kinds = set() if kinds is None else kinds
     return {path: (_tensor_stats(module._parameters.values(), seen, kinds, with_grad=True),
                    _tensor_stats(module._buffers.values(), seen, kinds, with_grad=False))
+            if module._parameters or module._buffers else _no_tensors()
             for path, module in model.named_modules()}
+
+
+def _no_tensors() -> tuple[dict[str, int], dict[str, int]]:
+    """The statistics of a module without parameters or buffers of its own (most containers and activations)."""
+    return {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0}, {"count": 0, "bytes": 0}
 
 
 def _tensor_stats(tensors: Any, seen: set[int], kinds: set[tuple[str, str]], with_grad: bool) -> dict[str, int]:

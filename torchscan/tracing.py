@@ -29,7 +29,7 @@ from .estimate_memo import EstimateMemo
 from .estimation import CallContext, CallEstimate, estimate_call, forward_error
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
-from .integrations.signature import ObservedWork, observes_operators
+from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, module_infos
 from .operators import OperatorRecorder, OperatorScope
 from .results import (
@@ -157,15 +157,13 @@ def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
 def _needs_direct_work(frame: Frame) -> bool:
     """Whether the module view must estimate the operators this call runs directly: some summable field is not
     covered by an owner, and no built-in formula alone prices the call (a caller handler may omit fields)."""
-    info = frame.info
-    return not SUMMABLE <= frame.covered.keys() and (info.caller is not None or info.builtin is None)
+    return frame.info.prices_direct_work and not SUMMABLE <= frame.covered.keys()
 
 
 def _observes_operators(frame: Frame) -> bool:
     """Whether this call's built-in formula is a third-party one, trusted only while the operators the call runs
     directly match those it declares: the call then records them (`ObservedWork`, which also prices them)."""
-    info = frame.info
-    return observes_operators(info.builtin) and not METRIC_FIELDS <= frame.covered.keys()
+    return frame.info.observes and not METRIC_FIELDS <= frame.covered.keys()
 
 
 def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
@@ -231,7 +229,8 @@ class CallTracer:
         frame.args = args
         self.records.append(record)
         if self.full:
-            self._open_ownership(frame)
+            if frame.info.may_own:
+                self._open_ownership(frame)
             if _observes_operators(frame):
                 frame.scope.direct_work = ObservedWork()
             elif _needs_direct_work(frame):

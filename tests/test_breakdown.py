@@ -182,10 +182,10 @@ def test_a_handler_may_give_incomplete_parts() -> None:
 
 
 def test_a_replayed_estimate_gets_its_own_copy_of_the_parts() -> None:
-    memo = EstimateMemo()
+    memo, module = EstimateMemo(), nn.Identity()
     part = {"part": "a", "module": "", "macs": complete(4, "MACs", "part", "m")}
-    memo.store("key", CallEstimate(metrics={"macs": complete(4, "MACs", "subtree", "m")}, breakdown=[part]))
-    first, second = (memo.replay("key", {"path": path, "call_index": 0}) for path in ("x", "y"))
+    memo.store("key", module, CallEstimate(metrics={"macs": complete(4, "MACs", "subtree", "m")}, breakdown=[part]))
+    first, second = (memo.replay("key", module, path, 0) for path in ("x", "y"))
     assert first.breakdown == second.breakdown == [part]
     first.breakdown[0]["macs"]["value"] = -1
     assert second.breakdown[0]["macs"]["value"] == 4 and part["macs"]["value"] == 4

@@ -30,8 +30,11 @@ from .inputs import (
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .results import (
+    DIRECT,
+    INCLUSIVE,
     METRIC_UNITS,
     MODEL,
+    MODULE_CALL,
     SUMMABLE_METRICS,
     add_results,
     as_lower_bound,
@@ -122,7 +125,7 @@ def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
     full = mode == "full"
     recorder = new_recorder(build_formula_table(mapping)) if full else None
     tracer = CallTracer(model, handlers, recorder, builtin_for)
-    training_flags = [(module, module.training) for module in model.modules()]
+    training_flags = tracer.facts.training_flags
     inputs = {"source": source, **call_metadata(args, kwargs)}
     with cyclic_gc_paused():
         try:
@@ -168,6 +171,8 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
     layers = tracer.records
     for layer in layers:
         layer["parameters"], layer["buffers"] = statistics[layer["path"]]
+    if not full:
+        _mark_not_requested(layers)
     diagnostics = list(tracer.diagnostics)
     if recorder is not None:
         tracer.totals_scope.merge(recorder.root)
@@ -193,6 +198,15 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
         "operator_flops": operators,
         "diagnostics": sorted(diagnostics, key=sort_key),
     }
+
+
+def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
+    """``mode="structure"``: every compute metric of every call explicitly not requested (fresh dicts per call)."""
+    metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
+    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+    for layer in layers:
+        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
+        layer["operator_flops"] = {scope: result.copy() for scope, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

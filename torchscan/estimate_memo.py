@@ -2,18 +2,23 @@
 
 Repeated blocks (ResNet stages, MobileNet's inverted residuals, the 80 layers of a LLaMA) call the same layer
 types with the same configuration on the same shapes again and again. A handler that declares ``memoize=True``
-promises that its estimate depends only on what `call_key` captures:
+promises that its estimate depends only on what the key captures:
 
-* the module's type, its plain attributes (numbers, strings, flags, dtypes and tuples of them, the training flag
-  included) and the names, shapes and dtypes of its own parameters and buffers (``None`` entries too);
-* the call's positional and keyword arguments and its output, as structure: for each tensor its shape, dtype
-  and which argument's storage it shares (a view of the input is not a copy); for each scalar its type and value
-  (``stride=2`` and ``is_causal=True`` are part of the key). The device is not: formulas read shapes only, and
-  count alike on ``meta``.
+* the call's *structure*: the handler, the fields needed, the module's type, and the call's positional and keyword
+  arguments and its output, as structure: for each tensor its shape, dtype and which argument's storage it shares
+  (a view of the input is not a copy); for each scalar its type and value (``stride=2`` and ``is_causal=True`` are
+  part of the key). The device is not: formulas read shapes only, and count alike on ``meta``;
+* the module's *configuration*: its plain attributes (numbers, strings, flags, dtypes and tuples of them, the
+  training flag included) and the names, shapes and dtypes of its own parameters and buffers (``None`` entries too).
 
 A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
 The estimate is then computed once per key and replayed for every later call with that key: each record gets its
 own copies of the results, and diagnostics are re-addressed to the call they are about.
+
+The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
+so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
+their configuration is never needed), and then once per module and analysis: a model that changes a module's
+attributes between its calls within one forward pass is outside what the memo describes.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from .estimation import CallEstimate
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
 SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
 _EXACTLY_SIMPLE = frozenset(SIMPLE_TYPES)
+_simple_only = _EXACTLY_SIMPLE.issuperset
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 class NotMemoizable(Exception):
@@ -52,90 +59,118 @@ def module_configuration(module: nn.Module) -> tuple:
     for name, value in module.__dict__.items():  # a loop, not a generator: it runs once per module per analysis
         if name[0] != "_":
             kind = type(value)
-            attributes.append((name, kind, value) if kind in _EXACTLY_SIMPLE else (name, _plain(value)))
-    tensors = [(name, _own_tensor(tensor)) for name, tensor in module._parameters.items()]
+            if kind in _EXACTLY_SIMPLE:
+                attributes.append((name, kind, value))
+            elif kind is tuple and _simple_only(kinds := tuple(map(type, value))):  # kernel_size, stride, ...
+                attributes.append((name, kinds, value))
+            else:
+                attributes.append((name, _plain(value)))
+    tensors = [(name, None if tensor is None else _own_tensor(tensor)) for name, tensor in module._parameters.items()]
     if module._buffers:
-        tensors.extend((name, _own_tensor(tensor)) for name, tensor in module._buffers.items())
+        tensors.extend((name, None if tensor is None else _own_tensor(tensor))
+                       for name, tensor in module._buffers.items())
     return type(module), tuple(attributes), tuple(tensors)
 
 
-def _own_tensor(tensor: torch.Tensor | None) -> Hashable:
-    if tensor is None:
-        return None
+def _own_tensor(tensor: torch.Tensor) -> Hashable:
     if is_lazy(tensor):
         raise NotMemoizable("an uninitialized lazy parameter")
     return tensor.shape, tensor.dtype
 
 
-class _Structure:
-    """Describes call values for the key, numbering tensor storages in order of appearance."""
+def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple:
+    """The structure of one call (see the module docstring); raises `NotMemoizable` for what it cannot describe.
 
-    __slots__ = ("storages",)
-
-    def __init__(self) -> None:
-        self.storages: dict[int, int] = {}
-
-    def describe(self, value: Any) -> Hashable:
+    Flat, for speed (it runs at every call of a memoizing formula): the argument count and keyword names fix where
+    each value's entries start, and each value adds a run that its first entry identifies: a plain tensor its
+    ``torch.Size``, dtype and storage number; a scalar its type and value; anything else one nested description
+    (a tuple opened by a type).
+    """
+    storages: dict[int, int] = {}
+    key: list[Any] = [len(args), tuple(kwargs) if kwargs else ()]
+    append = key.append
+    for value in (*args, *kwargs.values(), output) if kwargs else (*args, output):
         kind = type(value)
         if kind is torch.Tensor or kind is nn.Parameter:
-            return self._tensor(value)
-        if kind is tuple or kind is list:
-            return kind, tuple([self.describe(item) for item in value])
-        if kind is dict:
-            return kind, tuple([(key, self.describe(item)) for key, item in value.items()])
-        if kind in _EXACTLY_SIMPLE:
-            return kind, value
-        return self._subclassed(value, kind)
+            append(_shape(value))
+            append(value.dtype)
+            base = value._base
+            append(storages.setdefault(id(value if base is None else base), len(storages)))
+        elif kind in _EXACTLY_SIMPLE:
+            append(kind)
+            append(value)
+        else:
+            append(_nested(value, storages))
+    return tuple(key)
 
-    def _subclassed(self, value: Any, kind: type) -> Hashable:
-        """Tensor subclasses, subclasses of the simple types and containers, other mappings; else NotMemoizable."""
-        if isinstance(value, torch.Tensor):
-            return self._tensor(value)
-        if isinstance(value, SIMPLE_TYPES):
-            return kind, value
-        if isinstance(value, (tuple, list)):
-            return kind, tuple([self.describe(item) for item in value])
-        if isinstance(value, Mapping):
-            return kind, tuple([(key, self.describe(item)) for key, item in value.items()])
-        raise NotMemoizable(kind.__name__)
 
-    def _tensor(self, tensor: torch.Tensor) -> Hashable:
-        if tensor.is_nested:
+def _shape(tensor: torch.Tensor) -> torch.Size:
+    try:
+        return tensor.shape
+    except RuntimeError:  # a strided nested tensor has no single shape
+        raise NotMemoizable("nested tensor") from None
+
+
+def _nested(value: Any, storages: dict[int, int]) -> tuple:
+    """Containers, tensor subclasses and subclasses of the simple types, each opened by a type; else NotMemoizable."""
+    kind = type(value)
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
             raise NotMemoizable("nested tensor")
-        root = tensor._base if tensor._base is not None else tensor
-        storage = self.storages.setdefault(id(root), len(self.storages))
-        return tensor.shape, tensor.dtype, storage
+        root = value._base if value._base is not None else value
+        return torch.Tensor, value.shape, value.dtype, storages.setdefault(id(root), len(storages))
+    if isinstance(value, SIMPLE_TYPES):
+        return kind, value
+    if isinstance(value, (tuple, list)):
+        return kind, tuple([_nested(item, storages) for item in value])
+    if isinstance(value, Mapping):
+        return kind, tuple([(key, _nested(item, storages)) for key, item in value.items()])
+    raise NotMemoizable(kind.__name__)
+
+
+class _First:
+    """The one estimate stored under a structure that no other call has shared yet, with its module."""
+
+    __slots__ = ("estimate", "module")
+
+    def __init__(self, module: nn.Module, estimate: CallEstimate) -> None:
+        self.module = module
+        self.estimate = estimate
 
 
 class EstimateMemo:
-    """The estimates of one analysis, by call key.
+    """The estimates of one analysis, by call structure and then by configuration.
 
-    A module's configuration is read at its first call in the analysis (and again if its class changes, as a lazy
-    module's does when it materializes); equal configurations share one small number in the keys.
+    Equal configurations share one small number; a module's number is read once per analysis (and again if its
+    class changes, as a lazy module's does when it materializes).
     """
 
     __slots__ = ("configurations", "entries", "hits", "numbers")
 
     def __init__(self) -> None:
-        self.entries: dict[Hashable, CallEstimate] = {}
+        self.entries: dict[Hashable, _First | dict[int, CallEstimate]] = {}
         self.configurations: dict[tuple[int, type], int | None] = {}  # (module id, class) -> number
         self.numbers: dict[tuple, int] = {}  # configuration -> number
         self.hits = 0
 
-    def key(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple, kwargs: Mapping[str, Any],
-            output: Any) -> Hashable | None:
-        """The memo key of one call to ``handler``, or None when the call cannot be memoized."""
-        configuration = self._configuration(module)
-        if configuration is None:
-            return None
-        structure = _Structure()
+    def structure(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple,
+                  kwargs: Mapping[str, Any], output: Any) -> Hashable | None:
+        """The first part of the key of one call to ``handler``, or None when the call cannot be memoized."""
         try:
-            return (id(handler), needed, configuration, structure.describe(args), structure.describe(kwargs),
-                    structure.describe(output))
+            return id(handler), needed, type(module), call_structure(args, kwargs, output)
         except NotMemoizable:
             return None
 
-    def _configuration(self, module: nn.Module) -> int | None:
+    def key(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple, kwargs: Mapping[str, Any],
+            output: Any) -> Hashable | None:
+        """The whole key of one call (structure, configuration number), or None when it cannot be memoized: two
+        calls share an estimate exactly when their keys are equal."""
+        structure = self.structure(handler, needed, module, args, kwargs, output)
+        number = None if structure is None else self.configuration(module)
+        return None if number is None else (structure, number)
+
+    def configuration(self, module: nn.Module) -> int | None:
+        """The number of the module's configuration (equal configurations, equal numbers); None: not memoizable."""
         identity = (id(module), type(module))
         if identity not in self.configurations:
             try:
@@ -146,30 +181,54 @@ class EstimateMemo:
                 self.configurations[identity] = self.numbers.setdefault(configuration, len(self.numbers))
         return self.configurations[identity]
 
-    def replay(self, key: Hashable | None, where: dict[str, Any]) -> CallEstimate | None:
-        """A copy of the estimate stored under ``key``, its diagnostics about the call at ``where``."""
-        if key is None:
+    def replay(self, structure: Hashable | None, module: nn.Module, path: str, call_index: int
+               ) -> CallEstimate | None:
+        """A copy of the estimate stored for this structure and the module's configuration, its diagnostics about
+        the call at ``path`` and ``call_index``; None when there is none."""
+        if structure is None:
             return None
-        stored = self.entries.get(key)
+        entry = self.entries.get(structure)
+        if entry is None:
+            return None
+        if type(entry) is _First:
+            entry = self.entries[structure] = self._by_configuration(entry)
+        number = self.configuration(module)
+        stored = None if number is None else entry.get(number)
         if stored is None:
             return None
         self.hits += 1
-        return _copied(stored, where)
+        return _copied(stored, {"path": path, "call_index": call_index})
 
-    def store(self, key: Hashable | None, estimate: CallEstimate) -> None:
-        if key is not None:
-            self.entries[key] = _copied(estimate, None)
+    def _by_configuration(self, first: _First) -> dict[int, CallEstimate]:
+        number = self.configuration(first.module)
+        return {} if number is None else {number: first.estimate}
+
+    def store(self, structure: Hashable | None, module: nn.Module, estimate: CallEstimate, *, copy: bool = True
+              ) -> None:
+        """Keep a computed estimate (after `replay` found none for the same call): a copy, unless the caller
+        promises (``copy=False``) that nothing edits ``estimate`` or its results until the analysis ends."""
+        if structure is None:
+            return
+        kept = _copied(estimate, None) if copy else estimate
+        entry = self.entries.get(structure)
+        if entry is None:
+            self.entries[structure] = _First(module, kept)
+            return
+        number = self.configuration(module)
+        if number is not None and type(entry) is dict:
+            entry[number] = kept
 
 
 def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
     """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
-    metrics = {name: _copied_result(result) for name, result in estimate.metrics.items()}
-    diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
-    breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
-                 for part in estimate.breakdown]
-    return CallEstimate(metrics=metrics, ownership=dict(estimate.ownership), builtin_owned=estimate.builtin_owned,
-                        delegated=list(estimate.delegated), diagnostics=diagnostics,  # type: ignore[arg-type]
-                        breakdown=breakdown)
+    copy = CallEstimate({name: _copied_result(result) for name, result in estimate.metrics.items()},
+                        dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
+    if estimate.diagnostics:
+        copy.diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
+    if estimate.breakdown:
+        copy.breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
+                          for part in estimate.breakdown]
+    return copy
 
 
 def _copied_result(result: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ metrics) or are delegated to descendants (composites) or unavailable (unsupporte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .breakdown import BreakdownError, validate_breakdown
@@ -31,16 +31,20 @@ from .results import (
 FIELD_ORDER = tuple(METRIC_UNITS)
 
 
-@dataclass
 class CallEstimate:
     """The outcome for one call: metrics by field, who supplied them, what was delegated, and diagnostics."""
 
-    metrics: dict[str, MetricResult] = field(default_factory=dict)
-    ownership: dict[str, str] = field(default_factory=dict)
-    builtin_owned: frozenset[str] = frozenset()  # fields a built-in inclusive formula covers
-    delegated: list[str] = field(default_factory=list)
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    breakdown: list[dict[str, Any]] = field(default_factory=list)  # the parts of the estimate (torchscan.breakdown)
+    __slots__ = ("breakdown", "builtin_owned", "delegated", "diagnostics", "metrics", "ownership")
+
+    def __init__(self, metrics: dict[str, MetricResult] | None = None, ownership: dict[str, str] | None = None,
+                 builtin_owned: frozenset[str] = frozenset(), delegated: list[str] | None = None,
+                 diagnostics: list[Diagnostic] | None = None, breakdown: list[dict[str, Any]] | None = None) -> None:
+        self.metrics = {} if metrics is None else metrics
+        self.ownership = {} if ownership is None else ownership
+        self.builtin_owned = builtin_owned  # fields a built-in inclusive formula covers
+        self.delegated = [] if delegated is None else delegated
+        self.diagnostics = [] if diagnostics is None else diagnostics
+        self.breakdown = [] if breakdown is None else breakdown  # the parts of the estimate (torchscan.breakdown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,11 +78,12 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
     remaining = context.needed - estimate.metrics.keys()
     if context.builtin is not None and remaining:
         _apply_builtin(context, context.builtin, call, remaining, estimate)
-    unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
-    if unhandled:
+    if len(estimate.metrics) < len(context.needed):
+        unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
-    estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
+    if tuple(estimate.metrics) != FIELD_ORDER:  # all six in order is the common case
+        estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
     return estimate
 
 
@@ -91,8 +96,9 @@ def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCal
         return
     _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
     verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
-    estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
-                                       if name in builtin.subtree_metrics)
+    if builtin.subtree_metrics:
+        estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
+                                           if name in builtin.subtree_metrics)
 
 
 def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[str], estimate: CallEstimate,
@@ -107,6 +113,11 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], handler.scope(name), label))
         return
     validated = validate_estimates(raw, handler, needed, builtin=builtin)
+    if validated.exact:  # complete numbers only: nothing to report, no breakdown, every owned field supplied
+        _set_exact(estimate, validated.metrics)
+        if handler.subtree_metrics:
+            _mark_omitted_owned(handler, needed, validated, estimate, label, where)
+        return
     for name, problem in validated.problems:
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
     for name, result in validated.metrics.items():
@@ -162,6 +173,17 @@ def _incomplete_result(label: str, name: str, result: MetricResult, builtin: boo
         return diagnostic("unsupported_configuration", f"{returned}: {why}", metric=name, **where)
     return diagnostic("incomplete_handler_estimate", f"{returned}: {reason}" if reason else returned, metric=name,
                       **where)
+
+
+def _set_exact(estimate: CallEstimate, metrics: dict[str, MetricResult]) -> None:
+    """Keep a handler's complete results (their scopes are the ownership)."""
+    if estimate.metrics:
+        estimate.metrics.update(metrics)
+    else:
+        estimate.metrics = metrics
+    ownership = estimate.ownership
+    for name, result in metrics.items():
+        ownership[name] = result["scope"]
 
 
 def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: MetricResult) -> None:

@@ -178,23 +178,27 @@ def _container_metadata(value: Any, kind: str, _enclosing: tuple[int, ...]) -> d
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32`` (cached: it runs for every tensor described)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
 def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
-    dtype = tensor.dtype
-    dtype_name = _DTYPE_NAMES.get(dtype)
-    if dtype_name is None:
-        dtype_name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    device = _device_type(tensor)
     if tensor.is_nested:  # a nested tensor has no single shape: record its rank and number of components
-        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0), "dtype": dtype_name,
-                "device": device, "requires_grad": bool(tensor.requires_grad)}
-    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": dtype_name, "device": device,
-            "requires_grad": bool(tensor.requires_grad)}
+        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
+                "dtype": dtype_name(tensor.dtype), "device": device_type(tensor),
+                "requires_grad": bool(tensor.requires_grad)}
+    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype),
+            "device": device_type(tensor), "requires_grad": bool(tensor.requires_grad)}
 
 
 _PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
-def _device_type(tensor: torch.Tensor) -> str:
+def device_type(tensor: torch.Tensor) -> str:
     """``tensor.device.type``; for plain tensors from the ``is_cpu``/``is_meta`` flags, as ``tensor.device`` builds
     a new ``torch.device`` on every access (subclasses may override ``device``, so they are asked)."""
     if type(tensor) in _PLAIN_TENSORS:

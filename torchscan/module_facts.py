@@ -1,5 +1,5 @@
 """Facts about the modules of one model, gathered once per analysis: path, type, handlers and leafness before the
-forward (`module_infos`), parameter and buffer statistics after it (`tensor_statistics`)."""
+forward (`model_facts`, with every training flag), parameter and buffer statistics after it (`tensor_statistics`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
+from .inputs import device_type, dtype_name
 from .integrations.signature import observes_operators
 
 #: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
@@ -19,17 +20,20 @@ BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 class ModuleInfo:
     """Per-module facts computed once before the forward, so the hooks stay cheap.
 
-    Besides path, type and handlers, three flags the hooks would otherwise derive on every call:
+    Besides path, name, type and handlers, three flags the hooks would otherwise derive on every call:
     ``may_own`` (some handler owns fields for the subtree), ``observes`` (a third-party formula checks the
     operators the call runs) and ``prices_direct_work`` (no built-in formula alone prices the call, so the
     operators it runs directly may need estimating).
     """
 
-    __slots__ = ("builtin", "caller", "leaf", "may_own", "observes", "path", "prices_direct_work", "type_name")
+    __slots__ = ("builtin", "caller", "calls", "leaf", "may_own", "name", "observes", "path", "prices_direct_work",
+                 "type_name")
 
     def __init__(self, path: str, type_name: str, leaf: bool, caller: ModuleHandler | None,
                  builtin: ModuleHandler | None) -> None:
         self.path = path
+        self.name = path.rpartition(".")[2]
+        self.calls = 0  # calls of the module so far in this analysis: the next call's call_index
         self.type_name = type_name
         self.leaf = leaf
         self.caller = caller
@@ -43,23 +47,35 @@ class ModuleInfo:
 FUSED_PATH_TYPES = (nn.TransformerEncoderLayer,)
 
 
-def module_infos(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None,
-                 fused_path_owners: list[nn.Module] | None = None) -> dict[int, ModuleInfo]:
-    """Path, type and handlers of every module, looked up once per type; modules of `FUSED_PATH_TYPES` are
-    appended to ``fused_path_owners``."""
+class ModelFacts:
+    """What the hooks need to know of a model, from one walk before the forward: the facts of each module (by id),
+    every module in ``named_modules()`` order with its training flag, and the modules of `FUSED_PATH_TYPES`."""
+
+    __slots__ = ("fused_path_owners", "infos", "training_flags")
+
+    def __init__(self) -> None:
+        self.infos: dict[int, ModuleInfo] = {}
+        self.training_flags: list[tuple[nn.Module, bool]] = []
+        self.fused_path_owners: list[nn.Module] = []
+
+
+def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> ModelFacts:
+    """Path, type and handlers of every module (handlers looked up once per type), and its training flag."""
     by_type: dict[type, tuple[str, ModuleHandler | None, ModuleHandler | None]] = {}
-    infos: dict[int, ModuleInfo] = {}
+    facts = ModelFacts()
+    infos, flags = facts.infos, facts.training_flags
     for path, module in model.named_modules():
         kind = type(module)
-        facts = by_type.get(kind)
-        if facts is None:
-            facts = by_type[kind] = (f"{kind.__module__}.{kind.__qualname__}", closest_handler(kind, custom),
+        known = by_type.get(kind)
+        if known is None:
+            known = by_type[kind] = (f"{kind.__module__}.{kind.__qualname__}", closest_handler(kind, custom),
                                      builtin(kind) if builtin is not None else None)
-        type_name, caller, found = facts
+        type_name, caller, found = known
         infos[id(module)] = ModuleInfo(path, type_name, _is_leaf(module), caller, found)
-        if fused_path_owners is not None and isinstance(module, FUSED_PATH_TYPES):
-            fused_path_owners.append(module)
-    return infos
+        flags.append((module, module.training))
+        if isinstance(module, FUSED_PATH_TYPES):
+            facts.fused_path_owners.append(module)
+    return facts
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -94,11 +110,12 @@ def _tensor_stats(tensors: Any, seen: set[int], kinds: set[tuple[str, str]], wit
         if tensor is None or id(tensor) in seen or is_lazy(tensor):
             continue
         seen.add(id(tensor))
-        kinds.add((tensor.device.type, str(tensor.dtype).removeprefix("torch.")))
-        count += tensor.numel()
-        nbytes += tensor.numel() * tensor.element_size()
+        kinds.add((device_type(tensor), dtype_name(tensor.dtype)))
+        elements = tensor.numel()
+        count += elements
+        nbytes += elements * tensor.element_size()
         if with_grad and tensor.requires_grad:
-            trainable += tensor.numel()
+            trainable += elements
     stats = {"count": count, "bytes": nbytes}
     if with_grad:
         stats.update(trainable=trainable, frozen=count - trainable)

@@ -128,6 +128,8 @@ def is_spatial_value(value: Any) -> bool:
 
 def plain_number(value: Any) -> Value:
     """Normalize a count (or per-dimension counts) to JSON-friendly ``int``/``float``."""
+    if type(value) is int:
+        return value
     if isinstance(value, (list, tuple)):
         return [plain_number(item) for item in value]  # type: ignore[misc]
     if isinstance(value, int) or (hasattr(value, "is_integer") and not isinstance(value, float)

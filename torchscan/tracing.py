@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,18 +29,16 @@ from .estimation import CallContext, CallEstimate, estimate_call, forward_error
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .integrations.signature import ObservedWork
-from .module_facts import BuiltinLookup, ModuleInfo, module_infos
+from .module_facts import BuiltinLookup, ModuleInfo, model_facts
+from .operators import METHOD as OPERATOR_METHOD
 from .operators import OperatorRecorder, OperatorScope
 from .results import (
     DIRECT,
     INCLUSIVE,
-    METRIC_UNITS,
-    MODULE_CALL,
     SUMMABLE_METRICS,
     complete,
     is_incomplete,
     lower_bound,
-    not_requested,
     plain_number,
 )
 
@@ -50,14 +47,17 @@ SUMMABLE = frozenset(SUMMABLE_METRICS)
 
 
 
-@dataclass
 class CallOutcome:
     """A closed call's estimates and operator FLOPs, waiting to be written to its record."""
 
-    index: int
-    estimate: CallEstimate | None
-    owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
-    operator_flops: dict[str, Any]
+    __slots__ = ("estimate", "index", "operator_flops", "owners")
+
+    def __init__(self, index: int, estimate: CallEstimate | None, owners: dict[str, dict[str, Any]],
+                 operator_flops: dict[str, Any]) -> None:
+        self.index = index
+        self.estimate = estimate
+        self.owners = owners  # covered field -> the owning ancestor's path and call_index
+        self.operator_flops = operator_flops
 
     def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
         """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
@@ -87,20 +87,24 @@ def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]
 
 
 class Frame:
-    """One open module call."""
+    """One open module call: in ``mode="structure"`` only its module, record and positional arguments (`open`
+    adds the state of a full analysis)."""
 
-    __slots__ = ("args", "covered", "exception_before", "expanded", "inclusive_flops", "inclusive_uncounted", "index",
-                 "info", "module_id", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
+    __slots__ = ("args", "covered", "expanded", "inclusive_flops", "inclusive_uncounted", "index", "info",
+                 "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
                  "scope")
 
-    def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], index: int,
-                 parent: Frame | None) -> None:
+    def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
-        self.args: tuple | None = None  # the positional arguments the pre-hook saw, until the call closes
         self.info = info
         self.record = record
+        self.args: tuple | None = args  # the positional arguments the pre-hook saw, until the call closes
+
+    def open(self, index: int, parent: Frame | None) -> None:
+        """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
         self.index = index
-        self.covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
+        self.covered = covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
+        self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
         self.expanded = False
@@ -108,7 +112,6 @@ class Frame:
         self.scope = OperatorScope()
         self.inclusive_flops = 0
         self.inclusive_uncounted = False
-        self.exception_before = sys.exc_info()[1]
         self.pending: list[CallOutcome] | None = None  # a list while this call's ownership is undecided
         # the innermost enclosing frame whose ownership is undecided: where this call's outcome waits
         self.overlay: Frame | None = None if parent is None else (
@@ -127,12 +130,6 @@ def _inherited_coverage(parent: Frame | None) -> dict[str, int]:
     for name in parent.owned_sure:
         covered.setdefault(name, parent.index)
     return covered
-
-
-def _failed_in_this_call(frame: Frame) -> bool:
-    """The forward of this call raised: an exception is propagating that was not already active when it began."""
-    error = sys.exc_info()[1]
-    return error is not None and error is not frame.exception_before
 
 
 def _failed_call_kwargs() -> dict[str, Any]:
@@ -178,13 +175,11 @@ class CallTracer:
         self.model = model
         self.recorder = recorder
         self.full = recorder is not None
-        self.fused_path_owners: list[nn.Module] = []
-        self.infos = module_infos(model, custom_modules if self.full else {}, builtin if self.full else None,
-                                  self.fused_path_owners)
+        self.facts = model_facts(model, custom_modules if self.full else {}, builtin if self.full else None)
+        self.infos = self.facts.infos
         self.records: list[dict[str, Any]] = []
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
-        self.call_counts: dict[int, int] = {}
         self.totals_scope = OperatorScope()
         self.handles: list[Any] = []
         self.thread = threading.get_ident()
@@ -197,7 +192,7 @@ class CallTracer:
         per-module handles cost more to attach than a small model's whole forward)."""
         self.handles.append(register_module_forward_pre_hook(self._pre_hook))
         self.handles.append(register_module_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
-        for module in self.fused_path_owners:  # PyTorch keeps the decomposed path while a module hook is attached
+        for module in self.facts.fused_path_owners:  # PyTorch keeps the decomposed path while a module hook is on
             self.handles.append(module.register_forward_pre_hook(_keep_the_decomposed_path))
 
     def detach(self) -> None:
@@ -215,45 +210,57 @@ class CallTracer:
         if threading.get_ident() != self.thread:
             self.foreign_thread_calls += 1
             return
-        call_index = self.call_counts.get(id(module), 0)
-        self.call_counts[id(module)] = call_index + 1
-        parent = self.stack[-1] if self.stack else None
+        stack = self.stack
+        parent = stack[-1] if stack else None
+        call_index = info.calls
+        info.calls = call_index + 1
         record = {
-            "path": info.path, "call_index": call_index, "name": info.path.rpartition(".")[2],
-            "depth": len(self.stack), "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else parent.owner_reference(),
-            "input": call_metadata(args, {}), "output": None,
+            "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
+            "type": info.type_name, "leaf": info.leaf,
+            "parent": None if parent is None else {"path": parent.info.path, "call_index": parent.record["call_index"]},
+            "input": {"args": [value_metadata(arg) for arg in args], "kwargs": []}, "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
-        frame = Frame(id(module), info, record, len(self.records), parent)
-        frame.args = args
-        self.records.append(record)
+        frame = Frame(id(module), info, record, args)
         if self.full:
-            if frame.info.may_own:
-                self._open_ownership(frame)
-            if _observes_operators(frame):
-                frame.scope.direct_work = ObservedWork()
-            elif _needs_direct_work(frame):
-                frame.scope.direct_work = DirectWork()
-            self.recorder.enter(frame.scope)
-        self.stack.append(frame)
+            self._open_estimates(frame, parent)
+        self.records.append(record)
+        stack.append(frame)
+
+    def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
+        """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
+        frame.open(len(self.records), parent)
+        if frame.info.may_own:
+            self._open_ownership(frame)
+        if _observes_operators(frame):
+            frame.scope.direct_work = ObservedWork()
+        elif _needs_direct_work(frame):
+            frame.scope.direct_work = DirectWork()
+        self.recorder.enter(frame.scope)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
-        """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` when the forward raised (PyTorch then
-        calls always-called global hooks without the keyword arguments)."""
-        if not self.stack or self.stack[-1].module_id != id(module) or threading.get_ident() != self.thread:
+        """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the forward raised
+        (PyTorch then calls always-called global hooks from its error path, without the keyword arguments)."""
+        stack = self.stack
+        if not stack or stack[-1].module_id != id(module) or threading.get_ident() != self.thread:
             return  # not a module of this model, or another thread's call
-        frame = self.stack.pop()
-        kwargs, output = rest if len(rest) == 2 else (_failed_call_kwargs(), rest[0])
-        failed = _failed_in_this_call(frame)
+        frame = stack.pop()
+        if len(rest) == 2:
+            kwargs, output = rest
+            failed = False
+        else:
+            kwargs, output, failed = _failed_call_kwargs(), rest[0], True
         _describe_input(frame, args, kwargs)
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
-        if not self.full:
-            self._close_structure(frame, failed)
-            return
+        if self.full:
+            self._close_estimates(frame, None if failed else ModuleCall(module, args, kwargs, output))
+        elif failed:
+            self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
+
+    def _close_estimates(self, frame: Frame, call: ModuleCall | None) -> None:
+        """Estimate the closed call (``call`` is None when its forward raised) with counting paused, and settle it."""
         recorder = self.recorder
         recorder.leave()
-        call = None if failed else ModuleCall(module, args, kwargs, output)
         with recorder.paused():
             if torch.is_grad_enabled():  # the model's forward enabled it; the analysis runs under no_grad
                 with torch.no_grad():
@@ -261,15 +268,6 @@ class CallTracer:
             else:
                 estimate = self._estimate(frame, call)
         self._settle(frame, CallOutcome(frame.index, estimate, self._owners(frame), self._close_operators(frame)))
-
-    def _close_structure(self, frame: Frame, failed: bool) -> None:
-        """``mode="structure"``: no estimates, every compute metric explicitly not requested."""
-        record = frame.record
-        record["metrics"] = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-        record["operator_flops"] = {DIRECT: not_requested("FLOPs", DIRECT),
-                                    INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
-        if failed:
-            self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, record["call_index"]))
 
     # -- ownership ---------------------------------------------------------------------------------------------
 
@@ -305,11 +303,16 @@ class CallTracer:
 
     def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
         """The owning ancestor of each covered field, by path and call_index."""
+        if not frame.covered:
+            return {}
         return {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
                 for name, index in sorted(frame.covered.items())}
 
     def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
         """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""
+        if frame.pending is None and frame.overlay is None:  # no undecided owner inside or around: the common case
+            self._write(outcome)
+            return
         settled = [outcome]
         if frame.pending is not None:
             covering = frame.owned_maybe & outcome.estimate.builtin_owned if outcome.estimate else NO_FIELDS
@@ -342,38 +345,43 @@ class CallTracer:
     # -- estimation and operators --------------------------------------------------------------------------------
 
     def _estimate(self, frame: Frame, call: ModuleCall | None) -> CallEstimate | None:
-        info, record = frame.info, frame.record
-        needed = frozenset(METRIC_FIELDS - frame.covered.keys())
+        info, record, needed = frame.info, frame.record, frame.needed
         direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
         if not needed:
             return None
-        key = self._memo_key(frame, call, needed)
-        estimate = self.memo.replay(key, {"path": info.path, "call_index": record["call_index"]})
+        structure = self._memo_structure(frame, call, needed)
+        estimate = None if structure is None else self.memo.replay(structure, call.module, info.path,
+                                                                    record["call_index"])
         if estimate is None:
             context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
                                   leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                                   expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
             estimate = estimate_call(context, call)
-            self.memo.store(key, estimate)
+            if structure is not None:
+                # an outcome that waits in an overlay may be covered (edited) later; written ones never change
+                self.memo.store(structure, call.module, estimate, copy=frame.overlay is not None)
         return estimate
 
-    def _memo_key(self, frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
-        """The memo key of a call that only a memoizing built-in formula estimates (else None)."""
+    def _memo_structure(self, frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
+        """The memo structure of a call that only a memoizing built-in formula estimates (else None)."""
         builtin = frame.info.builtin
-        only_builtin = frame.info.caller is None and not frame.expanded
-        if call is None or not only_builtin or builtin is None or not builtin.memoize:
+        if call is None or builtin is None or not builtin.memoize or frame.info.caller is not None or frame.expanded:
             return None
-        return self.memo.key(builtin, needed, call.module, call.args, call.kwargs, call.output)
+        return self.memo.structure(builtin, needed, call.module, call.args, call.kwargs, call.output)
 
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
+        """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
         frame.inclusive_flops += scope.flops
-        uncounted = frame.inclusive_uncounted or scope.has_uncounted()
+        direct_uncounted = scope.has_uncounted()
+        uncounted = frame.inclusive_uncounted or direct_uncounted
         inclusive = (lower_bound if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs", INCLUSIVE,
-                                                             "operator_dispatch")
+                                                             OPERATOR_METHOD)
+        direct = (lower_bound if direct_uncounted else complete)(plain_number(scope.flops), "FLOPs", DIRECT,
+                                                                 OPERATOR_METHOD)
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += frame.inclusive_flops
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
         self.totals_scope.merge(scope)
-        return {DIRECT: scope.result(DIRECT), INCLUSIVE: inclusive}
+        return {DIRECT: direct, INCLUSIVE: inclusive}

@@ -164,3 +164,44 @@ def test_built_in_formulas_of_repeated_layers_give_the_numbers_of_fresh_evaluati
     assert analyze_call(model, X) == memoized
     macs = [layer["metrics"]["macs"]["value"] for layer in memoized["layers"] if layer["type"].endswith("Conv2d")]
     assert macs == [9216, 9216, 2304, 1152, 2304]  # per output element: C_in / groups * 3 * 3 MACs
+
+
+class Scaled(nn.Module):
+    """Multiplies by a factor that only its configuration shows (the call structure of every instance is alike)."""
+
+    def __init__(self, factor: int) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def by_factor(calls: list) -> ModuleHandler:
+    def estimate(call: ModuleCall):
+        calls.append(call.module.factor)
+        return {"module_flops": call.module.factor * call.output.numel()}
+
+    return ModuleHandler(estimate, method="formula:scaled", memoize=True)
+
+
+def test_calls_alike_in_structure_but_not_in_configuration_never_share_an_estimate(monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(DEFAULT_HANDLERS, Scaled, by_factor(calls))
+    model = nn.Sequential(Scaled(2), Scaled(3), Scaled(2), Scaled(3))
+    report = analyze_call(model, torch.ones(1, 4))
+    assert [layer["metrics"]["module_flops"]["value"] for layer in report["layers"][1:]] == [8, 12, 8, 12]
+    assert calls == [2, 3]  # the third and fourth calls share the first and second calls' estimates
+
+
+def test_a_configuration_is_read_only_once_a_call_structure_is_shared(monkeypatch):
+    import torchscan.estimate_memo as estimate_memo
+
+    read: list[type] = []
+    original = estimate_memo.module_configuration
+    monkeypatch.setattr(estimate_memo, "module_configuration", lambda module: read.append(type(module)) or
+                        original(module))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU())
+    analyze_call(model, torch.ones(1, 4))
+    # every Linear call has a structure of its own; only the second and third ReLU share one, (1, 8) in and out
+    assert read == [nn.ReLU, nn.ReLU]

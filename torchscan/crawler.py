@@ -122,28 +122,35 @@ def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
 
 def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
              handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
+    inputs = {"source": source, **call_metadata(args, kwargs)}
+    with cyclic_gc_paused():
+        # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
+        return _traced_report(model, args, kwargs, inputs, handlers, mapping, mode)
+
+
+def _traced_report(model: nn.Module, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
+                   handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
+    """Run the forward under the tracer (and the recorder in a full analysis), then assemble the report."""
     full = mode == "full"
     recorder = new_recorder(build_formula_table(mapping)) if full else None
     tracer = CallTracer(model, handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
-    inputs = {"source": source, **call_metadata(args, kwargs)}
-    with cyclic_gc_paused():
-        try:
-            if any(flag for _, flag in training_flags):
-                model.eval()
-            tracer.attach()
-            with ExitStack() as stack:
-                stack.enter_context(torch.no_grad())
-                if recorder is not None:
-                    stack.enter_context(recorder)
-                model(*args, **kwargs)
-        finally:
-            tracer.detach()
-            restore_training_flags(training_flags)
-        kinds: set[tuple[str, str]] = set()
-        statistics = tensor_statistics(model, kinds)  # after the forward: lazy modules have materialized
-        context = _context(model, training_flags, mode, handlers, mapping, kinds)
-        return _assemble(statistics, tracer, recorder, mapping, context, inputs, full)
+    try:
+        if any(flag for _, flag in training_flags):
+            model.eval()
+        tracer.attach()
+        with ExitStack() as stack:
+            stack.enter_context(torch.no_grad())
+            if recorder is not None:
+                stack.enter_context(recorder)
+            model(*args, **kwargs)
+    finally:
+        tracer.detach()
+        restore_training_flags(training_flags)
+    kinds: set[tuple[str, str]] = set()
+    statistics = tensor_statistics(model, kinds)  # after the forward: lazy modules have materialized
+    context = _context(model, training_flags, mode, handlers, mapping, kinds)
+    return _assemble(statistics, tracer, recorder, mapping, context, inputs, full)
 
 
 @contextmanager
@@ -154,7 +161,8 @@ def cyclic_gc_paused() -> Iterator[None]:
     collector would run often and, as they pile up, trigger full collections that walk every object of the
     process (torch alone holds ~170,000: about 0.1 s each). Nothing an analysis builds is cyclic; reference
     counting still frees everything else at once, and cyclic garbage the model's own forward makes waits until
-    the analysis ends. The collector's previous state is restored; no collection is forced.
+    the analysis ends. The collector's previous state is restored; no collection is forced. (When the model's forward
+    raises, the traceback keeps the analysis state alive until it is dropped.)
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -222,11 +230,12 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
         buffers["total"] += own_buffers["count"]
         buffers["bytes"] += own_buffers["bytes"]
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
+    layer_metrics = [layer["metrics"] for layer in layers]
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
         if full:
-            totals[name] = add_results((layer["metrics"][name] for layer in layers if name in layer["metrics"]),
-                                       unit, MODEL, TOTALS_METHOD)
+            totals[name] = add_results([metrics[name] for metrics in layer_metrics if name in metrics], unit, MODEL,
+                                       TOTALS_METHOD)
         else:
             totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = operator_total

@@ -31,12 +31,12 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
+from .inputs import PLAIN_TENSORS
 
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
 SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
 _EXACTLY_SIMPLE = frozenset(SIMPLE_TYPES)
 _simple_only = _EXACTLY_SIMPLE.issuperset
-_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 class NotMemoizable(Exception):
@@ -73,6 +73,8 @@ def module_configuration(module: nn.Module) -> tuple:
 
 
 def _own_tensor(tensor: torch.Tensor) -> Hashable:
+    if type(tensor) in PLAIN_TENSORS:  # not an uninitialized lazy parameter or buffer
+        return tensor.shape, tensor.dtype
     if is_lazy(tensor):
         raise NotMemoizable("an uninitialized lazy parameter")
     return tensor.shape, tensor.dtype
@@ -233,7 +235,9 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
 
 def _copied_result(result: dict[str, Any]) -> dict[str, Any]:
     copy = result.copy()
-    if type(copy["value"]) is list or type(copy["known_value"]) is list:  # per-dimension receptive fields
-        copy["value"], copy["known_value"] = (list(v) if type(v) is list else v
-                                              for v in (copy["value"], copy["known_value"]))
+    value, known = copy["value"], copy["known_value"]
+    if type(value) is list:  # per-dimension receptive fields
+        copy["value"] = value.copy()
+    if type(known) is list:
+        copy["known_value"] = known.copy()
     return copy

@@ -75,16 +75,21 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
         return estimate
     if context.caller is not None:
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
-    remaining = context.needed - estimate.metrics.keys()
+    remaining = context.needed - estimate.metrics.keys() if estimate.metrics else context.needed
     if context.builtin is not None and remaining:
         _apply_builtin(context, context.builtin, call, remaining, estimate)
     if len(estimate.metrics) < len(context.needed):
         unhandled = [name for name in FIELD_ORDER if name in context.needed and name not in estimate.metrics]
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
-    if tuple(estimate.metrics) != FIELD_ORDER:  # all six in order is the common case
-        estimate.metrics = {name: estimate.metrics[name] for name in FIELD_ORDER if name in estimate.metrics}
+    estimate.metrics = _in_field_order(estimate.metrics)
     return estimate
+
+
+def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]:
+    if tuple(metrics) == FIELD_ORDER:  # all six, in order: the common case
+        return metrics
+    return {name: metrics[name] for name in FIELD_ORDER if name in metrics}
 
 
 def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCall, remaining: frozenset[str],

@@ -187,6 +187,10 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
+    if type(tensor) in PLAIN_TENSORS and tensor.is_cpu and not tensor.is_nested:  # the common case, kept cheap
+        dtype = tensor.dtype
+        return {"kind": "tensor", "shape": list(tensor.shape), "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
+                "device": "cpu", "requires_grad": tensor.requires_grad}
     if tensor.is_nested:  # a nested tensor has no single shape: record its rank and number of components
         return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
                 "dtype": dtype_name(tensor.dtype), "device": device_type(tensor),
@@ -195,13 +199,14 @@ def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
             "device": device_type(tensor), "requires_grad": bool(tensor.requires_grad)}
 
 
-_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
+#: The exact types of plain tensors (subclasses may override attributes such as ``device``).
+PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 def device_type(tensor: torch.Tensor) -> str:
     """``tensor.device.type``; for plain tensors from the ``is_cpu``/``is_meta`` flags, as ``tensor.device`` builds
     a new ``torch.device`` on every access (subclasses may override ``device``, so they are asked)."""
-    if type(tensor) in _PLAIN_TENSORS:
+    if type(tensor) in PLAIN_TENSORS:
         if tensor.is_cpu:
             return "cpu"
         if tensor.is_meta:

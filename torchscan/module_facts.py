@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
-from .inputs import device_type, dtype_name
+from .inputs import PLAIN_TENSORS, device_type, dtype_name
 from .integrations.signature import observes_operators
 
 #: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
@@ -80,7 +80,10 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
 
 def _is_leaf(module: nn.Module) -> bool:
     """No child module (as ``children()`` lists them: a child registered as ``None`` is none)."""
-    return all(child is None for child in module._modules.values())
+    for child in module._modules.values():
+        if child is not None:
+            return False
+    return True
 
 
 def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = None
@@ -107,7 +110,7 @@ def _no_tensors() -> tuple[dict[str, int], dict[str, int]]:
 def _tensor_stats(tensors: Any, seen: set[int], kinds: set[tuple[str, str]], with_grad: bool) -> dict[str, int]:
     count = trainable = nbytes = 0
     for tensor in tensors:
-        if tensor is None or id(tensor) in seen or is_lazy(tensor):
+        if tensor is None or id(tensor) in seen or (type(tensor) not in PLAIN_TENSORS and is_lazy(tensor)):
             continue
         seen.add(id(tensor))
         kinds.add((device_type(tensor), dtype_name(tensor.dtype)))

@@ -111,15 +111,27 @@ _NOT_ESTIMATED = object()
 class Plan:
     """How calls of one overload are priced: a fixed outcome (no formula), or its formula, memoized or not."""
 
-    __slots__ = ("estimator", "fixed", "formula", "func", "memoized", "packet")
+    __slots__ = ("estimator", "fixed", "formula", "func", "memoized", "packet", "run")
 
     def __init__(self, func: Any, packet: Any, formula: Callable[..., Any] | None, fixed: Outcome | None) -> None:
         self.func = func  # held, so that the id() in signatures stays this overload's for the memo's life
+        self.run = _runner(func)
         self.packet = packet
         self.formula = formula
         self.memoized = formula is not None and (id(formula) in _BUILTIN_FORMULAS or _shape_wrapped(formula))
         self.fixed = fixed
         self.estimator = FUNCTIONAL_ESTIMATES.get(packet)
+
+
+def _runner(func: Any) -> Callable[..., Any]:
+    """What calling the overload runs: a plain ``OpOverload``'s ``__call__`` only forwards to its ``_op``, so the
+    recorder calls that directly (one Python frame less per operator); subclasses keep their own ``__call__``."""
+    if type(func) is torch._ops.OpOverload and type(func).__call__ is _PLAIN_CALL:
+        return func._op
+    return func
+
+
+_PLAIN_CALL = torch._ops.OpOverload.__call__
 
 
 def _shape_wrapped(formula: Callable[..., Any]) -> bool:

@@ -113,7 +113,10 @@ class OperatorScope:
         return rows
 
     def has_uncounted(self) -> bool:
-        return any(outcome.kind == UNCOUNTED for outcome in self.calls)
+        for outcome in self.calls:
+            if outcome.kind == UNCOUNTED:
+                return True
+        return False
 
     def result(self, scope: str) -> MetricResult:
         if self.has_uncounted():
@@ -128,21 +131,21 @@ class OperatorScope:
 
 
 class _Pause:
-    """The context of `OperatorRecorder.paused`: counting stops inside, and resumes when the outermost pause ends."""
+    """The context of `OperatorRecorder.paused`: counting stops inside, and resumes when the outermost pause ends.
 
-    __slots__ = ("depth", "recorder")
+    It holds its depth, not the recorder (that would be a reference cycle, which keeps a whole analysis's caches
+    alive until the cyclic collector runs)."""
 
-    def __init__(self, recorder: OperatorRecorder) -> None:
-        self.recorder = recorder
+    __slots__ = ("depth",)
+
+    def __init__(self) -> None:
         self.depth = 0
 
     def __enter__(self) -> None:
         self.depth += 1
-        self.recorder.suspended = True
 
     def __exit__(self, *exc_info: object) -> None:
         self.depth -= 1
-        self.recorder.suspended = self.depth > 0
 
 
 class OperatorRecorder(TorchDispatchMode):
@@ -166,8 +169,7 @@ class OperatorRecorder(TorchDispatchMode):
         self.formulas = formulas
         self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [root or OperatorScope()]  # the root, then one scope per open call
-        self.suspended = False  # set only through paused()
-        self._pause = _Pause(self)
+        self._pause = _Pause()
         self.formula_errors = self.cache.formula_errors
         self.declined = self.cache.declined  # operators whose formula had no convention for some call
 
@@ -186,6 +188,11 @@ class OperatorRecorder(TorchDispatchMode):
             raise RuntimeError("OperatorRecorder.leave() without a matching enter(): only the root scope is open")
         return self.scopes.pop()
 
+    @property
+    def suspended(self) -> bool:
+        """Whether counting is paused (inside `paused`)."""
+        return self._pause.depth > 0
+
     def paused(self) -> _Pause:
         """A context in which nothing is counted (module estimates run there); pauses may nest."""
         return self._pause
@@ -198,8 +205,8 @@ class OperatorRecorder(TorchDispatchMode):
             if isinstance(func, HigherOrderOperator):
                 return self._higher_order(func, args, kwargs)
             plan = cache.plan(func)
-        out = func(*args, **kwargs)
-        if self.suspended:
+        out = plan.run(*args, **kwargs)
+        if self._pause.depth:
             return out
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]

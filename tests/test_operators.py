@@ -320,6 +320,18 @@ def test_torch_cond_counts_the_branch_that_ran():
     assert report["totals"]["operator_flops"]["status"] == "complete"
 
 
+def test_the_compiler_steps_over_the_lean_recorder_once_it_is_loaded(monkeypatch):
+    """With ``torch._dynamo`` imported, the recorder's frame is marked for the compiler to skip (no per-operator
+    wrapper); a torch that cannot mark it gets the recorder PyTorch wraps instead."""
+    import torch._dynamo  # noqa: F401 -- the condition under test
+
+    from torchscan import operators
+
+    assert type(operators.new_recorder({})) is operators.OperatorRecorder  # torch.cond runs under it (test above)
+    monkeypatch.setattr(operators, "_skipped_by_the_compiler", lambda: False)
+    assert type(operators.new_recorder({})) is operators.CompileSafeRecorder
+
+
 def test_a_higher_order_operator_whose_inside_is_not_observed_is_diagnosed_as_such():
     from torch._higher_order_ops.while_loop import while_loop
 

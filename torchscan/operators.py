@@ -9,6 +9,7 @@ PyTorch.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -275,9 +276,8 @@ def _uncounted_diagnostic(row: dict[str, Any], errors: dict[str, str], declined:
 
 
 class CompileSafeRecorder(OperatorRecorder):
-    """The recorder PyTorch's compiler can step over (``torch.cond`` and other higher-order operators compile
-    their branches eagerly, and must skip a dispatch mode's frame). Used once ``torch._dynamo`` is imported, when
-    the wrapper that PyTorch puts around ``__torch_dispatch__`` costs nothing."""
+    """The recorder PyTorch's compiler steps over through the wrapper PyTorch puts around ``__torch_dispatch__``
+    (a few microseconds per operator): the fallback for a torch without per-code frame strategies."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -288,9 +288,31 @@ class CompileSafeRecorder(OperatorRecorder):
 
 
 def new_recorder(formulas: Mapping[Any, Callable[..., Any]]) -> OperatorRecorder:
-    """A recorder for one analysis: the lean one, unless the compiler is already loaded in this process."""
-    kind = CompileSafeRecorder if "torch._dynamo" in sys.modules else OperatorRecorder
-    return kind(formulas)
+    """A recorder for one analysis.
+
+    ``torch.cond`` compiles its branches with PyTorch's compiler, whose frame hook must then step over the recorder's
+    ``__torch_dispatch__`` (and everything it calls). Once ``torch._dynamo`` is imported in this process, that code
+    is marked to be skipped, once and at no cost per operator; a torch without that marking gets the recorder that
+    PyTorch wraps on every operator instead.
+    """
+    if "torch._dynamo" in sys.modules and not _skipped_by_the_compiler():
+        return CompileSafeRecorder(formulas)
+    return OperatorRecorder(formulas)
+
+
+@functools.cache
+def _skipped_by_the_compiler() -> bool:
+    """Mark ``OperatorRecorder.__torch_dispatch__`` so that the compiler skips it and its callees; False when this
+    torch has no way to."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+        set_code_exec_strategy(OperatorRecorder.__torch_dispatch__.__code__,
+                               FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return False
+    return True
 
 
 def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, Callable[..., Any]] | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
@@ -96,30 +97,47 @@ def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = Non
     """
     seen: set[int] = set()
     kinds = set() if kinds is None else kinds
-    return {path: (_tensor_stats(module._parameters.values(), seen, kinds, with_grad=True),
-                   _tensor_stats(module._buffers.values(), seen, kinds, with_grad=False))
-            if module._parameters or module._buffers else _no_tensors()
-            for path, module in model.named_modules()}
+    statistics = {}
+    for path, module in model.named_modules():
+        parameters, buffers = module._parameters, module._buffers
+        statistics[path] = (
+            _parameter_stats(parameters.values(), seen, kinds) if parameters else
+            {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0},
+            _buffer_stats(buffers.values(), seen, kinds) if buffers else {"count": 0, "bytes": 0})
+    return statistics
 
 
-def _no_tensors() -> tuple[dict[str, int], dict[str, int]]:
-    """The statistics of a module without parameters or buffers of its own (most containers and activations)."""
-    return {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0}, {"count": 0, "bytes": 0}
-
-
-def _tensor_stats(tensors: Any, seen: set[int], kinds: set[tuple[str, str]], with_grad: bool) -> dict[str, int]:
+def _parameter_stats(parameters: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
     count = trainable = nbytes = 0
-    for tensor in tensors:
-        if tensor is None or id(tensor) in seen or (type(tensor) not in PLAIN_TENSORS and is_lazy(tensor)):
-            continue
-        seen.add(id(tensor))
-        kinds.add((device_type(tensor), dtype_name(tensor.dtype)))
+    for tensor in _counted(parameters, seen, kinds):
         elements = tensor.numel()
         count += elements
         nbytes += elements * tensor.element_size()
-        if with_grad and tensor.requires_grad:
+        if tensor.requires_grad:
             trainable += elements
-    stats = {"count": count, "bytes": nbytes}
-    if with_grad:
-        stats.update(trainable=trainable, frozen=count - trainable)
-    return stats
+    return {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
+
+
+def _buffer_stats(buffers: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
+    count = nbytes = 0
+    for tensor in _counted(buffers, seen, kinds):
+        elements = tensor.numel()
+        count += elements
+        nbytes += elements * tensor.element_size()
+    return {"count": count, "bytes": nbytes}
+
+
+def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, str]]) -> list[torch.Tensor]:
+    """The tensors not counted yet (a shared one counts once), with sizes (not an uninitialized lazy one); their
+    device types and dtypes go to ``kinds``."""
+    counted = []
+    for tensor in tensors:
+        if tensor is None or id(tensor) in seen:
+            continue
+        plain = type(tensor) in PLAIN_TENSORS
+        if not plain and is_lazy(tensor):
+            continue
+        seen.add(id(tensor))
+        kinds.add(("cpu" if plain and tensor.is_cpu else device_type(tensor), dtype_name(tensor.dtype)))
+        counted.append(tensor)
+    return counted

@@ -148,7 +148,6 @@ def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
         described["args"] = call_metadata(args, {})["args"]
     if kwargs:
         described["kwargs"] = call_metadata((), kwargs)["kwargs"]
-    frame.args = None
 
 
 def _needs_direct_work(frame: Frame) -> bool:
@@ -250,7 +249,8 @@ class CallTracer:
             failed = False
         else:
             kwargs, output, failed = _failed_call_kwargs(), rest[0], True
-        _describe_input(frame, args, kwargs)
+        if args is not frame.args or kwargs:
+            _describe_input(frame, args, kwargs)
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if self.full:
             self._close_estimates(frame, None if failed else ModuleCall(module, args, kwargs, output))

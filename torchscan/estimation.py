@@ -72,7 +72,15 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
     estimate = CallEstimate()
     if call is None:
         _mark_failed(context, estimate)
-        return estimate
+    elif _delegates_everything(context):
+        estimate.delegated = [name for name in FIELD_ORDER if name in context.needed]
+    else:
+        _estimate_fields(context, call, estimate)
+    return estimate
+
+
+def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstimate) -> None:
+    """Field by field: the caller's handler, then the built-in one, then observed direct work or delegation."""
     if context.caller is not None:
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys() if estimate.metrics else context.needed
@@ -83,7 +91,14 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
     estimate.metrics = _in_field_order(estimate.metrics)
-    return estimate
+
+
+def _delegates_everything(context: CallContext) -> bool:
+    """A container that no handler covers and that ran no operator itself (the common composite): every field is
+    its descendants' work, with nothing to report (what the field-by-field choice below concludes, cheaply)."""
+    direct = context.direct
+    return (context.caller is None and context.builtin is None and not context.leaf
+            and (direct is None or (direct.operators == 0 and not direct.unestimated)))
 
 
 def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]:

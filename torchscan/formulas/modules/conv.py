@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from .linear import dense_work, own_parameter_elements
+from .linear import dense_work, own_parameter_elements, registered
 
 METHOD = "formula:conv"
 
@@ -62,7 +62,7 @@ def estimate_conv(call: ModuleCall) -> dict[str, Any]:
     """Direct convolution; padded positions are multiplied like any other (the dense convention)."""
     module, output = call.module, call.output
     macs = output.numel() * (module.in_channels // module.groups) * prod(module.kernel_size)
-    bias_adds = output.numel() if module.bias is not None else 0
+    bias_adds = output.numel() if registered(module, "bias") is not None else 0
     return {
         **dense_work(macs, bias_adds, output.dtype, _dmas(call)),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(module.kernel_size, module.dilation)],
@@ -78,7 +78,7 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
     """
     module, inputs, output = call.module, call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
-    bias_adds = output.numel() if module.bias is not None else 0
+    bias_adds = output.numel() if registered(module, "bias") is not None else 0
     windows = [transposed_window(effective_kernel(k, d), s, p)
                for k, d, s, p in zip(module.kernel_size, module.dilation, module.stride, module.padding)]
     offsets = [offset for _, _, offset in windows]

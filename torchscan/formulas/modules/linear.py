@@ -34,6 +34,17 @@ def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> dict
     return {"module_flops": None, "macs": macs, "dmas": dmas}
 
 
+def registered(module: nn.Module, name: str) -> torch.Tensor | None:
+    """``module.<name>`` for a parameter or buffer the module registered itself (``None`` when registered as None),
+    read from its registry rather than through ``nn.Module.__getattr__``'s fallback; anything else (a property, a
+    parametrized weight) is read as an attribute."""
+    if name in module._parameters:
+        return module._parameters[name]
+    if name in module._buffers:
+        return module._buffers[name]
+    return getattr(module, name, None)
+
+
 def own_parameter_elements(module: nn.Module) -> int:
     """Elements of the parameters a layer reads itself (weight and bias; children excluded)."""
     own = {id(parameter): parameter for parameter in module._parameters.values() if parameter is not None}
@@ -44,7 +55,7 @@ def estimate_linear(call: ModuleCall) -> dict[str, Any]:
     """y = x W^T + b over any number of leading dimensions: in_features MACs per output element."""
     module, inputs, output = call.module, call.argument(0, "input"), call.output
     macs = output.numel() * module.in_features
-    bias_adds = output.numel() if module.bias is not None else 0
+    bias_adds = output.numel() if registered(module, "bias") is not None else 0
     dmas = inputs.numel() + own_parameter_elements(module) + output.numel()
     return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
 
@@ -57,7 +68,7 @@ def estimate_bilinear(call: ModuleCall) -> dict[str, Any]:
     module, output = call.module, call.output
     first, second = call.argument(0, "input1"), call.argument(1, "input2")
     macs = output.numel() * module.in2_features * (module.in1_features + 1)
-    bias_adds = output.numel() if module.bias is not None else 0
+    bias_adds = output.numel() if registered(module, "bias") is not None else 0
     dmas = first.numel() + second.numel() + own_parameter_elements(module) + output.numel()
     return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
 

@@ -29,6 +29,7 @@ from ..conventions import (
     RUNNING_UPDATE_FLOPS,
     VARIANCE_FLOPS,
 )
+from .linear import registered
 
 METHOD = "formula:norm"
 
@@ -63,11 +64,11 @@ def standardize_flops(batch_statistics: bool, affine_ops: int) -> int:
 
 def _affine_ops(module: nn.Module) -> int:
     """One multiply for a weight, one add for a bias, per element."""
-    return int(getattr(module, "weight", None) is not None) + int(getattr(module, "bias", None) is not None)
+    return int(registered(module, "weight") is not None) + int(registered(module, "bias") is not None)
 
 
 def _affine_reads(module: nn.Module) -> int:
-    return _numel(getattr(module, "weight", None)) + _numel(getattr(module, "bias", None))
+    return _numel(registered(module, "weight")) + _numel(registered(module, "bias"))
 
 
 def _groups(elements: int, group_size: int) -> int:
@@ -93,10 +94,10 @@ def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
     """Running statistics in eval; batch statistics in training or without buffers (then also counted)."""
     module, source = call.module, call.argument(0, "input")
     channels = module.num_features
-    has_buffers = module.running_mean is not None and module.running_var is not None
+    has_buffers = registered(module, "running_mean") is not None and registered(module, "running_var") is not None
     batch_statistics = module.training or not has_buffers
     updates = module.training and has_buffers
-    counter = updates and getattr(module, "num_batches_tracked", None) is not None
+    counter = updates and registered(module, "num_batches_tracked") is not None
     work = NormWork(
         elements=source.numel(),
         per_element_flops=standardize_flops(batch_statistics, _affine_ops(module)),

@@ -14,7 +14,10 @@ Two more measurements answer questions the ratios cannot:
 
     python benchmarks/overhead.py [--repeats 7] [--threads 1] [--models resnet,bert] [--clock cpu] [--stat min]
 
-The last column is the analysis's extra time per layer call, ``(crawl - plain) / calls``, in microseconds.
+``floor`` is PyTorch's own part of an analysis, measured with nothing of TorchScan in it: the same global pair of
+module hooks calling functions that do nothing, under a dispatch mode that only runs each operator. The last two
+columns are the analysis's extra time per layer call, ``(crawl - plain) / calls``, and the part of it that is
+TorchScan's own work, ``(crawl - floor) / calls``, in microseconds.
 
 Model names: resnet18, resnet50, mobilenet_v2, bert_base, transformer, lstm, synthetic_100, synthetic_10k,
 llama2_70b_meta, and the third-party twins tv_resnet50 (torchvision) and hf_bert_base (transformers);
@@ -35,6 +38,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,8 +54,9 @@ from torchscan import crawl_module, measure_flops
 Case = tuple[nn.Module, tuple, dict]
 
 
-def _image(model: nn.Module) -> Case:
-    return model, (torch.rand(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)),), {}
+def image(model: nn.Module, size: int = 224) -> Case:
+    """One seeded ``size`` x ``size`` RGB image."""
+    return model, (torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0)),), {}
 
 
 def synthetic(calls: int) -> Case:
@@ -66,9 +72,9 @@ def llama_70b_meta() -> Case:
 
 
 CASES: dict[str, Callable[[], Case]] = {
-    "resnet18": lambda: _image(resnet.resnet18()),
-    "resnet50": lambda: _image(resnet.resnet50()),
-    "mobilenet_v2": lambda: _image(mobilenet.mobilenet_v2()),
+    "resnet18": lambda: image(resnet.resnet18()),
+    "resnet50": lambda: image(resnet.resnet50()),
+    "mobilenet_v2": lambda: image(mobilenet.mobilenet_v2()),
     "bert_base": lambda: (bert.bert_base(), *bert.bert_inputs(batch=1, seq_len=128)),
     "transformer": lambda: (native_transformer.transformer_base(), *native_transformer.transformer_inputs()),
     "lstm": lambda: (lstm.lstm_classifier(), *lstm.lstm_inputs()),
@@ -78,7 +84,26 @@ CASES: dict[str, Callable[[], Case]] = {
     "tv_resnet50": third_party.torchvision_resnet50,
     "hf_bert_base": third_party.transformers_bert_base,
 }
-VARIANTS = ("plain", "crawl", "structure", "measure_flops", "FlopCounterMode")
+VARIANTS = ("plain", "floor", "crawl", "structure", "measure_flops", "FlopCounterMode")
+
+
+class BareMode(TorchDispatchMode):
+    """A dispatch mode that only runs each operator: what PyTorch charges for observing every operator."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def _no_pre_hook(module: nn.Module, args: tuple) -> None:
+    pass
+
+
+def _no_post_hook(module: nn.Module, args: tuple, *rest: object) -> None:
+    pass
 
 
 def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[[], object]]:
@@ -86,12 +111,25 @@ def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[
         with torch.no_grad():
             model(*args, **kwargs)
 
+    def floor() -> None:
+        """PyTorch's own part of an analysis: the global hook pair (as crawl_module registers it) calling functions
+        that do nothing, under a dispatch mode that does nothing but run each operator."""
+        handles = (register_module_forward_pre_hook(_no_pre_hook),
+                   register_module_forward_hook(_no_post_hook, with_kwargs=True, always_call=True))
+        try:
+            with torch.no_grad(), BareMode():
+                model(*args, **kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
+
     def flop_counter() -> None:
         with torch.no_grad(), FlopCounterMode(display=False):
             model(*args, **kwargs)
 
     return {
         "plain": plain,
+        "floor": floor,
         "crawl": lambda: crawl_module(model, args=args, kwargs=kwargs),
         "structure": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="structure"),
         "measure_flops": lambda: measure_flops(plain),
@@ -204,7 +242,8 @@ def print_row(name: str, times: dict[str, float], calls: int) -> None:
     base = times["plain"]
     ratios = "".join(f"{times[variant] / base:>{len(variant) + 2}.2f}x" for variant in VARIANTS[1:])
     per_call = (times["crawl"] - base) / calls * 1e6
-    print(f"{name:<17}{calls:>7}{base * 1e3:>10.1f}{ratios}{per_call:>11.1f}", flush=True)
+    own = (times["crawl"] - times["floor"]) / calls * 1e6
+    print(f"{name:<17}{calls:>7}{base * 1e3:>10.1f}{ratios}{per_call:>14.1f}{own:>10.1f}", flush=True)
 
 
 def main() -> None:
@@ -224,7 +263,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {options.clock} clock, {options.stat} of "
           f"{options.repeats} alternating rounds; load average {os.getloadavg()[0]:.2f} at start")
     header = "".join(f"{variant:>{len(variant) + 3}}" for variant in VARIANTS[1:])
-    print(f"{'model':<17}{'calls':>7}{'plain ms':>10}{header}{'crawl us/call':>14}")
+    print(f"{'model':<17}{'calls':>7}{'plain ms':>10}{header}{'crawl us/call':>14}{'own us':>10}")
     for name in names:
         torch.manual_seed(0)
         model, args, kwargs = CASES[name]()

@@ -195,7 +195,7 @@ def test_calls_alike_in_structure_but_not_in_configuration_never_share_an_estima
 
 
 def test_a_configuration_is_read_only_once_a_call_structure_is_shared(monkeypatch):
-    import torchscan.estimate_memo as estimate_memo
+    from torchscan import estimate_memo
 
     read: list[type] = []
     original = estimate_memo.module_configuration

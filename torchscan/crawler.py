@@ -230,7 +230,7 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
         buffers["total"] += own_buffers["count"]
         buffers["bytes"] += own_buffers["bytes"]
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
-    layer_metrics = [layer["metrics"] for layer in layers]
+    layer_metrics = [layer["metrics"] for layer in layers] if full else []
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
         if full:

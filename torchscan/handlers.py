@@ -241,10 +241,10 @@ def _exact_results(raw: dict[str, Any], handler: ModuleHandler, requested: froze
         if type(value) is int:
             if value < 0:
                 return None
-        elif not (type(value) is list and name in SPATIAL_METRICS and _natural_numbers(value)):
-            return None
-        else:
+        elif type(value) is list and name in SPATIAL_METRICS and _natural_numbers(value):
             value = value.copy()
+        else:
+            return None
         if name in requested:
             scope = SUBTREE if name in subtree else MODULE_CALL
             metrics[name] = {"status": "complete", "value": value, "known_value": value, "unit": unit,

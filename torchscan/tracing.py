@@ -238,8 +238,9 @@ class CallTracer:
         self.recorder.enter(frame.scope)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
-        """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the forward raised
-        (PyTorch then calls always-called global hooks from its error path, without the keyword arguments)."""
+        """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
+        forward, or a hook before it, raised: PyTorch then calls always-called global hooks from its error path,
+        without the keyword arguments)."""
         stack = self.stack
         if not stack or stack[-1].module_id != id(module) or threading.get_ident() != self.thread:
             return  # not a module of this model, or another thread's call

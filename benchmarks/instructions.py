@@ -28,6 +28,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from selection import selected
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
@@ -71,16 +73,6 @@ def instructions(case: str, variant: str) -> tuple[int, str]:
     return int(found.group(1)) // 2, done.stdout.strip()
 
 
-def selected(filter_text: str | None) -> list[str]:
-    if not filter_text:
-        return list(CASES)
-    parts = [part.strip() for part in filter_text.split(",") if part.strip()]
-    names = [name for name in CASES if any(part in name for part in parts)]
-    if not names:
-        raise SystemExit(f"--models {filter_text!r} matches none of: {', '.join(CASES)}")
-    return names
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None, help="comma-separated parts of model names to keep")
@@ -88,7 +80,7 @@ def main() -> None:
     options = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install valgrind)")
-    names = selected(options.models)
+    names = selected(options.models, CASES)
     jobs = [(name, variant) for name in names for variant in VARIANTS]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))

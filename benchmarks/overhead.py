@@ -47,6 +47,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
 import native_transformer
 import third_party
+from selection import selected
 from zoo import bert, llama, lstm, mobilenet, resnet
 
 from torchscan import crawl_module, measure_flops
@@ -228,16 +229,6 @@ def first_call_extra() -> float:
     return float(output.strip())
 
 
-def selected(filter_text: str | None) -> list[str]:
-    if not filter_text:
-        return list(CASES)
-    parts = [part.strip() for part in filter_text.split(",") if part.strip()]
-    names = [name for name in CASES if any(part in name for part in parts)]
-    if not names:
-        raise SystemExit(f"--models {filter_text!r} matches none of: {', '.join(CASES)}")
-    return names
-
-
 def print_row(name: str, times: dict[str, float], calls: int) -> None:
     base = times["plain"]
     ratios = "".join(f"{times[variant] / base:>{len(variant) + 2}.2f}x" for variant in VARIANTS[1:])
@@ -259,7 +250,7 @@ def main() -> None:
     options = parser.parse_args()
     if options.threads is not None:
         torch.set_num_threads(options.threads)
-    names = selected(options.models)
+    names = selected(options.models, CASES)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {options.clock} clock, {options.stat} of "
           f"{options.repeats} alternating rounds; load average {os.getloadavg()[0]:.2f} at start")
     header = "".join(f"{variant:>{len(variant) + 3}}" for variant in VARIANTS[1:])

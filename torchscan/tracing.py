@@ -98,7 +98,7 @@ class Frame:
         self.module_id = module_id
         self.info = info
         self.record = record
-        self.args: tuple | None = args  # the positional arguments the pre-hook saw, until the call closes
+        self.args = args  # the positional arguments the pre-hook saw (described then; again only if a hook replaced them)
 
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
@@ -216,8 +216,8 @@ class CallTracer:
         record = {
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else {"path": parent.info.path, "call_index": parent.record["call_index"]},
-            "input": {"args": [value_metadata(arg) for arg in args], "kwargs": []}, "output": None,
+            "parent": None if parent is None else parent.owner_reference(),
+            "input": call_metadata(args, {}), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, args)
@@ -374,12 +374,10 @@ class CallTracer:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
         frame.inclusive_flops += scope.flops
-        direct_uncounted = scope.has_uncounted()
-        uncounted = frame.inclusive_uncounted or direct_uncounted
+        direct = scope.result(DIRECT)
+        uncounted = frame.inclusive_uncounted or is_incomplete(direct)  # a lower bound: uncounted operators
         inclusive = (lower_bound if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs", INCLUSIVE,
                                                              OPERATOR_METHOD)
-        direct = (lower_bound if direct_uncounted else complete)(plain_number(scope.flops), "FLOPs", DIRECT,
-                                                                 OPERATOR_METHOD)
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += frame.inclusive_flops

@@ -10,8 +10,9 @@ from torchscan_testing import analyze_call
 
 from torchscan import ModuleCall, ModuleHandler
 from torchscan.estimate_memo import EstimateMemo, module_configuration
+from torchscan.estimation import CallEstimate
 from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
-from torchscan.results import Incomplete
+from torchscan.results import Incomplete, complete
 
 NEEDED = frozenset({"macs"})
 #: One memo for the tests of the key, as one analysis has; it reads a module's configuration by the module's id,
@@ -205,3 +206,51 @@ def test_a_configuration_is_read_only_once_a_call_structure_is_shared(monkeypatc
     analyze_call(model, torch.ones(1, 4))
     # every Linear call has a structure of its own; only the second and third ReLU share one, (1, 8) in and out
     assert read == [nn.ReLU, nn.ReLU]
+
+
+# -- the configuration and the stored estimates -----------------------------------------------------------------
+
+
+class Configured(nn.Module):
+    """Takes any attributes: the configurations of two instances differ exactly where their attributes do."""
+
+    def __init__(self, **attributes) -> None:
+        super().__init__()
+        self.__dict__.update(attributes)
+
+
+def test_configurations_tell_apart_the_item_types_and_the_grouping_of_tuple_attributes():
+    def configuration(**attributes):
+        return module_configuration(Configured(**attributes))
+
+    assert configuration(kernel=(1, 1), scale=2) == configuration(kernel=(1, 1), scale=2)
+    assert configuration(kernel=(1, 1)) != configuration(kernel=(1.0, 1.0))  # equal as Python values
+    assert configuration(kernel=(1, 1)) != configuration(kernel=(True, True))
+    assert configuration(a=(1, 2), b=(3,)) != configuration(a=(1,), b=(2, 3))
+    assert configuration(scale=1) != configuration(scale=1.0)
+    # values that are neither scalars nor tuples of them are described one by one, lists and nested tuples included
+    assert configuration(sizes=[1, 2], nested=((1, 2), 3)) == configuration(sizes=[1, 2], nested=((1, 2), 3))
+    assert configuration(sizes=[1, 2]) != configuration(sizes=(1, 2))
+    assert configuration(nested=((1, 2), 3)) != configuration(nested=((1.0, 2), 3))
+
+
+def test_absent_and_present_parameters_and_buffers_are_part_of_the_configuration():
+    with_bias, without = module_configuration(nn.Linear(3, 2)), module_configuration(nn.Linear(3, 2, bias=False))
+    assert with_bias != without
+    assert module_configuration(nn.BatchNorm1d(3)) != module_configuration(nn.BatchNorm1d(3, affine=False))
+    norm = nn.BatchNorm1d(3)
+    norm.running_var = None  # a buffer registered as None
+    assert module_configuration(norm) != module_configuration(nn.BatchNorm1d(3))
+
+
+def test_an_estimate_holding_anything_but_plain_data_is_computed_at_every_call():
+    memo, layer = EstimateMemo(), nn.Linear(3, 3)
+    x = torch.ones(3)
+    structure = memo.structure(None, NEEDED, layer, (x,), {}, x)
+    memo.store(structure, layer, CallEstimate({"macs": {"status": "complete", "value": object()}}))
+    assert memo.replay(structure, layer, "layer", 1) is None
+    memo.store(structure, layer, CallEstimate({"macs": complete(9, "MACs", "module_call", "formula:linear")},
+                                              diagnostics=[{"code": "x", "path": "layer", "call_index": 0}]))
+    first, second = (memo.replay(structure, layer, "layer", index) for index in (1, 2))
+    assert first.metrics == second.metrics and first.metrics["macs"] is not second.metrics["macs"]
+    assert [item["call_index"] for item in (*first.diagnostics, *second.diagnostics)] == [1, 2]

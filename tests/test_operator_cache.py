@@ -100,6 +100,19 @@ def test_scalar_arguments_alone_separate_signatures():
     assert len({one, true, float_one}) == 3  # equal as Python values, different arguments
 
 
+def test_list_arguments_are_read_with_their_grouping_item_types_and_tensors():
+    x = torch.rand(2, 3)
+    assert signature(aten.view.default, (x, [3, 2]), {}, x) == signature(aten.view.default, (x, [3, 2]), {}, x)
+    assert signature(aten.view.default, (x, [3, 2]), {}, x) != signature(aten.view.default, (x, (3, 2)), {}, x)
+    assert signature(aten.view.default, (x, [6, 1]), {}, x) != signature(aten.view.default, (x, [6.0, 1]), {}, x)
+    split = [signature(aten.add.Tensor, (first, second), {}, x) for first, second in (([1, 2], [3]), ([1], [2, 3]))]
+    assert split[0] != split[1]  # the same items, grouped differently
+    pieces = [signature(aten.cat.default, ([x, y],), {}, torch.cat([x, y])) for y in (x, x[:1], x.double())]
+    assert None not in pieces and len(set(pieces)) == 3  # a list of tensors: each one's shape and dtype
+    nested = torch.nested.nested_tensor([torch.rand(2), torch.rand(3)])
+    assert signature(aten.cat.default, ([x, nested],), {}, x) is None  # no single shape: priced directly
+
+
 def test_a_formula_that_reads_stride_is_evaluated_per_signature():
     evaluated = []
 

@@ -209,3 +209,10 @@ def test_only_unrequested_parts_stay_not_requested():
 def test_aggregation_accepts_a_generator_once():
     total = add_results((complete(n, "MACs", "s", "a") for n in (1, 2, 3)), "MACs", "model", "sum")
     assert total["value"] == 6
+
+
+def test_sums_of_complete_integers_and_of_floats_add_in_order_from_zero():
+    integers = _sum(*(complete(n, "MACs", "s", "a") for n in (2**62, 2**62, 1)))
+    assert integers["status"] == "complete" and integers["value"] == 2**63 + 1 and type(integers["value"]) is int
+    floats = _sum(complete(0.1, "MACs", "s", "a"), complete(0.2, "MACs", "s", "b"), complete(3, "MACs", "s", "c"))
+    assert floats["value"] == 0.1 + 0.2 + 3  # the loop's own order, not a compensated sum

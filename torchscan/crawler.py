@@ -10,6 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from operator import itemgetter, methodcaller
 from typing import Any, Literal
 
 import torch
@@ -221,25 +222,26 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
             operator_total: dict[str, Any], full: bool) -> dict[str, Any]:
     """Model totals: every tensor once (the per-module statistics already attribute shared ones once), and the
     module-view sums of the retained layer estimates."""
-    parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
-    buffers = {"total": 0, "bytes": 0}
-    for own_parameters, own_buffers in statistics.values():
-        parameters["total"] += own_parameters["count"]
-        for key in ("trainable", "frozen", "bytes"):
-            parameters[key] += own_parameters[key]
-        buffers["total"] += own_buffers["count"]
-        buffers["bytes"] += own_buffers["bytes"]
+    own_parameters = [pair[0] for pair in statistics.values()]
+    own_buffers = [pair[1] for pair in statistics.values()]
+    parameters = {"total": _sum_of("count", own_parameters), "trainable": _sum_of("trainable", own_parameters),
+                  "frozen": _sum_of("frozen", own_parameters), "bytes": _sum_of("bytes", own_parameters)}
+    buffers = {"total": _sum_of("count", own_buffers), "bytes": _sum_of("bytes", own_buffers)}
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
     layer_metrics = [layer["metrics"] for layer in layers] if full else []
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
-        if full:
-            totals[name] = add_results([metrics[name] for metrics in layer_metrics if name in metrics], unit, MODEL,
-                                       TOTALS_METHOD)
+        if full:  # the layers that have a result for the field (a filter on get: results are non-empty mappings)
+            totals[name] = add_results(list(filter(None, map(methodcaller("get", name), layer_metrics))), unit,
+                                       MODEL, TOTALS_METHOD)
         else:
             totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = operator_total
     return totals
+
+
+def _sum_of(key: str, statistics: list[dict[str, int]]) -> int:
+    return sum(map(itemgetter(key), statistics))
 
 
 def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mode: Mode,

@@ -44,6 +44,9 @@ from .results import (
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
+#: A completed call as the post-hook saw it: module, positional arguments, keyword arguments, output. The
+#: handlers' `ModuleCall` is made of it only for an estimate that is computed (not replayed from the memo).
+Finished = tuple[nn.Module, tuple, dict[str, Any], Any]
 
 
 
@@ -254,11 +257,11 @@ class CallTracer:
             _describe_input(frame, args, kwargs)
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if self.full:
-            self._close_estimates(frame, None if failed else ModuleCall(module, args, kwargs, output))
+            self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:
             self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
 
-    def _close_estimates(self, frame: Frame, call: ModuleCall | None) -> None:
+    def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
         """Estimate the closed call (``call`` is None when its forward raised) with counting paused, and settle it."""
         recorder = self.recorder
         recorder.leave()
@@ -345,30 +348,29 @@ class CallTracer:
 
     # -- estimation and operators --------------------------------------------------------------------------------
 
-    def _estimate(self, frame: Frame, call: ModuleCall | None) -> CallEstimate | None:
+    def _estimate(self, frame: Frame, call: Finished | None) -> CallEstimate | None:
         info, record, needed = frame.info, frame.record, frame.needed
         direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
         if not needed:
             return None
         structure = self._memo_structure(frame, call, needed)
-        estimate = None if structure is None else self.memo.replay(structure, call.module, info.path,
+        estimate = None if structure is None else self.memo.replay(structure, call[0], info.path,  # type: ignore[index]
                                                                     record["call_index"])
         if estimate is None:
             context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
                                   leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                                   expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
-            estimate = estimate_call(context, call)
+            estimate = estimate_call(context, None if call is None else ModuleCall(*call))
             if structure is not None:
-                # an outcome that waits in an overlay may be covered (edited) later; written ones never change
-                self.memo.store(structure, call.module, estimate, copy=frame.overlay is not None)
+                self.memo.store(structure, call[0], estimate)  # type: ignore[index]
         return estimate
 
-    def _memo_structure(self, frame: Frame, call: ModuleCall | None, needed: frozenset[str]) -> Any:
+    def _memo_structure(self, frame: Frame, call: Finished | None, needed: frozenset[str]) -> Any:
         """The memo structure of a call that only a memoizing built-in formula estimates (else None)."""
         builtin = frame.info.builtin
         if call is None or builtin is None or not builtin.memoize or frame.info.caller is not None or frame.expanded:
             return None
-        return self.memo.structure(builtin, needed, call.module, call.args, call.kwargs, call.output)
+        return self.memo.structure(builtin, needed, *call)
 
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""

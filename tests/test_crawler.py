@@ -472,6 +472,28 @@ def test_parameter_and_buffer_statistics_per_record_and_in_totals():
     assert report["totals"]["buffers"] == {"total": 5, "bytes": 10}
 
 
+
+def test_modules_a_forward_adds_or_replaces_are_counted_in_the_totals():
+    class Growing(nn.Module):
+        """Registers a layer on its first call, and swaps its first layer for a larger one on its second."""
+
+        def __init__(self):
+            super().__init__()
+            self.first = nn.Linear(2, 2)
+
+        def forward(self, x):
+            if "late" not in self._modules:
+                self.late = nn.Linear(2, 2)
+            elif self.first.out_features == 2:
+                self.first = nn.Linear(2, 3)
+            return self.late(self.first(x)[:, :2])
+
+    model = Growing()
+    added = crawl_module(model, args=(torch.ones(1, 2),))
+    assert added["totals"]["parameters"]["total"] == 6 + 6  # "late" ran unobserved, but its parameters exist
+    assert crawl_module(model, args=(torch.ones(1, 2),))["totals"]["parameters"]["total"] == 9 + 6  # replaced
+    assert crawl_module(model, args=(torch.ones(1, 2),))["totals"]["parameters"]["total"] == 9 + 6  # unchanged
+
 # -- incomplete metrics ----------------------------------------------------------------------------------------------------------
 
 def test_an_unsupported_leaf_is_partial_or_unavailable_never_zero():

@@ -149,7 +149,7 @@ def _traced_report(model: nn.Module, args: tuple, kwargs: dict[str, Any], inputs
         tracer.detach()
         restore_training_flags(training_flags)
     kinds: set[tuple[str, str]] = set()
-    statistics = tensor_statistics(model, kinds)  # after the forward: lazy modules have materialized
+    statistics = tensor_statistics(tracer.facts.modules_after_forward(model), kinds)  # lazy ones have materialized
     context = _context(model, training_flags, mode, handlers, mapping, kinds)
     return _assemble(statistics, tracer, recorder, mapping, context, inputs, full)
 

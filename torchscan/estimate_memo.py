@@ -36,7 +36,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
-from .inputs import PLAIN_TENSORS
+from .inputs import PLAIN_TENSORS, only_plain_tensor_types
 from .layouts import Picker, describe_all, layout
 
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
@@ -104,12 +104,10 @@ def _own_tensors(tensors: dict[str, Any]) -> tuple:
     """Names, shapes and dtypes of a module's own parameters or buffers (``None`` entries too)."""
     if not tensors:
         return ()
-    if _plain_tensors_only(map(type, tensors.values())):  # the common case: no None entry, no lazy tensor
+    if only_plain_tensor_types(map(type, tensors.values())):  # the common case: no None entry, no lazy tensor
         return tuple(zip(tensors, map(_SHAPE_AND_DTYPE, tensors.values())))
     return tuple((name, None if tensor is None else _own_tensor(tensor)) for name, tensor in tensors.items())
 
-
-_plain_tensors_only = frozenset(PLAIN_TENSORS).issuperset
 
 
 def _own_tensor(tensor: torch.Tensor) -> Hashable:

@@ -201,6 +201,8 @@ def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
 
 #: The exact types of plain tensors (subclasses may override attributes such as ``device``).
 PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
+#: Whether every type of an iterable is a plain tensor type (a C-level frozenset test, for tuples of values).
+only_plain_tensor_types = frozenset(PLAIN_TENSORS).issuperset
 
 
 def device_type(tensor: torch.Tensor) -> str:

@@ -3,8 +3,9 @@ forward (`model_facts`, with every training flag), parameter and buffer statisti
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from operator import attrgetter, methodcaller
+from collections.abc import Callable, Iterable
+from itertools import chain
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Any
 
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
-from .inputs import PLAIN_TENSORS, device_type, dtype_name
+from .inputs import PLAIN_TENSORS, device_type, dtype_name, only_plain_tensor_types
 from .integrations.signature import observes_operators
 
 #: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
@@ -25,24 +26,30 @@ class ModuleInfo:
     Besides path, name, type and handlers, three flags the hooks would otherwise derive on every call:
     ``may_own`` (some handler owns fields for the subtree), ``observes`` (a third-party formula checks the
     operators the call runs) and ``prices_direct_work`` (no built-in formula alone prices the call, so the
-    operators it runs directly may need estimating).
+    operators it runs directly may need estimating). The type's facts come from `type_facts`, once per type.
     """
 
     __slots__ = ("builtin", "caller", "calls", "leaf", "may_own", "name", "observes", "path", "prices_direct_work",
                  "type_name")
 
-    def __init__(self, path: str, type_name: str, leaf: bool, caller: ModuleHandler | None,
-                 builtin: ModuleHandler | None) -> None:
+    def __init__(self, path: str, leaf: bool, facts: TypeFacts) -> None:
         self.path = path
         self.name = path.rpartition(".")[2]
         self.calls = 0  # calls of the module so far in this analysis: the next call's call_index
-        self.type_name = type_name
         self.leaf = leaf
-        self.caller = caller
-        self.builtin = builtin
-        self.may_own = caller is not None or (builtin is not None and bool(builtin.subtree_metrics))
-        self.observes = observes_operators(builtin)
-        self.prices_direct_work = caller is not None or builtin is None
+        self.type_name, self.caller, self.builtin, self.may_own, self.observes, self.prices_direct_work = facts
+
+
+#: What `ModuleInfo` takes from a module's type: type name, caller and built-in handlers, and the three flags.
+TypeFacts = tuple[str, "ModuleHandler | None", "ModuleHandler | None", bool, bool, bool]
+
+
+def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
+    caller = closest_handler(kind, custom)
+    found = builtin(kind) if builtin is not None else None
+    may_own = caller is not None or (found is not None and bool(found.subtree_metrics))
+    return (f"{kind.__module__}.{kind.__qualname__}", caller, found, may_own, observes_operators(found),
+            caller is not None or found is None)
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.
@@ -51,32 +58,50 @@ FUSED_PATH_TYPES = (nn.TransformerEncoderLayer,)
 
 class ModelFacts:
     """What the hooks need to know of a model, from one walk before the forward: the facts of each module (by id),
-    every module in ``named_modules()`` order with its training flag, and the modules of `FUSED_PATH_TYPES`."""
+    every module in ``named_modules()`` order with its path and with its training flag, the modules of
+    `FUSED_PATH_TYPES`, and every module's children (to tell whether the forward changed the module tree)."""
 
-    __slots__ = ("fused_path_owners", "infos", "training_flags")
+    __slots__ = ("children", "fused_path_owners", "infos", "modules", "training_flags")
 
     def __init__(self) -> None:
         self.infos: dict[int, ModuleInfo] = {}
+        self.modules: list[tuple[str, nn.Module]] = []
         self.training_flags: list[tuple[nn.Module, bool]] = []
         self.fused_path_owners: list[nn.Module] = []
+        self.children: tuple = ()
+
+    def modules_after_forward(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
+        """``named_modules()`` of ``model`` now: the walk made before the forward, unless the forward changed the
+        module tree (added, removed, replaced or reordered a child of some module), which walks it again."""
+        if _children(self.modules) == self.children:
+            return self.modules
+        return list(model.named_modules())
+
+
+def _children(modules: list[tuple[str, nn.Module]]) -> tuple:
+    """Every registered child (or None) of every module, in order: compared by identity, in C-level steps."""
+    return tuple(chain.from_iterable(map(_VALUES, map(_CHILD_MODULES, map(itemgetter(1), modules)))))
+
+
+_CHILD_MODULES, _VALUES = attrgetter("_modules"), methodcaller("values")
 
 
 def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> ModelFacts:
     """Path, type and handlers of every module (handlers looked up once per type), and its training flag."""
-    by_type: dict[type, tuple[str, ModuleHandler | None, ModuleHandler | None]] = {}
+    by_type: dict[type, TypeFacts] = {}
     facts = ModelFacts()
     infos, flags = facts.infos, facts.training_flags
     for path, module in model.named_modules():
         kind = type(module)
         known = by_type.get(kind)
         if known is None:
-            known = by_type[kind] = (f"{kind.__module__}.{kind.__qualname__}", closest_handler(kind, custom),
-                                     builtin(kind) if builtin is not None else None)
-        type_name, caller, found = known
-        infos[id(module)] = ModuleInfo(path, type_name, _is_leaf(module), caller, found)
+            known = by_type[kind] = type_facts(kind, custom, builtin)
+        infos[id(module)] = ModuleInfo(path, _is_leaf(module), known)
+        facts.modules.append((path, module))
         flags.append((module, module.training))
         if isinstance(module, FUSED_PATH_TYPES):
             facts.fused_path_owners.append(module)
+    facts.children = _children(facts.modules)
     return facts
 
 
@@ -88,9 +113,10 @@ def _is_leaf(module: nn.Module) -> bool:
     return True
 
 
-def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = None
+def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple[str, str]] | None = None
                       ) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    """Parameter and buffer statistics of each module path; a tensor shared by several modules counts once.
+    """Parameter and buffer statistics of each module path of ``modules`` (a model's ``named_modules()``); a tensor
+    shared by several modules counts once.
 
     One walk over the model's tensors, after the forward: ``kinds`` (when given) also collects the device type and
     dtype of every counted tensor. Uninitialized lazy parameters (a lazy module that never ran) have no size yet
@@ -99,7 +125,7 @@ def tensor_statistics(model: nn.Module, kinds: set[tuple[str, str]] | None = Non
     seen: set[int] = set()
     found: set[tuple[str, torch.dtype]] = set()
     statistics = {}
-    for path, module in model.named_modules():
+    for path, module in modules:
         parameters, buffers = module._parameters, module._buffers
         statistics[path] = (_parameter_stats(_counted(parameters.values(), seen, found)) if parameters else
                             {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0},
@@ -128,6 +154,12 @@ def _buffer_stats(tensors: list[torch.Tensor]) -> dict[str, int]:
 def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, torch.dtype]]) -> list[torch.Tensor]:
     """The tensors not counted yet (a shared one counts once), with sizes (not an uninitialized lazy one); their
     device types and dtypes go to ``kinds``."""
+    tensors = list(tensors)
+    ids = set(map(id, tensors))
+    if len(ids) == len(tensors) and ids.isdisjoint(seen) and only_plain_tensor_types(map(type, tensors)):
+        seen.update(ids)  # the common case: distinct plain tensors of one module, none counted yet
+        kinds.update(zip(map(_DEVICE_TYPE, tensors), map(_DTYPE, tensors)))
+        return tensors
     counted = []
     for tensor in tensors:
         if tensor is None or id(tensor) in seen:
@@ -139,3 +171,6 @@ def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, torch.dtype]]) 
         kinds.add(("cpu" if plain and tensor.is_cpu else device_type(tensor), tensor.dtype))
         counted.append(tensor)
     return counted
+
+
+_DEVICE_TYPE, _DTYPE = attrgetter("device.type"), attrgetter("dtype")

@@ -262,15 +262,9 @@ class CallTracer:
             self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
 
     def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
-        """Estimate the closed call (``call`` is None when its forward raised) with counting paused, and settle it."""
-        recorder = self.recorder
-        recorder.leave()
-        with recorder.paused():
-            if torch.is_grad_enabled():  # the model's forward enabled it; the analysis runs under no_grad
-                with torch.no_grad():
-                    estimate = self._estimate(frame, call)
-            else:
-                estimate = self._estimate(frame, call)
+        """Estimate the closed call (``call`` is None when its forward raised), and settle it."""
+        self.recorder.leave()
+        estimate = self._estimate(frame, call)
         self._settle(frame, CallOutcome(frame.index, estimate, self._owners(frame), self._close_operators(frame)))
 
     # -- ownership ---------------------------------------------------------------------------------------------
@@ -360,10 +354,19 @@ class CallTracer:
             context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
                                   leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                                   expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
-            estimate = estimate_call(context, None if call is None else ModuleCall(*call))
+            estimate = self._computed(context, None if call is None else ModuleCall(*call))
             if structure is not None:
                 self.memo.store(structure, call[0], estimate)  # type: ignore[index]
         return estimate
+
+    def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:
+        """A new estimate, with operator counting paused: handlers may run tensor operations, which are not the
+        model's work. (Memo keys and replays read only tensor metadata, which dispatches nothing.)"""
+        with self.recorder.paused():  # type: ignore[union-attr]
+            if torch.is_grad_enabled():  # the model's forward enabled it; the analysis runs under no_grad
+                with torch.no_grad():
+                    return estimate_call(context, call)
+            return estimate_call(context, call)
 
     def _memo_structure(self, frame: Frame, call: Finished | None, needed: frozenset[str]) -> Any:
         """The memo structure of a call that only a memoizing built-in formula estimates (else None)."""

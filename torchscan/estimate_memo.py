@@ -109,7 +109,6 @@ def _own_tensors(tensors: dict[str, Any]) -> tuple:
     return tuple((name, None if tensor is None else _own_tensor(tensor)) for name, tensor in tensors.items())
 
 
-
 def _own_tensor(tensor: torch.Tensor) -> Hashable:
     if type(tensor) in PLAIN_TENSORS:  # not an uninitialized lazy parameter or buffer
         return tensor.shape, tensor.dtype

@@ -1,12 +1,13 @@
 """Where the values of a flat tuple sit, by kind: the step that lets memo keys be read in C-level operations.
 
-Memo keys (`torchscan.operator_cache.signature`, `torchscan.estimate_memo.call_structure` and
+Two memo keys (an operator call's `~torchscan.operator_cache.signature` and a module's
 `~torchscan.estimate_memo.module_configuration`) describe a tuple of values (a call's arguments and output, a
-module's attributes) by the type of each value, and then each value by what its type makes relevant: a tensor's
-shape and dtype, a scalar's value, a list's items. Looping over the values in Python costs most of a key. Instead,
-the tuple of the values' types selects a *layout*, computed once per distinct tuple of types: for each category
-of values, a picker of their positions. Pickers are ``operator.itemgetter`` calls, and the values they pick are
-then described with ``map``: no Python code runs per value of the common kinds.
+module's public attributes) by the type of each value, and then each value by what its type makes relevant: a
+tensor's shape and dtype, a scalar's value, a list's items. Looping over the values in Python costs most of a key.
+Instead, the tuple of the values' types selects a *layout*, computed once per distinct tuple of types: for each
+category of values, a picker of their positions. Pickers are ``operator.itemgetter`` calls, and the values they
+pick are then described with ``map``: no Python code runs per value of the common kinds. (A module call's memo
+structure, `~torchscan.estimate_memo.call_structure`, describes two or three values: a plain loop is cheaper.)
 """
 
 from __future__ import annotations

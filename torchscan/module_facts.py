@@ -45,6 +45,7 @@ TypeFacts = tuple[str, "ModuleHandler | None", "ModuleHandler | None", bool, boo
 
 
 def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
+    """The `TypeFacts` of a module type: its handlers are looked up once per type and analysis."""
     caller = closest_handler(kind, custom)
     found = builtin(kind) if builtin is not None else None
     may_own = caller is not None or (found is not None and bool(found.subtree_metrics))

@@ -49,7 +49,6 @@ SUMMABLE = frozenset(SUMMABLE_METRICS)
 Finished = tuple[nn.Module, tuple, dict[str, Any], Any]
 
 
-
 class CallOutcome:
     """A closed call's estimates and operator FLOPs, waiting to be written to its record."""
 

@@ -13,7 +13,7 @@ promises that its estimate depends only on what the key captures:
 
 A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
 The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own copies of the results (the memo keeps a ``marshal`` image of the estimate's plain data, and a replay loads it),
+own copies of the results (the memo keeps a `~torchscan.results.plain_copier` of the estimate's plain data),
 and diagnostics are re-addressed to the call they are about.
 
 The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
@@ -24,7 +24,6 @@ attributes between its calls within one forward pass is outside what the memo de
 
 from __future__ import annotations
 
-import marshal
 from collections.abc import Hashable, Mapping
 from functools import lru_cache
 from itertools import chain
@@ -38,6 +37,7 @@ from torch.nn.parameter import is_lazy
 from .estimation import CallEstimate
 from .inputs import PLAIN_TENSORS, only_plain_tensor_types
 from .layouts import Picker, describe_all, layout
+from .results import plain_copier
 
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
 SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
@@ -178,19 +178,19 @@ class _First:
 
 
 class _Image:
-    """A stored estimate: its plain data as one ``marshal`` image, so that a replay is one C-level deep copy (each
-    record gets its own results, lists and diagnostics), and the fields a built-in inclusive formula owns."""
+    """A stored estimate: a copier of its plain data, so that a replay is one C-level deep copy (each record gets
+    its own results, lists and diagnostics), and the fields a built-in inclusive formula owns."""
 
     __slots__ = ("builtin_owned", "data")
 
     def __init__(self, estimate: CallEstimate) -> None:
-        self.data = marshal.dumps((estimate.metrics, estimate.ownership, estimate.delegated, estimate.diagnostics,
-                                   estimate.breakdown))  # ValueError: a value that is not plain data
+        self.data = plain_copier((estimate.metrics, estimate.ownership, estimate.delegated, estimate.diagnostics,
+                                  estimate.breakdown))  # ValueError: a value that is not plain data
         self.builtin_owned = estimate.builtin_owned
 
     def estimate(self, where: dict[str, Any]) -> CallEstimate:
         """A new copy of the estimate, its diagnostics re-addressed to the call ``where`` names."""
-        metrics, ownership, delegated, diagnostics, breakdown = marshal.loads(self.data)
+        metrics, ownership, delegated, diagnostics, breakdown = self.data()
         for item in diagnostics:
             item.update(where)
         return CallEstimate(metrics, ownership, self.builtin_owned, delegated, diagnostics, breakdown)

@@ -7,6 +7,11 @@ almost all Python, so its bytecodes per layer call track its instructions (about
 bytecode here) and say where they go. Counts include the model's own Python code (``forward`` methods, PyTorch's
 ``Module._call_impl``), which a plain forward runs too: compare versions, or functions, not totals with a forward.
 
+Bytecodes say where the Python time goes, not what a change saves: they do not price C-level calls. Replacing a
+short Python loop by ``map``, ``itemgetter`` or a ``marshal`` round trip lowers the bytecodes and can raise the
+machine instructions (each C-level call builds iterators and objects; a ``marshal`` load allocates every string
+again). Confirm every change with ``instructions.py`` before keeping it.
+
     python benchmarks/bytecodes.py [--models mobilenet,resnet50] [--mode full|structure] [--top 30]
 """
 

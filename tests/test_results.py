@@ -7,7 +7,6 @@ never shown as a value, nothing unknown becomes a zero, and booleans, negatives 
 from __future__ import annotations
 
 import math
-from types import MappingProxyType
 
 import pytest
 import torch
@@ -24,7 +23,6 @@ from torchscan.results import (
     normalized,
     not_applicable,
     not_requested,
-    plain_copier,
     plain_number,
     unavailable,
     validation_error,
@@ -219,14 +217,3 @@ def test_sums_of_complete_integers_and_of_floats_add_in_order_from_zero():
     floats = _sum(complete(0.1, "MACs", "s", "a"), complete(0.2, "MACs", "s", "b"), complete(3, "MACs", "s", "c"))
     assert floats["value"] == 0.1 + 0.2 + 3  # the loop's own order, not a compensated sum
 
-
-def test_a_plain_copier_gives_independent_deep_copies_of_plain_data_only():
-    template = {"macs": complete([3, 3], "elements", "s", "a"), "parts": [("conv", 1.5)], "none": None}
-    fresh = plain_copier(template)
-    first, second = fresh(), fresh()
-    assert first == second == template
-    first["macs"]["value"].append(4)
-    assert second["macs"]["value"] == [3, 3] and template["macs"]["value"] == [3, 3]
-    assert type(first["parts"][0]) is tuple  # tuples stay tuples
-    with pytest.raises(ValueError):
-        plain_copier({"metrics": MappingProxyType({})})  # not plain data: the caller keeps its own path

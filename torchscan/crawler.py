@@ -41,7 +41,6 @@ from .results import (
     as_lower_bound,
     incomplete_metrics,
     not_requested,
-    plain_copier,
 )
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer
@@ -212,10 +211,11 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
     """``mode="structure"``: every compute metric of every call explicitly not requested (fresh dicts per call)."""
-    fresh = plain_copier(({name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()},
-                          {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}))
+    metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
+    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"], layer["operator_flops"] = fresh()
+        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
+        layer["operator_flops"] = {scope: result.copy() for scope, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

@@ -13,8 +13,7 @@ promises that its estimate depends only on what the key captures:
 
 A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
 The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own copies of the results (the memo keeps a `~torchscan.results.plain_copier` of the estimate's plain data),
-and diagnostics are re-addressed to the call they are about.
+own copies of the results, and diagnostics are re-addressed to the call they are about.
 
 The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
 so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
@@ -24,10 +23,10 @@ attributes between its calls within one forward pass is outside what the memo de
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from functools import lru_cache
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import torch
@@ -36,8 +35,6 @@ from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
 from .inputs import PLAIN_TENSORS, only_plain_tensor_types
-from .layouts import Picker, describe_all, layout
-from .results import plain_copier
 
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
 SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
@@ -62,20 +59,22 @@ def _plain(value: Any) -> Hashable:
 def module_configuration(module: nn.Module) -> tuple:
     """The module's type, public plain attributes, and own parameters' and buffers' shapes and dtypes.
 
-    Read in C-level steps where the attributes allow (see `torchscan.layouts`): a layer's ``__dict__`` holds about
-    thirty entries, two thirds of them PyTorch's private registries, and this runs for most modules of a model.
+    Read in C-level steps where the attributes allow: a layer's ``__dict__`` holds about thirty entries, two thirds
+    of them PyTorch's private registries, and this runs for most modules of a model. The tuple of the public
+    values' types selects (once per distinct tuple) a picker of the tuple-typed values, whose items' types are
+    then read with ``map``; anything that is neither a simple scalar nor a tuple is described value by value.
     """
     state = module.__dict__
     names = _public_names(tuple(state))
     values = tuple(map(state.__getitem__, names))
     kinds = tuple(map(type, values))
-    _, tuples_at, others_at = _attribute_layout(kinds)
-    tuples = tuples_at(values)
-    if others_at(values):  # some value is neither a simple scalar nor a tuple: describe each one
-        attributes: tuple = names, describe_all(_plain, values)
+    tuples_at = _tuples_picker(kinds)
+    if tuples_at is None:
+        attributes: tuple = names, tuple([_plain(value) for value in values])
     else:  # tuples of scalars (kernel_size, stride, ...) also need their items' types: True, 1 and 1.0 differ
+        tuples = tuples_at(values)
         items = tuple(map(type, chain.from_iterable(tuples))) if tuples else ()
-        attributes = names, kinds, values, items if _simple_only(items) else describe_all(_plain, tuples)
+        attributes = names, kinds, values, items if _simple_only(items) else tuple([_plain(item) for item in tuples])
     return type(module), attributes, _own_tensors(module._parameters), _own_tensors(module._buffers)
 
 
@@ -85,18 +84,24 @@ def _public_names(keys: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(name for name in keys if name[0] != "_")
 
 
-def _attribute_category(kind: type) -> int:
-    if kind in _EXACTLY_SIMPLE:
-        return 0
-    return 1 if kind is tuple else 2
-
-
 @lru_cache(maxsize=4096)
-def _attribute_layout(kinds: tuple[type, ...]) -> tuple[Picker, ...]:
-    """Pickers of the simple values, the tuples and the other values of a module's public attributes."""
-    return layout(kinds, _attribute_category, 3)
+def _tuples_picker(kinds: tuple[type, ...]) -> Callable[[tuple], tuple] | None:
+    """For attribute values of these types: a picker of the tuple-typed values (always as a tuple); None when some
+    value is neither a simple scalar nor a tuple."""
+    if not _simple_or_tuple(kinds):
+        return None
+    positions = [index for index, kind in enumerate(kinds) if kind is tuple]
+    if len(positions) == 1:
+        position = positions[0]
+        return lambda values: (values[position],)
+    return itemgetter(*positions) if positions else _no_values
 
 
+def _no_values(values: tuple) -> tuple:
+    return ()
+
+
+_simple_or_tuple = frozenset({*SIMPLE_TYPES, tuple}).issuperset
 _SHAPE_AND_DTYPE = attrgetter("shape", "dtype")
 
 
@@ -172,28 +177,9 @@ class _First:
 
     __slots__ = ("estimate", "module")
 
-    def __init__(self, module: nn.Module, estimate: _Image) -> None:
+    def __init__(self, module: nn.Module, estimate: CallEstimate) -> None:
         self.module = module
         self.estimate = estimate
-
-
-class _Image:
-    """A stored estimate: a copier of its plain data, so that a replay is one C-level deep copy (each record gets
-    its own results, lists and diagnostics), and the fields a built-in inclusive formula owns."""
-
-    __slots__ = ("builtin_owned", "data")
-
-    def __init__(self, estimate: CallEstimate) -> None:
-        self.data = plain_copier((estimate.metrics, estimate.ownership, estimate.delegated, estimate.diagnostics,
-                                  estimate.breakdown))  # ValueError: a value that is not plain data
-        self.builtin_owned = estimate.builtin_owned
-
-    def estimate(self, where: dict[str, Any]) -> CallEstimate:
-        """A new copy of the estimate, its diagnostics re-addressed to the call ``where`` names."""
-        metrics, ownership, delegated, diagnostics, breakdown = self.data()
-        for item in diagnostics:
-            item.update(where)
-        return CallEstimate(metrics, ownership, self.builtin_owned, delegated, diagnostics, breakdown)
 
 
 class EstimateMemo:
@@ -206,7 +192,7 @@ class EstimateMemo:
     __slots__ = ("configurations", "entries", "hits", "numbers")
 
     def __init__(self) -> None:
-        self.entries: dict[Hashable, _First | dict[int, _Image]] = {}
+        self.entries: dict[Hashable, _First | dict[int, CallEstimate]] = {}
         self.configurations: dict[tuple[int, type], int | None] = {}  # (module id, class) -> number
         self.numbers: dict[tuple, int] = {}  # configuration -> number
         self.hits = 0
@@ -255,21 +241,19 @@ class EstimateMemo:
         if stored is None:
             return None
         self.hits += 1
-        return stored.estimate({"path": path, "call_index": call_index})
+        return _copied(stored, {"path": path, "call_index": call_index})
 
-    def _by_configuration(self, first: _First) -> dict[int, _Image]:
+    def _by_configuration(self, first: _First) -> dict[int, CallEstimate]:
         number = self.configuration(first.module)
         return {} if number is None else {number: first.estimate}
 
-    def store(self, structure: Hashable | None, module: nn.Module, estimate: CallEstimate) -> None:
-        """Keep a computed estimate (after `replay` found none for the same call), as it is now: later edits of
-        ``estimate`` (an owner's formula covering it) do not reach the stored image."""
+    def store(self, structure: Hashable | None, module: nn.Module, estimate: CallEstimate, *, copy: bool = True
+              ) -> None:
+        """Keep a computed estimate (after `replay` found none for the same call): a copy, unless the caller
+        promises (``copy=False``) that nothing edits ``estimate`` or its results until the analysis ends."""
         if structure is None:
             return
-        try:
-            kept = _Image(estimate)
-        except ValueError:  # a result holding something other than plain data: computed at every call
-            return
+        kept = _copied(estimate, None) if copy else estimate
         entry = self.entries.get(structure)
         if entry is None:
             self.entries[structure] = _First(module, kept)
@@ -277,3 +261,25 @@ class EstimateMemo:
         number = self.configuration(module)
         if number is not None and type(entry) is dict:
             entry[number] = kept
+
+
+def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
+    """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
+    copy = CallEstimate({name: _copied_result(result) for name, result in estimate.metrics.items()},
+                        dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
+    if estimate.diagnostics:
+        copy.diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
+    if estimate.breakdown:
+        copy.breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
+                          for part in estimate.breakdown]
+    return copy
+
+
+def _copied_result(result: dict[str, Any]) -> dict[str, Any]:
+    copy = result.copy()
+    value, known = copy["value"], copy["known_value"]
+    if type(value) is list:  # per-dimension receptive fields
+        copy["value"] = value.copy()
+    if type(known) is list:
+        copy["known_value"] = known.copy()
+    return copy

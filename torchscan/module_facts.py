@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
-from .inputs import PLAIN_TENSORS, device_type, dtype_name, only_plain_tensor_types
+from .inputs import PLAIN_TENSORS, device_type, dtype_name
 from .integrations.signature import observes_operators
 
 #: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
@@ -121,46 +121,43 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
 
     One walk over the model's tensors, after the forward: ``kinds`` (when given) also collects the device type and
     dtype of every counted tensor. Uninitialized lazy parameters (a lazy module that never ran) have no size yet
-    and are not counted. The sums run as C-level ``map`` steps: a model has a few tensors per module.
+    and are not counted.
     """
     seen: set[int] = set()
-    found: set[tuple[str, torch.dtype]] = set()
+    kinds = set() if kinds is None else kinds
     statistics = {}
     for path, module in modules:
         parameters, buffers = module._parameters, module._buffers
-        statistics[path] = (_parameter_stats(_counted(parameters.values(), seen, found)) if parameters else
-                            {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0},
-                            _buffer_stats(_counted(buffers.values(), seen, found)) if buffers else
-                            {"count": 0, "bytes": 0})
-    if kinds is not None:
-        kinds.update((device, dtype_name(dtype)) for device, dtype in found)
+        statistics[path] = (
+            _parameter_stats(parameters.values(), seen, kinds) if parameters else
+            {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0},
+            _buffer_stats(buffers.values(), seen, kinds) if buffers else {"count": 0, "bytes": 0})
     return statistics
 
 
-_NUMEL = methodcaller("numel")  # not Tensor.numel: a subclass may override it
-_NBYTES = attrgetter("nbytes")  # numel() * element_size()
-_REQUIRES_GRAD = attrgetter("requires_grad")
+def _parameter_stats(parameters: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
+    count = trainable = nbytes = 0
+    for tensor in _counted(parameters, seen, kinds):
+        elements = tensor.numel()
+        count += elements
+        nbytes += elements * tensor.element_size()
+        if tensor.requires_grad:
+            trainable += elements
+    return {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
 
 
-def _parameter_stats(tensors: list[torch.Tensor]) -> dict[str, int]:
-    count = sum(map(_NUMEL, tensors))
-    trainable = sum(map(_NUMEL, filter(_REQUIRES_GRAD, tensors)))
-    return {"count": count, "bytes": sum(map(_NBYTES, tensors)), "trainable": trainable, "frozen": count - trainable}
+def _buffer_stats(buffers: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
+    count = nbytes = 0
+    for tensor in _counted(buffers, seen, kinds):
+        elements = tensor.numel()
+        count += elements
+        nbytes += elements * tensor.element_size()
+    return {"count": count, "bytes": nbytes}
 
 
-def _buffer_stats(tensors: list[torch.Tensor]) -> dict[str, int]:
-    return {"count": sum(map(_NUMEL, tensors)), "bytes": sum(map(_NBYTES, tensors))}
-
-
-def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, torch.dtype]]) -> list[torch.Tensor]:
+def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, str]]) -> list[torch.Tensor]:
     """The tensors not counted yet (a shared one counts once), with sizes (not an uninitialized lazy one); their
     device types and dtypes go to ``kinds``."""
-    tensors = list(tensors)
-    ids = set(map(id, tensors))
-    if len(ids) == len(tensors) and ids.isdisjoint(seen) and only_plain_tensor_types(map(type, tensors)):
-        seen.update(ids)  # the common case: distinct plain tensors of one module, none counted yet
-        kinds.update(zip(map(_DEVICE_TYPE, tensors), map(_DTYPE, tensors)))
-        return tensors
     counted = []
     for tensor in tensors:
         if tensor is None or id(tensor) in seen:
@@ -169,9 +166,6 @@ def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, torch.dtype]]) 
         if not plain and is_lazy(tensor):
             continue
         seen.add(id(tensor))
-        kinds.add(("cpu" if plain and tensor.is_cpu else device_type(tensor), tensor.dtype))
+        kinds.add(("cpu" if plain and tensor.is_cpu else device_type(tensor), dtype_name(tensor.dtype)))
         counted.append(tensor)
     return counted
-
-
-_DEVICE_TYPE, _DTYPE = attrgetter("device.type"), attrgetter("dtype")

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable, Mapping
-from functools import lru_cache
-from itertools import chain
-from operator import attrgetter
 from typing import Any
 
 import torch
@@ -29,7 +26,6 @@ from torch.utils import flop_counter
 
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
-from .layouts import Picker, describe_all, layout
 from .results import is_count
 
 COUNTED, IGNORED, UNCOUNTED = "counted", "ignored", "uncounted"
@@ -67,48 +63,30 @@ def _describe(value: Any) -> Any:
 def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tuple | None:
     """The call's signature (see the module docstring), or ``None`` when some argument has none.
 
-    Read in C-level steps (it runs for every call of a formulated operator; see `torchscan.layouts`): the argument
-    count, keyword names and every value's type, then the shapes and dtypes of the tensors, the scalars' values,
-    the lists of scalars as tuples with their items' types, and a nested description of anything else.
+    Flat, for speed (it runs for every call of a formulated operator): the argument count and keyword names fix
+    where each value's entries start, and each value adds a run (tensor: shape, dtype; scalar: type, value; list or
+    tuple of scalars: its type, the element types, the values) or one nested description (anything else).
     """
-    values = (*args, *kwargs.values(), out) if kwargs else (*args, out)
-    kinds = tuple(map(type, values))
-    tensors, scalars, sequences, others = _signature_layout(kinds)
+    key = [id(func), len(args), tuple(kwargs) if kwargs else ()]
+    append = key.append
     try:
-        return (id(func), len(args), tuple(kwargs) if kwargs else (), kinds,
-                tuple(map(_SHAPE_AND_DTYPE, tensors(values))),  # a strided nested tensor raises RuntimeError here
-                scalars(values), _sequences(sequences(values)), describe_all(_describe, others(values)))
+        for value in (*args, *kwargs.values(), out) if kwargs else (*args, out):
+            kind = type(value)
+            if kind in _TENSOR_TYPES:
+                append(value.shape)  # a strided nested tensor raises RuntimeError here
+                append(value.dtype)
+            elif kind in _PLAIN_TYPES:
+                append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
+                append(value)
+            elif (kind is list or kind is tuple) and _plain_only(kinds := tuple(map(type, value))):
+                append(kind)  # a list and a tuple of the same items are different arguments
+                append(kinds)
+                append(tuple(value))
+            else:
+                append(_describe(value))
     except (Unreadable, RuntimeError):
         return None
-
-
-_TENSOR, _SCALAR, _SEQUENCE, _OTHER = range(4)
-_SHAPE_AND_DTYPE = attrgetter("shape", "dtype")
-
-
-def _category(kind: type) -> int:
-    if kind in _TENSOR_TYPES:
-        return _TENSOR
-    if kind in _PLAIN_TYPES:
-        return _SCALAR  # its type is in the key: True, 1 and 1.0 are equal keys but not always equal arguments
-    if kind is list or kind is tuple:
-        return _SEQUENCE
-    return _OTHER
-
-
-@lru_cache(maxsize=4096)
-def _signature_layout(kinds: tuple[type, ...]) -> tuple[Picker, ...]:
-    return layout(kinds, _category, 4)
-
-
-def _sequences(sequences: tuple) -> tuple:
-    """Lists and tuples: of scalars only (sizes, strides), their items and the items' types; else each described."""
-    if not sequences:
-        return ()
-    items = tuple(map(type, chain.from_iterable(sequences)))
-    if _plain_only(items):
-        return items, tuple(map(tuple, sequences))
-    return describe_all(_describe, sequences)
+    return tuple(key)
 
 
 class Outcome:

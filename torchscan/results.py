@@ -6,11 +6,9 @@ estimate for an exact value. The constructors here are the only places that buil
 
 from __future__ import annotations
 
-import marshal
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import partial
 from numbers import Real
 from operator import itemgetter
 from types import MappingProxyType
@@ -230,13 +228,6 @@ def _exact_sum(results: list[MetricResult]) -> int | None:
 
 _KNOWN_VALUE, _STATUS = itemgetter("known_value"), itemgetter("status")
 _complete_only, _ints_only = frozenset({"complete"}).issuperset, frozenset({int}).issuperset
-
-
-def plain_copier(data: Any) -> Callable[[], Any]:
-    """A function that returns a new deep copy of ``data`` at each call, in one C-level step (a ``marshal`` load):
-    for results and the structures around them, which are plain dicts, lists, tuples, strings and numbers.
-    Raises ValueError for anything else (a subclass of those included)."""
-    return partial(marshal.loads, marshal.dumps(data))
 
 
 def is_incomplete(result: Mapping[str, Any]) -> bool:

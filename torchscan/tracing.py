@@ -355,7 +355,8 @@ class CallTracer:
                                   expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
             estimate = self._computed(context, None if call is None else ModuleCall(*call))
             if structure is not None:
-                self.memo.store(structure, call[0], estimate)  # type: ignore[index]
+                # an outcome that waits in an overlay may be covered (edited) later; written ones never change
+                self.memo.store(structure, call[0], estimate, copy=frame.overlay is not None)  # type: ignore[index]
         return estimate
 
     def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:

@@ -32,17 +32,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
 import overhead
 from selection import selected
-from zoo import bert, mobilenet, resnet
 
 from torchscan import crawl_module
 
-#: The small inputs of instructions.py: the per-call work of TorchScan does not depend on the image size.
-CASES: dict[str, Callable[[], overhead.Case]] = {
-    "mobilenet_v2@32": lambda: overhead.image(mobilenet.mobilenet_v2(), 32),
-    "resnet50@32": lambda: overhead.image(resnet.resnet50(), 32),
-    "bert_base@16": lambda: (bert.bert_base(), *bert.bert_inputs(batch=1, seq_len=16)),
-    "synthetic_1k": lambda: overhead.synthetic(1000),
-}
 SITE_PACKAGES = str(Path(torch.__file__).parents[1]) + "/"
 
 
@@ -77,9 +69,9 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30, help="functions to list per model (default 30)")
     options = parser.parse_args()
     torch.set_num_threads(1)
-    for name in selected(options.models, CASES):
+    for name in selected(options.models, overhead.SMALL_CASES):
         torch.manual_seed(0)
-        model, args, kwargs = CASES[name]()
+        model, args, kwargs = overhead.SMALL_CASES[name]()
         model.eval()
 
         def analysis() -> dict[str, Any]:

@@ -28,19 +28,13 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from selection import selected
-
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
+sys.path[:0] = PATHS
 
-#: Model name -> the expression that builds ``(model, args, kwargs)`` in the runner (``overhead`` is imported).
-CASES = {
-    "mobilenet_v2@32": "overhead.image(mobilenet.mobilenet_v2(), 32)",
-    "resnet50@32": "overhead.image(resnet.resnet50(), 32)",
-    "bert_base@16": "(bert.bert_base(), *bert.bert_inputs(batch=1, seq_len=16))",
-    "synthetic_1k": "overhead.synthetic(1000)",
-    "llama2_70b_meta": "overhead.llama_70b_meta()",
-}
+import overhead
+from selection import selected
+
 VARIANTS = ("plain", "floor", "crawl", "structure")
 
 RUNNER = """
@@ -49,8 +43,7 @@ sys.path[:0] = {paths!r}
 import torch
 torch.set_num_threads(1)
 import overhead
-from zoo import bert, mobilenet, resnet
-model, args, kwargs = {case}
+model, args, kwargs = overhead.SMALL_CASES[{case!r}]()
 model.eval()
 run = overhead.variants(model, args, kwargs)[{variant!r}]
 run(); run()
@@ -62,7 +55,7 @@ if {variant!r} == "plain":
 
 def instructions(case: str, variant: str) -> tuple[int, str]:
     """Instructions of two runs of ``variant`` on ``case``, and what the runner printed."""
-    code = RUNNER.format(paths=PATHS, case=CASES[case], variant=variant)
+    code = RUNNER.format(paths=PATHS, case=case, variant=variant)
     with tempfile.TemporaryDirectory() as folder:
         command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
                    f"--callgrind-out-file={folder}/out", sys.executable, "-c", code]
@@ -80,7 +73,7 @@ def main() -> None:
     options = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install valgrind)")
-    names = selected(options.models, CASES)
+    names = selected(options.models, overhead.SMALL_CASES)
     jobs = [(name, variant) for name in names for variant in VARIANTS]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))

@@ -85,6 +85,15 @@ CASES: dict[str, Callable[[], Case]] = {
     "tv_resnet50": third_party.torchvision_resnet50,
     "hf_bert_base": third_party.transformers_bert_base,
 }
+#: Small inputs for the deterministic counts (instructions.py, bytecodes.py): TorchScan's work per layer call does not
+#: depend on the image size or the sequence length, and small inputs keep the kernels from dominating the counts.
+SMALL_CASES: dict[str, Callable[[], Case]] = {
+    "mobilenet_v2@32": lambda: image(mobilenet.mobilenet_v2(), 32),
+    "resnet50@32": lambda: image(resnet.resnet50(), 32),
+    "bert_base@16": lambda: (bert.bert_base(), *bert.bert_inputs(batch=1, seq_len=16)),
+    "synthetic_1k": lambda: synthetic(1000),
+    "llama2_70b_meta": llama_70b_meta,
+}
 VARIANTS = ("plain", "floor", "crawl", "structure", "measure_flops", "FlopCounterMode")
 
 

@@ -10,7 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from operator import itemgetter, methodcaller
+from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Literal
 
 import torch
@@ -137,7 +137,7 @@ def _traced_report(model: nn.Module, args: tuple, kwargs: dict[str, Any], inputs
     tracer = CallTracer(model, handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
     try:
-        if any(flag for _, flag in training_flags):
+        if any(_recorded_flags(training_flags)):
             model.eval()
         tracer.attach()
         with ExitStack() as stack:
@@ -211,11 +211,19 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
     """``mode="structure"``: every compute metric of every call explicitly not requested (fresh dicts per call)."""
-    metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+    metrics = tuple((name, not_requested(unit, MODULE_CALL)) for name, unit in METRIC_UNITS.items())
+    operator_flops = ((DIRECT, not_requested("FLOPs", DIRECT)), (INCLUSIVE, not_requested("FLOPs", INCLUSIVE)))
     for layer in layers:
-        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
-        layer["operator_flops"] = {scope: result.copy() for scope, result in operator_flops.items()}
+        layer["metrics"] = _fresh_copies(metrics)
+        layer["operator_flops"] = _fresh_copies(operator_flops)
+
+
+def _fresh_copies(results: tuple[tuple[str, dict[str, Any]], ...]) -> dict[str, dict[str, Any]]:
+    """A dict of copies of ``results`` (a loop: a comprehension is one more function call per dict)."""
+    copies = {}
+    for name, result in results:
+        copies[name] = result.copy()
+    return copies
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
@@ -256,7 +264,7 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": {"mode": "eval", "grad": "no_grad", "forward_passes": 1},
         "prior_training": {"root": bool(model.training),
-                           "training_modules": sum(flag for _, flag in training_flags),
+                           "training_modules": sum(_recorded_flags(training_flags)),
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
@@ -275,14 +283,28 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
     cache): assigning ``training`` would skip that. The flags are in ``model.modules()`` order, parents first:
     ``train(mode)`` on the root sets the whole tree, then each module whose flag still differs is switched, which
     also switches its descendants before they are visited. An override that ignores ``mode`` is corrected last,
-    by assignment, so that every flag ends as it was.
+    by assignment, so that every flag ends as it was. (Nothing to do when every flag is already as it was, as after
+    the analysis of a model in eval mode: that is checked first, in C-level steps.)
     """
+    if _flags_now(training_flags) == _recorded_flags(training_flags):
+        return
     for module, flag in training_flags:
         if module.training != flag:
             module.train(flag)
     for module, flag in training_flags:
         if module.training != flag:
             module.training = flag
+
+
+_MODULE, _FLAG, _TRAINING = itemgetter(0), itemgetter(1), attrgetter("training")
+
+
+def _recorded_flags(training_flags: list[tuple[nn.Module, bool]]) -> list[bool]:
+    return list(map(_FLAG, training_flags))
+
+
+def _flags_now(training_flags: list[tuple[nn.Module, bool]]) -> list[bool]:
+    return list(map(_TRAINING, map(_MODULE, training_flags)))
 
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:

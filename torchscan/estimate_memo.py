@@ -265,8 +265,10 @@ class EstimateMemo:
 
 def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
     """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
-    copy = CallEstimate({name: _copied_result(result) for name, result in estimate.metrics.items()},
-                        dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
+    metrics = {}
+    for name, result in estimate.metrics.items():
+        metrics[name] = _copied_result(result)
+    copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
     if estimate.diagnostics:
         copy.diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
     if estimate.breakdown:

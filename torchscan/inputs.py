@@ -217,7 +217,12 @@ def device_type(tensor: torch.Tensor) -> str:
 
 
 def call_metadata(args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    return {"args": [value_metadata(arg) for arg in args],
+    """The metadata of a call's positional and keyword arguments (a loop: it runs for every layer call, and a
+    comprehension is one more function call)."""
+    described = []
+    for arg in args:
+        described.append(value_metadata(arg))
+    return {"args": described,
             "kwargs": [{"key": _safe_key(key), "value": value_metadata(item)} for key, item in kwargs.items()]
             if kwargs else []}
 

@@ -76,7 +76,7 @@ class ModelFacts:
         module tree (added, removed, replaced or reordered a child of some module), which walks it again."""
         if _children(self.modules) == self.children:
             return self.modules
-        return list(model.named_modules())
+        return named_modules(model)
 
 
 def _children(modules: list[tuple[str, nn.Module]]) -> tuple:
@@ -92,18 +92,43 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
     by_type: dict[type, TypeFacts] = {}
     facts = ModelFacts()
     infos, flags = facts.infos, facts.training_flags
-    for path, module in model.named_modules():
+    facts.modules = modules = named_modules(model)
+    for path, module in modules:
         kind = type(module)
         known = by_type.get(kind)
         if known is None:
             known = by_type[kind] = type_facts(kind, custom, builtin)
         infos[id(module)] = ModuleInfo(path, _is_leaf(module), known)
-        facts.modules.append((path, module))
         flags.append((module, module.training))
         if isinstance(module, FUSED_PATH_TYPES):
             facts.fused_path_owners.append(module)
-    facts.children = _children(facts.modules)
+    facts.children = _children(modules)
     return facts
+
+
+_NAMED_MODULES = nn.Module.named_modules
+
+
+def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``, walked with a stack instead of PyTorch's nested generators (which cost a
+    step per level of depth for every module); a model with a module type that overrides ``named_modules`` is
+    walked by its own method."""
+    found: list[tuple[str, nn.Module]] = []
+    memo: set[nn.Module] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    while stack:
+        prefix, module = stack.pop()
+        if type(module).named_modules is not _NAMED_MODULES:
+            return list(model.named_modules())
+        if module in memo:
+            continue
+        memo.add(module)
+        found.append((prefix, module))
+        children = module._modules
+        if children:
+            head = f"{prefix}." if prefix else ""
+            stack.extend([(head + name, child) for name, child in reversed(children.items()) if child is not None])
+    return found
 
 
 def _is_leaf(module: nn.Module) -> bool:
@@ -124,48 +149,47 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
     and are not counted.
     """
     seen: set[int] = set()
-    kinds = set() if kinds is None else kinds
+    found: set[tuple[str, torch.dtype]] = set()  # dtypes are named once each, at the end
     statistics = {}
     for path, module in modules:
         parameters, buffers = module._parameters, module._buffers
-        statistics[path] = (
-            _parameter_stats(parameters.values(), seen, kinds) if parameters else
-            {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0},
-            _buffer_stats(buffers.values(), seen, kinds) if buffers else {"count": 0, "bytes": 0})
+        if parameters:
+            count, nbytes, trainable = _new_tensors(parameters.values(), seen, found)
+            own_parameters = {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
+        else:
+            own_parameters = {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0}
+        if buffers:
+            count, nbytes, _ = _new_tensors(buffers.values(), seen, found)
+            own_buffers = {"count": count, "bytes": nbytes}
+        else:
+            own_buffers = {"count": 0, "bytes": 0}
+        statistics[path] = own_parameters, own_buffers
+    if kinds is not None:
+        kinds.update((device, dtype_name(dtype)) for device, dtype in found)
     return statistics
 
 
-def _parameter_stats(parameters: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
-    count = trainable = nbytes = 0
-    for tensor in _counted(parameters, seen, kinds):
+def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[tuple[str, torch.dtype]]
+                 ) -> tuple[int, int, int]:
+    """Elements, bytes and trainable elements of the ``tensors`` not counted yet (a shared one counts once), with
+    sizes (not an uninitialized lazy one, nor a ``None`` entry); their device types and dtypes go to ``found``."""
+    count = nbytes = trainable = 0
+    for tensor in tensors:
+        if tensor is None:
+            continue
+        key = id(tensor)
+        if key in seen:
+            continue
+        if type(tensor) in PLAIN_TENSORS:
+            found.add(("cpu" if tensor.is_cpu else device_type(tensor), tensor.dtype))
+        elif is_lazy(tensor):
+            continue
+        else:
+            found.add((device_type(tensor), tensor.dtype))
+        seen.add(key)
         elements = tensor.numel()
         count += elements
         nbytes += elements * tensor.element_size()
         if tensor.requires_grad:
             trainable += elements
-    return {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
-
-
-def _buffer_stats(buffers: Any, seen: set[int], kinds: set[tuple[str, str]]) -> dict[str, int]:
-    count = nbytes = 0
-    for tensor in _counted(buffers, seen, kinds):
-        elements = tensor.numel()
-        count += elements
-        nbytes += elements * tensor.element_size()
-    return {"count": count, "bytes": nbytes}
-
-
-def _counted(tensors: Any, seen: set[int], kinds: set[tuple[str, str]]) -> list[torch.Tensor]:
-    """The tensors not counted yet (a shared one counts once), with sizes (not an uninitialized lazy one); their
-    device types and dtypes go to ``kinds``."""
-    counted = []
-    for tensor in tensors:
-        if tensor is None or id(tensor) in seen:
-            continue
-        plain = type(tensor) in PLAIN_TENSORS
-        if not plain and is_lazy(tensor):
-            continue
-        seen.add(id(tensor))
-        kinds.add(("cpu" if plain and tensor.is_cpu else device_type(tensor), dtype_name(tensor.dtype)))
-        counted.append(tensor)
-    return counted
+    return count, nbytes, trainable

@@ -14,7 +14,7 @@ the fields it covers from them first. Records are written once, never edited aft
 from __future__ import annotations
 
 import sys
-import threading
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -25,7 +25,14 @@ from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork
 from .estimate_memo import EstimateMemo
-from .estimation import CallContext, CallEstimate, estimate_call, forward_error
+from .estimation import (
+    CallContext,
+    CallEstimate,
+    delegated_estimate,
+    delegates_everything,
+    estimate_call,
+    forward_error,
+)
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
 from .integrations.signature import ObservedWork
@@ -183,7 +190,7 @@ class CallTracer:
         self.stack: list[Frame] = []
         self.totals_scope = OperatorScope()
         self.handles: list[Any] = []
-        self.thread = threading.get_ident()
+        self.thread = get_ident()
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
@@ -208,7 +215,7 @@ class CallTracer:
         info = self.infos.get(id(module))
         if info is None:
             return  # not a module of this model
-        if threading.get_ident() != self.thread:
+        if get_ident() != self.thread:
             self.foreign_thread_calls += 1
             return
         stack = self.stack
@@ -244,7 +251,7 @@ class CallTracer:
         forward, or a hook before it, raised: PyTorch then calls always-called global hooks from its error path,
         without the keyword arguments)."""
         stack = self.stack
-        if not stack or stack[-1].module_id != id(module) or threading.get_ident() != self.thread:
+        if not stack or stack[-1].module_id != id(module) or get_ident() != self.thread:
             return  # not a module of this model, or another thread's call
         frame = stack.pop()
         if len(rest) == 2:
@@ -346,6 +353,8 @@ class CallTracer:
         direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
         if not needed:
             return None
+        if call is not None and delegates_everything(info.caller, info.builtin, info.leaf, direct):
+            return delegated_estimate(needed)
         structure = self._memo_structure(frame, call, needed)
         estimate = None if structure is None else self.memo.replay(structure, call[0], info.path,  # type: ignore[index]
                                                                     record["call_index"])

@@ -90,19 +90,30 @@ def numel(value: Any) -> int:
 def operand_kind(args: tuple, kwargs: dict, out: Any) -> str | None:
     """The arithmetic of a call: ``complex`` if any operand is complex, else ``real`` if any is floating
     point, else ``integral``; ``None`` if some tensor has a dtype without a convention (quantized)."""
-    kinds = set()
-    for value in (*args, *kwargs.values(), out):
-        if isinstance(value, torch.Tensor):
-            kinds.add(_dtype_kind(value.dtype))
-        elif isinstance(value, (tuple, list)):
-            kinds.update(_dtype_kind(item.dtype) for item in value if isinstance(item, torch.Tensor))
-        elif isinstance(value, complex):
-            kinds.add("complex")
+    dtypes, complex_scalar = _operand_dtypes(args, kwargs, out)
+    kinds = {_dtype_kind(dtype) for dtype in dtypes}
     if None in kinds:
         return None
-    if "complex" in kinds:
+    if complex_scalar or "complex" in kinds:
         return "complex"
     return "real" if "real" in kinds else "integral"
+
+
+def _operand_dtypes(args: tuple, kwargs: dict, out: Any) -> tuple[set[torch.dtype], bool]:
+    """The dtypes of a call's tensors (also inside lists and tuples), each once (a call's operands mostly share
+    one), and whether some operand is a complex scalar."""
+    dtypes = set()
+    complex_scalar = False
+    for value in (*args, *kwargs.values(), out) if kwargs else (*args, out):
+        if isinstance(value, torch.Tensor):
+            dtypes.add(value.dtype)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    dtypes.add(item.dtype)
+        elif isinstance(value, complex):
+            complex_scalar = True
+    return dtypes, complex_scalar
 
 
 _KIND_BY_DTYPE: dict[torch.dtype, str | None] = {}

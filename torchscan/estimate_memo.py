@@ -267,21 +267,15 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
     """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
     metrics = {}
     for name, result in estimate.metrics.items():
-        metrics[name] = _copied_result(result)
+        metrics[name] = kept = result.copy()
+        if type(kept["value"]) is list:  # per-dimension receptive fields
+            kept["value"] = kept["value"].copy()
+        if type(kept["known_value"]) is list:
+            kept["known_value"] = kept["known_value"].copy()
     copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
     if estimate.diagnostics:
         copy.diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
     if estimate.breakdown:
         copy.breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
                           for part in estimate.breakdown]
-    return copy
-
-
-def _copied_result(result: dict[str, Any]) -> dict[str, Any]:
-    copy = result.copy()
-    value, known = copy["value"], copy["known_value"]
-    if type(value) is list:  # per-dimension receptive fields
-        copy["value"] = value.copy()
-    if type(known) is list:
-        copy["known_value"] = known.copy()
     return copy

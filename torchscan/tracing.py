@@ -112,7 +112,9 @@ class Frame:
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
         self.index = index
-        self.covered = covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
+        # field -> index of the owning ancestor's record
+        self.covered = covered = parent.covered if parent is not None and not parent.owned_sure else \
+            _inherited_coverage(parent)
         self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
@@ -238,13 +240,14 @@ class CallTracer:
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
         frame.open(len(self.records), parent)
-        if frame.info.may_own:
+        info = frame.info
+        if info.may_own:
             self._open_ownership(frame)
-        if _observes_operators(frame):
+        if info.observes and _observes_operators(frame):  # each flag is read first: most calls need neither
             frame.scope.direct_work = ObservedWork()
-        elif _needs_direct_work(frame):
+        elif info.prices_direct_work and _needs_direct_work(frame):
             frame.scope.direct_work = DirectWork()
-        self.recorder.enter(frame.scope)
+        self.recorder.scopes.append(frame.scope)  # recorder.enter, without a method call per module call
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
@@ -268,10 +271,16 @@ class CallTracer:
             self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
 
     def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
-        """Estimate the closed call (``call`` is None when its forward raised), and settle it."""
-        self.recorder.leave()
+        """Estimate the closed call (``call`` is None when its forward raised), and write it, or settle it when an
+        undecided owner is inside or around it."""
+        self.recorder.scopes.pop()  # recorder.leave, without a method call per module call
         estimate = self._estimate(frame, call)
-        self._settle(frame, CallOutcome(frame.index, estimate, self._owners(frame), self._close_operators(frame)))
+        owners = self._owners(frame) if frame.covered else {}
+        operator_flops = self._close_operators(frame)
+        if frame.pending is None and frame.overlay is None:  # the common case
+            self._write(frame.record, estimate, owners, operator_flops)
+        else:
+            self._settle(frame, CallOutcome(frame.index, estimate, owners, operator_flops))
 
     # -- ownership ---------------------------------------------------------------------------------------------
 
@@ -314,9 +323,6 @@ class CallTracer:
 
     def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
         """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""
-        if frame.pending is None and frame.overlay is None:  # no undecided owner inside or around: the common case
-            self._write(outcome)
-            return
         settled = [outcome]
         if frame.pending is not None:
             covering = frame.owned_maybe & outcome.estimate.builtin_owned if outcome.estimate else NO_FIELDS
@@ -330,19 +336,20 @@ class CallTracer:
             frame.overlay.pending.extend(settled)  # type: ignore[union-attr]
             return
         for waiting in settled:
-            self._write(waiting)
+            self._write(self.records[waiting.index], waiting.estimate, waiting.owners, waiting.operator_flops)
 
-    def _write(self, outcome: CallOutcome) -> None:
-        record, estimate = self.records[outcome.index], outcome.estimate
+    def _write(self, record: dict[str, Any], estimate: CallEstimate | None, owners: dict[str, dict[str, Any]],
+               operator_flops: dict[str, Any]) -> None:
+        """Complete a call's record with its outcome (once: records are never edited afterwards)."""
         record["metrics"] = estimate.metrics if estimate else {}
         if estimate and estimate.ownership:
             record["metric_ownership"] = dict(sorted(estimate.ownership.items()))
-        if outcome.owners:
-            record["metric_owners"] = dict(sorted(outcome.owners.items()))
+        if owners:
+            record["metric_owners"] = dict(sorted(owners.items()))
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
         keep_breakdown(record, estimate)
-        record["operator_flops"] = outcome.operator_flops
+        record["operator_flops"] = operator_flops
         if estimate:
             self.diagnostics.extend(estimate.diagnostics)
 
@@ -390,8 +397,9 @@ class CallTracer:
         frame.inclusive_flops += scope.flops
         direct = scope.result(DIRECT)
         uncounted = frame.inclusive_uncounted or is_incomplete(direct)  # a lower bound: uncounted operators
-        inclusive = (lower_bound if uncounted else complete)(plain_number(frame.inclusive_flops), "FLOPs", INCLUSIVE,
-                                                             OPERATOR_METHOD)
+        flops = frame.inclusive_flops
+        inclusive = (lower_bound if uncounted else complete)(flops if type(flops) is int else plain_number(flops),
+                                                             "FLOPs", INCLUSIVE, OPERATOR_METHOD)
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += frame.inclusive_flops

@@ -23,25 +23,27 @@ BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 class ModuleInfo:
     """Per-module facts computed once before the forward, so the hooks stay cheap.
 
-    Besides path, name, type and handlers, three flags the hooks would otherwise derive on every call:
+    Besides path, name, type and handlers, four flags the hooks would otherwise derive on every call:
     ``may_own`` (some handler owns fields for the subtree), ``observes`` (a third-party formula checks the
-    operators the call runs) and ``prices_direct_work`` (no built-in formula alone prices the call, so the
-    operators it runs directly may need estimating). The type's facts come from `type_facts`, once per type.
+    operators the call runs), ``prices_direct_work`` (no built-in formula alone prices the call, so the
+    operators it runs directly may need estimating) and ``memoizes`` (only a memoizing built-in formula estimates
+    the call, see `torchscan.estimate_memo`). The type's facts come from `type_facts`, once per type.
     """
 
-    __slots__ = ("builtin", "caller", "calls", "leaf", "may_own", "name", "observes", "path", "prices_direct_work",
-                 "type_name")
+    __slots__ = ("builtin", "caller", "calls", "leaf", "may_own", "memoizes", "name", "observes", "path",
+                 "prices_direct_work", "type_name")
 
     def __init__(self, path: str, leaf: bool, facts: TypeFacts) -> None:
         self.path = path
         self.name = path.rpartition(".")[2]
         self.calls = 0  # calls of the module so far in this analysis: the next call's call_index
         self.leaf = leaf
-        self.type_name, self.caller, self.builtin, self.may_own, self.observes, self.prices_direct_work = facts
+        (self.type_name, self.caller, self.builtin, self.may_own, self.observes, self.prices_direct_work,
+         self.memoizes) = facts
 
 
-#: What `ModuleInfo` takes from a module's type: type name, caller and built-in handlers, and the three flags.
-TypeFacts = tuple[str, "ModuleHandler | None", "ModuleHandler | None", bool, bool, bool]
+#: What `ModuleInfo` takes from a module's type: type name, caller and built-in handlers, and the four flags.
+TypeFacts = tuple[str, "ModuleHandler | None", "ModuleHandler | None", bool, bool, bool, bool]
 
 
 def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
@@ -50,7 +52,7 @@ def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLo
     found = builtin(kind) if builtin is not None else None
     may_own = caller is not None or (found is not None and bool(found.subtree_metrics))
     return (f"{kind.__module__}.{kind.__qualname__}", caller, found, may_own, observes_operators(found),
-            caller is not None or found is None)
+            caller is not None or found is None, caller is None and found is not None and found.memoize)
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.

@@ -34,7 +34,7 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import FAILED_OUTPUT, call_metadata, value_metadata
+from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
 from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import METHOD as OPERATOR_METHOD
@@ -228,7 +228,7 @@ class CallTracer:
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
             "parent": None if parent is None else parent.owner_reference(),
-            "input": call_metadata(args, {}), "output": None,
+            "input": positional_metadata(args), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, args)
@@ -362,7 +362,9 @@ class CallTracer:
             return None
         if call is not None and delegates_everything(info.caller, info.builtin, info.leaf, direct):
             return delegated_estimate(needed)
-        structure = self._memo_structure(frame, call, needed)
+        # the first part of the memo's key, for a call that only a memoizing built-in formula estimates
+        structure = None if call is None or not info.memoizes or frame.expanded else \
+            self.memo.structure(info.builtin, needed, *call)
         estimate = None if structure is None else self.memo.replay(structure, call[0], info.path,  # type: ignore[index]
                                                                     record["call_index"])
         if estimate is None:
@@ -384,25 +386,24 @@ class CallTracer:
                     return estimate_call(context, call)
             return estimate_call(context, call)
 
-    def _memo_structure(self, frame: Frame, call: Finished | None, needed: frozenset[str]) -> Any:
-        """The memo structure of a call that only a memoizing built-in formula estimates (else None)."""
-        builtin = frame.info.builtin
-        if call is None or builtin is None or not builtin.memoize or frame.info.caller is not None or frame.expanded:
-            return None
-        return self.memo.structure(builtin, needed, *call)
-
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
-        frame.inclusive_flops += scope.flops
-        direct = scope.result(DIRECT)
-        uncounted = frame.inclusive_uncounted or is_incomplete(direct)  # a lower bound: uncounted operators
-        flops = frame.inclusive_flops
-        inclusive = (lower_bound if uncounted else complete)(flops if type(flops) is int else plain_number(flops),
-                                                             "FLOPs", INCLUSIVE, OPERATOR_METHOD)
+        direct_uncounted = scope.has_uncounted()
+        uncounted = frame.inclusive_uncounted or direct_uncounted  # lower bounds: operators ran uncounted
+        flops = scope.flops
+        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + flops
+        direct = (lower_bound if direct_uncounted else complete)(_plain(flops), "FLOPs", DIRECT, OPERATOR_METHOD)
+        inclusive = (lower_bound if uncounted else complete)(_plain(inclusive_flops), "FLOPs", INCLUSIVE,
+                                                             OPERATOR_METHOD)
         if self.stack:
             parent = self.stack[-1]
-            parent.inclusive_flops += frame.inclusive_flops
+            parent.inclusive_flops += inclusive_flops
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
         self.totals_scope.merge(scope)
         return {DIRECT: direct, INCLUSIVE: inclusive}
+
+
+def _plain(flops: float) -> int | float:
+    """`plain_number` of a FLOP count, with the common integer count passed through."""
+    return flops if type(flops) is int else plain_number(flops)  # type: ignore[return-value]

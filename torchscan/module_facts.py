@@ -151,7 +151,7 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
     and are not counted.
     """
     seen: set[int] = set()
-    found: set[tuple[str, torch.dtype]] = set()  # dtypes are named once each, at the end
+    found: set[Any] = set()  # dtypes of CPU tensors, (device type, dtype) of others: named once each, at the end
     statistics = {}
     for path, module in modules:
         parameters, buffers = module._parameters, module._buffers
@@ -167,12 +167,12 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
             own_buffers = {"count": 0, "bytes": 0}
         statistics[path] = own_parameters, own_buffers
     if kinds is not None:
-        kinds.update((device, dtype_name(dtype)) for device, dtype in found)
+        kinds.update(("cpu", dtype_name(kind)) if isinstance(kind, torch.dtype) else (kind[0], dtype_name(kind[1]))
+                     for kind in found)
     return statistics
 
 
-def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[tuple[str, torch.dtype]]
-                 ) -> tuple[int, int, int]:
+def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tuple[int, int, int]:
     """Elements, bytes and trainable elements of the ``tensors`` not counted yet (a shared one counts once), with
     sizes (not an uninitialized lazy one, nor a ``None`` entry); their device types and dtypes go to ``found``."""
     count = nbytes = trainable = 0
@@ -183,7 +183,7 @@ def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[tuple[str, t
         if key in seen:
             continue
         if type(tensor) in PLAIN_TENSORS:
-            found.add(("cpu" if tensor.is_cpu else device_type(tensor), tensor.dtype))
+            found.add(tensor.dtype if tensor.is_cpu else (device_type(tensor), tensor.dtype))
         elif is_lazy(tensor):
             continue
         else:

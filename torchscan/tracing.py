@@ -34,7 +34,14 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
+from .inputs import (
+    FAILED_OUTPUT,
+    PLAIN_TENSORS,
+    call_metadata,
+    positional_metadata,
+    tensor_metadata,
+    value_metadata,
+)
 from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import METHOD as OPERATOR_METHOD
@@ -227,7 +234,8 @@ class CallTracer:
         record = {
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else parent.owner_reference(),
+            "parent": None if parent is None else {"path": parent.info.path,
+                                                   "call_index": parent.record["call_index"]},
             "input": positional_metadata(args), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
@@ -264,7 +272,8 @@ class CallTracer:
             kwargs, output, failed = _failed_call_kwargs(), rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
+        frame.record["output"] = (dict(FAILED_OUTPUT) if failed else tensor_metadata(output)
+                                  if type(output) in PLAIN_TENSORS else value_metadata(output))
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:

@@ -10,9 +10,8 @@ normalizer, not a local window (LocalResponseNorm's window spans channels, never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -33,9 +32,9 @@ from .linear import registered
 
 METHOD = "formula:norm"
 
-@dataclass(frozen=True)
-class NormWork:
-    """What one normalization call does, in element counts."""
+class NormWork(NamedTuple):
+    """What one normalization call does, in element counts (a named tuple: one is built for every normalization
+    call whose estimate is computed, and a frozen dataclass sets each field through ``object.__setattr__``)."""
 
     elements: int                  # input elements (= output elements)
     per_element_flops: int         # FLOPs spent on every element

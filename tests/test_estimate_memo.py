@@ -153,6 +153,23 @@ def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_i
     assert blocks[2]["metrics"]["module_flops"]["value"] == 6  # shared by nothing
 
 
+def test_a_caller_registration_turns_the_memo_off_for_its_type(monkeypatch):
+    """The caller's handler may read anything: its fallback built-in runs for every call, as the caller's does."""
+    builtin_calls: list = []
+    monkeypatch.setitem(DEFAULT_HANDLERS, Tripled, count_calls(builtin_calls, memoize=True))
+    caller_calls: list = []
+
+    def macs_only(call: ModuleCall) -> dict:
+        caller_calls.append(call)
+        return {"macs": 0}
+
+    report = analyze_call(Stage(), torch.ones(1, 6), custom_modules={Tripled: ModuleHandler(macs_only)})
+    assert len(caller_calls) == 4 and len(builtin_calls) == 4
+    blocks = [layer for layer in report["layers"] if layer["path"].startswith("blocks.")]
+    assert [layer["metrics"]["module_flops"]["value"] for layer in blocks] == [6, 2, 6, 2]
+    assert {layer["metrics"]["macs"]["status"] for layer in blocks} == {"complete"}
+
+
 def test_built_in_formulas_of_repeated_layers_give_the_numbers_of_fresh_evaluations(monkeypatch):
     torch.manual_seed(0)
     model = nn.Sequential(*(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1, stride=stride, groups=groups),

@@ -119,9 +119,9 @@ class Frame:
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
         self.index = index
-        # field -> index of the owning ancestor's record
-        self.covered = covered = parent.covered if parent is not None and not parent.owned_sure else \
-            _inherited_coverage(parent)
+        # field -> index of the owning ancestor's record (most calls inherit their parent's as it is)
+        self.covered = covered = (parent.covered if parent is not None and not parent.owned_sure
+                                  else _inherited_coverage(parent))
         self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
@@ -272,8 +272,12 @@ class CallTracer:
             kwargs, output, failed = _failed_call_kwargs(), rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        frame.record["output"] = (dict(FAILED_OUTPUT) if failed else tensor_metadata(output)
-                                  if type(output) in PLAIN_TENSORS else value_metadata(output))
+        if failed:
+            frame.record["output"] = dict(FAILED_OUTPUT)
+        elif type(output) in PLAIN_TENSORS:  # the common output, described without value_metadata's dispatch
+            frame.record["output"] = tensor_metadata(output)
+        else:
+            frame.record["output"] = value_metadata(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:
@@ -324,9 +328,7 @@ class CallTracer:
                 ancestor.opened_by = opener
 
     def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
-        """The owning ancestor of each covered field, by path and call_index."""
-        if not frame.covered:
-            return {}
+        """The owning ancestor of each covered field, by path and call_index (for a call with covered fields)."""
         return {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
                 for name, index in sorted(frame.covered.items())}
 
@@ -372,8 +374,8 @@ class CallTracer:
         if call is not None and delegates_everything(info.caller, info.builtin, info.leaf, direct):
             return delegated_estimate(needed)
         # the first part of the memo's key, for a call that only a memoizing built-in formula estimates
-        structure = None if call is None or not info.memoizes or frame.expanded else \
-            self.memo.structure(info.builtin, needed, *call)
+        structure = (None if call is None or not info.memoizes or frame.expanded
+                     else self.memo.structure(info.builtin, needed, *call))
         estimate = None if structure is None else self.memo.replay(structure, call[0], info.path,  # type: ignore[index]
                                                                     record["call_index"])
         if estimate is None:

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from torchscan.formulas.operators.calls import CostTable, OpCost
+from torchscan.formulas.operators.calls import CostTable, OpCost, operand_kind
 from torchscan.formulas.operators.table import (
     DOT_PRODUCT_FAMILIES,
     MINOR_FAMILIES,
@@ -565,3 +565,20 @@ def test_every_listed_operator_name_resolves_on_the_installed_torch():
         name = packet._qualified_op_name.removeprefix("aten::")
         assert getattr(aten, name) is packet
     assert len(OPERATOR_COSTS) == sum(len(family) for family in (*MINOR_FAMILIES, *DOT_PRODUCT_FAMILIES))
+
+
+class _Tagged(torch.Tensor):
+    """A tensor subclass: its exact type is not torch.Tensor, so its dtype is read through isinstance."""
+
+
+def test_operand_kind_reads_tensors_everywhere_a_call_holds_them():
+    real, integral = torch.ones(2), torch.ones(2, dtype=torch.int64)
+    complex_tensor = torch.ones(2, dtype=torch.complex64)
+    assert operand_kind((real, [1, 2], None, True), {}, real) == "real"
+    assert operand_kind((integral, 3), {"dim": 0}, integral) == "integral"
+    assert operand_kind(([integral, complex_tensor],), {}, None) == "complex"  # inside a list
+    assert operand_kind((integral,), {"other": (integral, real)}, None) == "real"  # a keyword's tuple
+    assert operand_kind((integral, 2j), {}, integral) == "complex"  # a complex scalar
+    assert operand_kind((integral.as_subclass(_Tagged),), {}, real.as_subclass(_Tagged)) == "real"
+    quantized = torch.quantize_per_tensor(real, 0.1, 0, torch.qint8)
+    assert operand_kind((real, quantized), {}, real) is None  # a dtype without a convention

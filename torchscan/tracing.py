@@ -34,14 +34,7 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import (
-    FAILED_OUTPUT,
-    PLAIN_TENSORS,
-    call_metadata,
-    positional_metadata,
-    tensor_metadata,
-    value_metadata,
-)
+from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
 from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import METHOD as OPERATOR_METHOD
@@ -119,9 +112,7 @@ class Frame:
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
         self.index = index
-        # field -> index of the owning ancestor's record (most calls inherit their parent's as it is)
-        self.covered = covered = (parent.covered if parent is not None and not parent.owned_sure
-                                  else _inherited_coverage(parent))
+        self.covered = covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
         self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
@@ -234,8 +225,7 @@ class CallTracer:
         record = {
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else {"path": parent.info.path,
-                                                   "call_index": parent.record["call_index"]},
+            "parent": None if parent is None else parent.owner_reference(),
             "input": positional_metadata(args), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
@@ -248,14 +238,13 @@ class CallTracer:
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
         frame.open(len(self.records), parent)
-        info = frame.info
-        if info.may_own:
+        if frame.info.may_own:
             self._open_ownership(frame)
-        if info.observes and _observes_operators(frame):  # each flag is read first: most calls need neither
+        if _observes_operators(frame):
             frame.scope.direct_work = ObservedWork()
-        elif info.prices_direct_work and _needs_direct_work(frame):
+        elif _needs_direct_work(frame):
             frame.scope.direct_work = DirectWork()
-        self.recorder.scopes.append(frame.scope)  # recorder.enter, without a method call per module call
+        self.recorder.enter(frame.scope)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
@@ -272,12 +261,7 @@ class CallTracer:
             kwargs, output, failed = _failed_call_kwargs(), rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        if failed:
-            frame.record["output"] = dict(FAILED_OUTPUT)
-        elif type(output) in PLAIN_TENSORS:  # the common output, described without value_metadata's dispatch
-            frame.record["output"] = tensor_metadata(output)
-        else:
-            frame.record["output"] = value_metadata(output)
+        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:
@@ -286,9 +270,9 @@ class CallTracer:
     def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
         """Estimate the closed call (``call`` is None when its forward raised), and write it, or settle it when an
         undecided owner is inside or around it."""
-        self.recorder.scopes.pop()  # recorder.leave, without a method call per module call
+        self.recorder.leave()
         estimate = self._estimate(frame, call)
-        owners = self._owners(frame) if frame.covered else {}
+        owners = self._owners(frame)
         operator_flops = self._close_operators(frame)
         if frame.pending is None and frame.overlay is None:  # the common case
             self._write(frame.record, estimate, owners, operator_flops)
@@ -328,7 +312,9 @@ class CallTracer:
                 ancestor.opened_by = opener
 
     def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
-        """The owning ancestor of each covered field, by path and call_index (for a call with covered fields)."""
+        """The owning ancestor of each covered field, by path and call_index."""
+        if not frame.covered:
+            return {}
         return {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
                 for name, index in sorted(frame.covered.items())}
 
@@ -400,12 +386,10 @@ class CallTracer:
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
-        direct_uncounted = scope.has_uncounted()
-        uncounted = frame.inclusive_uncounted or direct_uncounted  # lower bounds: operators ran uncounted
-        flops = scope.flops
-        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + flops
-        direct = (lower_bound if direct_uncounted else complete)(_plain(flops), "FLOPs", DIRECT, OPERATOR_METHOD)
-        inclusive = (lower_bound if uncounted else complete)(_plain(inclusive_flops), "FLOPs", INCLUSIVE,
+        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + scope.flops
+        direct = scope.result(DIRECT)
+        uncounted = frame.inclusive_uncounted or is_incomplete(direct)  # a lower bound: uncounted operators
+        inclusive = (lower_bound if uncounted else complete)(plain_number(inclusive_flops), "FLOPs", INCLUSIVE,
                                                              OPERATOR_METHOD)
         if self.stack:
             parent = self.stack[-1]
@@ -413,8 +397,3 @@ class CallTracer:
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
         self.totals_scope.merge(scope)
         return {DIRECT: direct, INCLUSIVE: inclusive}
-
-
-def _plain(flops: float) -> int | float:
-    """`plain_number` of a FLOP count, with the common integer count passed through."""
-    return flops if type(flops) is int else plain_number(flops)  # type: ignore[return-value]

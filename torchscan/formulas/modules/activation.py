@@ -61,20 +61,11 @@ def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> Any:
 
 
 def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
-    """The entry of the closest class of ``module``'s MRO in ``keys`` (looked up once per type and table), called
-    with the module when it is a function of the module's attributes."""
-    kind = type(module)
-    found = _CLOSEST.get((kind, id(keys)))
-    if found is None or found[0] is not keys:
-        key = next((keys[klass] for klass in kind.__mro__ if keys.get(klass) is not None), None)
-        if key is None:
-            raise KeyError(f"{kind.__qualname__} has no activation formula")
-        found = _CLOSEST[(kind, id(keys))] = (keys, key)
-    key = found[1]
-    return key(module) if callable(key) else key
-
-
-_CLOSEST: dict[tuple[type, int], tuple[dict, Any]] = {}  # (module type, id of a key table) -> the table, its entry
+    for klass in type(module).__mro__:
+        key = keys.get(klass)
+        if key is not None:
+            return key(module) if callable(key) else key
+    raise KeyError(f"{type(module).__qualname__} has no activation formula")
 
 
 def elementwise_key(module: nn.Module) -> str:

@@ -6,9 +6,10 @@ exactly: each variant runs twice in a fresh interpreter (after two warm-up runs)
 those two runs are collected. It prints, per layer call, the instructions that each variant adds to a plain
 ``no_grad`` forward:
 
-* ``floor``: PyTorch's own part (the global hook pair and a dispatch mode that do nothing, see overhead.py);
+* ``hooks`` and ``floor``: PyTorch's own part (the global hook pair calling functions that do nothing; ``floor``
+  adds a dispatch mode that only runs each operator, see overhead.py);
 * ``crawl`` and ``structure``: ``crawl_module`` in full and structure mode;
-* ``own``: ``crawl - floor``, TorchScan's own work.
+* ``own`` and ``structure own``: ``crawl - floor`` and ``structure - hooks``, TorchScan's own work.
 
 Inputs are small (32x32 images, 16 tokens) so that the kernels, which a dispatch mode does not change, do not
 dominate the counts or the time: callgrind runs Python about fifty times slower, and each variant also pays a
@@ -35,7 +36,7 @@ sys.path[:0] = PATHS
 import overhead
 from selection import selected
 
-VARIANTS = ("plain", "floor", "crawl", "structure")
+VARIANTS = ("plain", "hooks", "floor", "crawl", "structure")
 
 RUNNER = """
 import functools, sys
@@ -78,13 +79,15 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))
     print(f"{'model':<17}{'calls':>7}{'plain M':>10}" + "".join(f"{name:>11}" for name in (*VARIANTS[1:], "own"))
+          + f"{'structure own':>15}"
           + "   (thousand instructions per layer call over plain)")
     for name in names:
         plain, printed = counts[(name, "plain")]
         calls = int(printed.splitlines()[-1])
         extra = {variant: (counts[(name, variant)][0] - plain) / calls / 1e3 for variant in VARIANTS[1:]}
         extra["own"] = extra["crawl"] - extra["floor"]
-        print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}" + "".join(f"{value:>11.1f}" for value in extra.values()))
+        print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}" + "".join(f"{value:>11.1f}" for value in extra.values())
+              + f"{extra['structure'] - extra['hooks']:>15.1f}")
 
 
 if __name__ == "__main__":

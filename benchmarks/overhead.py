@@ -14,10 +14,12 @@ Two more measurements answer questions the ratios cannot:
 
     python benchmarks/overhead.py [--repeats 7] [--threads 1] [--models resnet,bert] [--clock cpu] [--stat min]
 
-``floor`` is PyTorch's own part of an analysis, measured with nothing of TorchScan in it: the same global pair of
-module hooks calling functions that do nothing, under a dispatch mode that only runs each operator. The last two
+``floor`` is PyTorch's own part of a full analysis, measured with nothing of TorchScan in it: the same global pair
+of module hooks calling functions that do nothing, under a dispatch mode that only runs each operator. ``hooks`` is
+the same without the dispatch mode: the floor of ``mode="structure"``, which observes no operator. The last three
 columns are the analysis's extra time per layer call, ``(crawl - plain) / calls``, and the part of it that is
-TorchScan's own work, ``(crawl - floor) / calls``, in microseconds.
+TorchScan's own work, ``(crawl - floor) / calls``, and the same of structure mode, ``(structure - hooks) / calls``,
+in microseconds.
 
 Model names: resnet18, resnet50, mobilenet_v2, bert_base, transformer, lstm, synthetic_100, synthetic_10k,
 llama2_70b_meta, and the third-party twins tv_resnet50 (torchvision) and hf_bert_base (transformers);
@@ -28,6 +30,7 @@ average is printed with the results).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -35,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -94,7 +98,7 @@ SMALL_CASES: dict[str, Callable[[], Case]] = {
     "synthetic_1k": lambda: synthetic(1000),
     "llama2_70b_meta": llama_70b_meta,
 }
-VARIANTS = ("plain", "floor", "crawl", "structure", "measure_flops", "FlopCounterMode")
+VARIANTS = ("plain", "hooks", "floor", "crawl", "structure", "measure_flops", "FlopCounterMode")
 
 
 class BareMode(TorchDispatchMode):
@@ -121,13 +125,13 @@ def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[
         with torch.no_grad():
             model(*args, **kwargs)
 
-    def floor() -> None:
-        """PyTorch's own part of an analysis: the global hook pair (as crawl_module registers it) calling functions
-        that do nothing, under a dispatch mode that does nothing but run each operator."""
+    def hooked(dispatch: Callable[[], Any]) -> None:
+        """A no_grad forward under the global hook pair (as crawl_module registers it), calling functions that do
+        nothing, inside ``dispatch()``."""
         handles = (register_module_forward_pre_hook(_no_pre_hook),
                    register_module_forward_hook(_no_post_hook, with_kwargs=True, always_call=True))
         try:
-            with torch.no_grad(), BareMode():
+            with torch.no_grad(), dispatch():
                 model(*args, **kwargs)
         finally:
             for handle in handles:
@@ -139,7 +143,8 @@ def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[
 
     return {
         "plain": plain,
-        "floor": floor,
+        "hooks": lambda: hooked(contextlib.nullcontext),  # structure mode's floor: no dispatch mode
+        "floor": lambda: hooked(BareMode),  # a full analysis's floor: a dispatch mode that only runs operators
         "crawl": lambda: crawl_module(model, args=args, kwargs=kwargs),
         "structure": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="structure"),
         "measure_flops": lambda: measure_flops(plain),
@@ -243,7 +248,9 @@ def print_row(name: str, times: dict[str, float], calls: int) -> None:
     ratios = "".join(f"{times[variant] / base:>{len(variant) + 2}.2f}x" for variant in VARIANTS[1:])
     per_call = (times["crawl"] - base) / calls * 1e6
     own = (times["crawl"] - times["floor"]) / calls * 1e6
-    print(f"{name:<17}{calls:>7}{base * 1e3:>10.1f}{ratios}{per_call:>14.1f}{own:>10.1f}", flush=True)
+    own_structure = (times["structure"] - times["hooks"]) / calls * 1e6
+    print(f"{name:<17}{calls:>7}{base * 1e3:>10.1f}{ratios}{per_call:>14.1f}{own:>10.1f}{own_structure:>16.1f}",
+          flush=True)
 
 
 def main() -> None:
@@ -263,7 +270,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {options.clock} clock, {options.stat} of "
           f"{options.repeats} alternating rounds; load average {os.getloadavg()[0]:.2f} at start")
     header = "".join(f"{variant:>{len(variant) + 3}}" for variant in VARIANTS[1:])
-    print(f"{'model':<17}{'calls':>7}{'plain ms':>10}{header}{'crawl us/call':>14}{'own us':>10}")
+    print(f"{'model':<17}{'calls':>7}{'plain ms':>10}{header}{'crawl us/call':>14}{'own us':>10}{'structure own':>16}")
     for name in names:
         torch.manual_seed(0)
         model, args, kwargs = CASES[name]()

@@ -78,16 +78,19 @@ def main() -> None:
     jobs = [(name, variant) for name in names for variant in VARIANTS]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))
-    print(f"{'model':<17}{'calls':>7}{'plain M':>10}" + "".join(f"{name:>11}" for name in (*VARIANTS[1:], "own"))
-          + f"{'structure own':>15}"
+    columns = (*VARIANTS[1:], "own", "structure own")
+    widths = [max(11, len(column) + 2) for column in columns]
+    print(f"{'model':<17}{'calls':>7}{'plain M':>10}"
+          + "".join(f"{column:>{width}}" for column, width in zip(columns, widths))
           + "   (thousand instructions per layer call over plain)")
     for name in names:
         plain, printed = counts[(name, "plain")]
         calls = int(printed.splitlines()[-1])
         extra = {variant: (counts[(name, variant)][0] - plain) / calls / 1e3 for variant in VARIANTS[1:]}
         extra["own"] = extra["crawl"] - extra["floor"]
-        print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}" + "".join(f"{value:>11.1f}" for value in extra.values())
-              + f"{extra['structure'] - extra['hooks']:>15.1f}")
+        extra["structure own"] = extra["structure"] - extra["hooks"]
+        print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}"
+              + "".join(f"{extra[column]:>{width}.1f}" for column, width in zip(columns, widths)))
 
 
 if __name__ == "__main__":

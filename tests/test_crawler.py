@@ -601,6 +601,18 @@ def test_structure_mode_runs_the_forward_but_no_handler_or_operator_formula():
                                                              "2.scale", "3"]
 
 
+def test_a_report_shares_equal_results_but_every_record_has_its_own_mappings():
+    """A report is read-only (docs/schema.md): records share the not-requested results, their parent's reference and
+    the statistics of modules without tensors, never a mapping of their own."""
+    report = analyze(nn.Sequential(nn.ReLU(), nn.ReLU()), (3,), mode="structure")
+    _, first, second = report["layers"]
+    assert first["metrics"] is not second["metrics"] and first["operator_flops"] is not second["operator_flops"]
+    assert first["metrics"]["macs"] is second["metrics"]["macs"]
+    assert first["parent"] is second["parent"] and first["parent"] == {"path": "", "call_index": 0}
+    assert first["parameters"] is second["parameters"] and first["buffers"] is second["buffers"]
+    assert json.loads(json.dumps(report)) == report
+
+
 # -- determinism and serialization ---------------------------------------------------------------------------------------------------
 
 def test_two_analyses_give_identical_json():

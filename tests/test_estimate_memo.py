@@ -135,7 +135,7 @@ def count_calls(calls: list, memoize: bool) -> ModuleHandler:
     return ModuleHandler(estimate, method="formula:tripled", memoize=memoize)
 
 
-def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_its_own_results(monkeypatch):
+def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_its_own_metrics(monkeypatch):
     results = {}
     for memoize in (False, True):
         calls: list = []
@@ -149,8 +149,10 @@ def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_i
     findings = [(item["path"], item["message"].rsplit(": ", 1)[1]) for item in memoized["diagnostics"]]
     assert findings == [("blocks.0", "6 elements"), ("blocks.1", "2 elements"), ("blocks.2", "6 elements"),
                         ("blocks.3", "2 elements")]
-    blocks[0]["metrics"]["module_flops"]["value"] = -1
-    assert blocks[2]["metrics"]["module_flops"]["value"] == 6  # shared by nothing
+    replayed, computed = blocks[2]["metrics"], blocks[0]["metrics"]
+    assert replayed is not computed and replayed["module_flops"] is computed["module_flops"]  # read-only results
+    del computed["macs"]
+    assert "macs" in replayed
 
 
 def test_a_caller_registration_turns_the_memo_off_for_its_type(monkeypatch):
@@ -260,12 +262,15 @@ def test_absent_and_present_parameters_and_buffers_are_part_of_the_configuration
     assert module_configuration(norm) != module_configuration(nn.BatchNorm1d(3))
 
 
-def test_replays_are_independent_copies_addressed_to_their_own_call():
+def test_replays_have_their_own_containers_and_diagnostics_addressed_to_their_own_call():
+    """An enclosing owner's formula may still drop fields from a replay: its mappings and lists are its own; the
+    results in them are the stored ones (a report is read-only)."""
     memo, layer = EstimateMemo(), nn.Linear(3, 3)
     x = torch.ones(3)
     structure = memo.structure(None, NEEDED, layer, (x,), {}, x)
     memo.store(structure, layer, CallEstimate({"macs": complete(9, "MACs", "module_call", "formula:linear")},
                                               diagnostics=[{"code": "x", "path": "layer", "call_index": 0}]))
     first, second = (memo.replay(structure, layer, "layer", index) for index in (1, 2))
-    assert first.metrics == second.metrics and first.metrics["macs"] is not second.metrics["macs"]
+    assert first.metrics is not second.metrics and first.metrics["macs"] is second.metrics["macs"]
+    assert first.ownership is not second.ownership and first.delegated is not second.delegated
     assert [item["call_index"] for item in (*first.diagnostics, *second.diagnostics)] == [1, 2]

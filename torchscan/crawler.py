@@ -210,20 +210,13 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested (fresh dicts per call)."""
-    metrics = tuple((name, not_requested(unit, MODULE_CALL)) for name, unit in METRIC_UNITS.items())
-    operator_flops = ((DIRECT, not_requested("FLOPs", DIRECT)), (INCLUSIVE, not_requested("FLOPs", INCLUSIVE)))
+    """``mode="structure"``: every compute metric of every call explicitly not requested. Each record has its own
+    mappings; the results in them are the same few dicts (a report is read-only, see docs/schema.md)."""
+    metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
+    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = _fresh_copies(metrics)
-        layer["operator_flops"] = _fresh_copies(operator_flops)
-
-
-def _fresh_copies(results: tuple[tuple[str, dict[str, Any]], ...]) -> dict[str, dict[str, Any]]:
-    """A dict of copies of ``results`` (a loop: a comprehension is one more function call per dict)."""
-    copies = {}
-    for name, result in results:
-        copies[name] = result.copy()
-    return copies
+        layer["metrics"] = metrics.copy()
+        layer["operator_flops"] = operator_flops.copy()
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

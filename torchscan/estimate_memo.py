@@ -13,7 +13,8 @@ promises that its estimate depends only on what the key captures:
 
 A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
 The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own copies of the results, and diagnostics are re-addressed to the call they are about.
+own mappings of the same results (a report is read-only, see docs/schema.md), and diagnostics are re-addressed to
+the call they are about.
 
 The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
 so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
@@ -264,18 +265,12 @@ class EstimateMemo:
 
 
 def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
-    """An independent copy (results, lists, diagnostics and breakdown parts), re-addressed to ``where`` when given."""
-    metrics = {}
-    for name, result in estimate.metrics.items():
-        metrics[name] = kept = result.copy()
-        if type(kept["value"]) is list:  # per-dimension receptive fields
-            kept["value"] = kept["value"].copy()
-        if type(kept["known_value"]) is list:
-            kept["known_value"] = kept["known_value"].copy()
-    copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated))
+    """The estimate of one more call: its own containers (an enclosing owner's formula may still drop fields from
+    them), the same results and breakdown parts (a report is read-only), and its diagnostics re-addressed to
+    ``where`` when given."""
+    copy = CallEstimate(dict(estimate.metrics), dict(estimate.ownership), estimate.builtin_owned,
+                        list(estimate.delegated), breakdown=estimate.breakdown)
     if estimate.diagnostics:
-        copy.diagnostics = [{**item, **where} if where is not None else dict(item) for item in estimate.diagnostics]
-    if estimate.breakdown:
-        copy.breakdown = [{key: dict(value) if isinstance(value, Mapping) else value for key, value in part.items()}
-                          for part in estimate.breakdown]
+        copy.diagnostics = ([{**item, **where} for item in estimate.diagnostics] if where is not None
+                            else list(estimate.diagnostics))
     return copy

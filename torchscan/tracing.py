@@ -101,13 +101,14 @@ class Frame:
 
     __slots__ = ("args", "covered", "expanded", "inclusive_flops", "inclusive_uncounted", "index", "info",
                  "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
-                 "scope")
+                 "reference", "scope")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
         self.info = info
         self.record = record
         self.args = args  # the positional arguments the pre-hook saw (described then; again only if a hook replaced them)
+        self.reference: dict[str, Any] | None = None
 
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
@@ -127,7 +128,12 @@ class Frame:
             parent if parent.pending is not None else parent.overlay)
 
     def owner_reference(self) -> dict[str, Any]:
-        return {"path": self.record["path"], "call_index": self.record["call_index"]}
+        """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner: one dict
+        per call, however many refer to it (a report is read-only)."""
+        reference = self.reference
+        if reference is None:
+            reference = self.reference = {"path": self.record["path"], "call_index": self.record["call_index"]}
+        return reference
 
 
 def _inherited_coverage(parent: Frame | None) -> dict[str, int]:

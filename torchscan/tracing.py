@@ -113,7 +113,7 @@ class Frame:
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
         self.index = index
-        self.covered = covered = _inherited_coverage(parent)  # field -> index of the owning ancestor's record
+        self.covered = covered = _inherited_coverage(parent)  # field -> the owning ancestor's owner_reference()
         self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
         self.owned_sure: frozenset[str] = NO_FIELDS
         self.owned_maybe: frozenset[str] = NO_FIELDS
@@ -136,14 +136,15 @@ class Frame:
         return reference
 
 
-def _inherited_coverage(parent: Frame | None) -> dict[str, int]:
+def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
     if parent is None:
         return {}
     if not parent.owned_sure:
         return parent.covered
     covered = dict(parent.covered)
+    owner = parent.owner_reference()
     for name in parent.owned_sure:
-        covered.setdefault(name, parent.index)
+        covered.setdefault(name, owner)
     return covered
 
 
@@ -318,11 +319,9 @@ class CallTracer:
                 ancestor.opened_by = opener
 
     def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
-        """The owning ancestor of each covered field, by path and call_index."""
-        if not frame.covered:
-            return {}
-        return {name: {"path": self.records[index]["path"], "call_index": self.records[index]["call_index"]}
-                for name, index in sorted(frame.covered.items())}
+        """The owning ancestor of each covered field, by path and call_index (a dict of this call's own: an
+        enclosing owner may still take over fields in it)."""
+        return dict(sorted(frame.covered.items())) if frame.covered else {}
 
     def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
         """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""

@@ -610,7 +610,33 @@ def test_a_report_shares_equal_results_but_every_record_has_its_own_mappings():
     assert first["metrics"]["macs"] is second["metrics"]["macs"]
     assert first["parent"] is second["parent"] and first["parent"] == {"path": "", "call_index": 0}
     assert first["parameters"] is second["parameters"] and first["buffers"] is second["buffers"]
+    assert first["input"] is second["input"] and first["output"] is second["output"] is first["input"]["args"][0]
     assert json.loads(json.dumps(report)) == report
+
+
+class KeywordScale(nn.Module):
+    def forward(self, x, scale=1.0):
+        return x * scale
+
+
+class TwoScales(nn.Module):
+    """The same input twice, once with a keyword argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.plain, self.keyword = KeywordScale(), KeywordScale()
+
+    def forward(self, x):
+        return self.plain(x) + self.keyword(x, scale=2.0)
+
+
+def test_a_call_with_keyword_arguments_gets_its_own_input_description():
+    """The pre-hook's description of a single-tensor input is shared; the post-hook adds the keyword arguments to a
+    copy of it, never to the shared one."""
+    _, plain, keyword = analyze(TwoScales(), (4,))["layers"]
+    assert plain["input"] == {"args": [keyword["input"]["args"][0]], "kwargs": []}
+    assert keyword["input"]["kwargs"] == [{"key": "scale", "value": {"kind": "scalar", "type": "float"}}]
+    assert plain["input"]["args"][0] is keyword["input"]["args"][0]
 
 
 # -- determinism and serialization ---------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
+from .inputs import FAILED_OUTPUT, SharedDescriptions, call_metadata
 from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import METHOD as OPERATOR_METHOD
@@ -159,7 +159,8 @@ def _failed_call_kwargs() -> dict[str, Any]:
 def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
     """The call's input as its forward received it: positional arguments as the pre-hook saw them (again if a
     caller's pre-hook replaced them), and the keyword arguments."""
-    described = frame.record["input"]
+    record = frame.record
+    described = record["input"] = dict(record["input"])  # its own: the pre-hook's description may be shared
     if args is not frame.args:
         described["args"] = call_metadata(args, {})["args"]
     if kwargs:
@@ -201,6 +202,7 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
+        self.descriptions = SharedDescriptions()
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
@@ -233,7 +235,7 @@ class CallTracer:
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
             "parent": None if parent is None else parent.owner_reference(),
-            "input": positional_metadata(args), "output": None,
+            "input": self.descriptions.positional(args), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, args)
@@ -268,7 +270,7 @@ class CallTracer:
             kwargs, output, failed = _failed_call_kwargs(), rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
+        frame.record["output"] = dict(FAILED_OUTPUT) if failed else self.descriptions.value(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:

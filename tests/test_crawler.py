@@ -614,6 +614,13 @@ def test_a_report_shares_equal_results_but_every_record_has_its_own_mappings():
     assert json.loads(json.dumps(report)) == report
 
 
+def test_calls_that_count_alike_share_their_operator_flop_results():
+    report = analyze(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), Opaque()), (3,))
+    _, first, second, opaque_call = (layer["operator_flops"] for layer in report["layers"])
+    assert first is not second and first["direct"] is second["direct"] and first["inclusive"] is second["inclusive"]
+    assert opaque_call["direct"]["status"] == "partial" and opaque_call["direct"] is not first["direct"]
+
+
 class KeywordScale(nn.Module):
     def forward(self, x, scale=1.0):
         return x * scale

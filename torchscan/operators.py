@@ -131,6 +131,25 @@ class OperatorScope:
             calls[outcome] = calls.get(outcome, 0) + count
 
 
+class SharedFlopResults:
+    """One analysis's operator FLOP results of layer calls, one per distinct count, scope and completeness: records
+    share equal ones (a report is read-only), as most calls of repeated blocks count alike."""
+
+    __slots__ = ("results",)
+
+    def __init__(self) -> None:
+        self.results: dict[tuple, MetricResult] = {}
+
+    def result(self, flops: float, scope: str, partial: bool) -> MetricResult:
+        """The result of ``flops`` counted FLOPs: a lower bound when ``partial`` (some operator was uncounted)."""
+        key = (flops, scope, partial)
+        found = self.results.get(key)
+        if found is None:
+            found = self.results[key] = (lower_bound if partial else complete)(plain_number(flops), UNIT, scope,
+                                                                               METHOD)
+        return found
+
+
 class _Pause:
     """The context of `OperatorRecorder.paused`: counting stops inside, and resumes when the outermost pause ends.
 

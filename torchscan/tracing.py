@@ -37,16 +37,12 @@ from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, SharedDescriptions, call_metadata
 from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
-from .operators import METHOD as OPERATOR_METHOD
-from .operators import OperatorRecorder, OperatorScope
+from .operators import OperatorRecorder, OperatorScope, SharedFlopResults
 from .results import (
     DIRECT,
     INCLUSIVE,
     SUMMABLE_METRICS,
-    complete,
     is_incomplete,
-    lower_bound,
-    plain_number,
 )
 
 NO_FIELDS: frozenset[str] = frozenset()
@@ -203,6 +199,7 @@ class CallTracer:
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
         self.descriptions = SharedDescriptions()
+        self.flop_results = SharedFlopResults()
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
@@ -394,10 +391,10 @@ class CallTracer:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
         frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + scope.flops
-        direct = scope.result(DIRECT)
-        uncounted = frame.inclusive_uncounted or is_incomplete(direct)  # a lower bound: uncounted operators
-        inclusive = (lower_bound if uncounted else complete)(plain_number(inclusive_flops), "FLOPs", INCLUSIVE,
-                                                             OPERATOR_METHOD)
+        partial = scope.has_uncounted()  # a lower bound: uncounted operators
+        uncounted = frame.inclusive_uncounted or partial
+        direct = self.flop_results.result(scope.flops, DIRECT, partial)
+        inclusive = self.flop_results.result(inclusive_flops, INCLUSIVE, uncounted)
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += inclusive_flops

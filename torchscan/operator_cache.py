@@ -36,6 +36,7 @@ _PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), torch.dtyp
                           torch.memory_format})
 _TENSOR_TYPES = frozenset({torch.Tensor, Parameter})
 _plain_only = _PLAIN_TYPES.issuperset
+_tensors_only = _TENSOR_TYPES.issuperset
 _BUILTIN_FORMULAS = frozenset(id(formula) for formula in OPERATOR_FORMULAS.values())
 _SHAPE_WRAPPED_CODE = flop_counter.shape_wrapper(lambda: 0).__code__
 
@@ -60,6 +61,14 @@ def _describe(value: Any) -> Any:
     raise Unreadable
 
 
+def _describe_items(kind: type, value: list | tuple, kinds: tuple[type, ...]) -> Any:
+    """`_describe` of a list or tuple that holds more than scalars: plain tensors alone (an operator's outputs,
+    such as a batch norm's) are read in one step."""
+    if _tensors_only(kinds):
+        return kind, tuple([(item.shape, item.dtype) for item in value])
+    return _describe(value)
+
+
 def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tuple | None:
     """The call's signature (see the module docstring), or ``None`` when some argument has none.
 
@@ -78,10 +87,14 @@ def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tu
             elif kind in _PLAIN_TYPES:
                 append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
                 append(value)
-            elif (kind is list or kind is tuple) and _plain_only(kinds := tuple(map(type, value))):
-                append(kind)  # a list and a tuple of the same items are different arguments
-                append(kinds)
-                append(tuple(value))
+            elif kind is list or kind is tuple:
+                kinds = tuple(map(type, value))
+                if _plain_only(kinds):
+                    append(kind)  # a list and a tuple of the same items are different arguments
+                    append(kinds)
+                    append(tuple(value))
+                else:
+                    append(_describe_items(kind, value, kinds))
             else:
                 append(_describe(value))
     except (Unreadable, RuntimeError):

@@ -21,6 +21,7 @@ dominate the counts or the time: callgrind runs Python about fifty times slower,
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -60,7 +61,9 @@ def instructions(case: str, variant: str) -> tuple[int, str]:
     with tempfile.TemporaryDirectory() as folder:
         command = ["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=functools_reduce",
                    f"--callgrind-out-file={folder}/out", sys.executable, "-c", code]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        # a fixed hash seed: set and dict orders (and so the counts) are then the same in every run
+        environment = {**os.environ, "PYTHONHASHSEED": "0"}
+        done = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:
         raise RuntimeError(f"callgrind reported no count for {case} {variant}:\n{done.stderr[-2000:]}")

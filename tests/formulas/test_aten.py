@@ -577,6 +577,7 @@ def test_operand_kind_reads_tensors_everywhere_a_call_holds_them():
     assert operand_kind((real, [1, 2], None, True), {}, real) == "real"
     assert operand_kind((integral, 3), {"dim": 0}, integral) == "integral"
     assert operand_kind(([integral, complex_tensor],), {}, None) == "complex"  # inside a list
+    assert operand_kind((integral, [2, 3, complex_tensor]), {}, None) == "complex"  # after plain items
     assert operand_kind((integral,), {"other": (integral, real)}, None) == "real"  # a keyword's tuple
     assert operand_kind((integral, 2j), {}, integral) == "complex"  # a complex scalar
     assert operand_kind((integral.as_subclass(_Tagged),), {}, real.as_subclass(_Tagged)) == "real"

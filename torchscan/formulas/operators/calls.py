@@ -111,10 +111,11 @@ def _operand_dtypes(args: tuple, kwargs: dict, out: Any) -> tuple[set[torch.dtyp
             dtypes.add(value.dtype)
         elif kind in _TENSORLESS_TYPES:
             continue
+        elif isinstance(value, (tuple, list)):  # mostly sizes and strides: items read only if some is not plain
+            if not _tensorless_only(map(type, value)):
+                _add_item_dtypes(value, dtypes)
         elif isinstance(value, torch.Tensor):
             dtypes.add(value.dtype)
-        elif isinstance(value, (tuple, list)):
-            _add_item_dtypes(value, dtypes)
         elif isinstance(value, complex):
             complex_scalar = True
     return dtypes, complex_scalar
@@ -131,6 +132,9 @@ _TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 #: Exact types of operands that are neither tensors, containers nor complex numbers.
 _TENSORLESS_TYPES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
                                torch.memory_format})
+
+
+_tensorless_only = _TENSORLESS_TYPES.issuperset
 
 
 _KIND_BY_DTYPE: dict[torch.dtype, str | None] = {}

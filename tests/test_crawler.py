@@ -621,6 +621,18 @@ def test_calls_that_count_alike_share_their_operator_flop_results():
     assert opaque_call["direct"]["status"] == "partial" and opaque_call["direct"] is not first["direct"]
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_nested_and_meta_tensors_are_described_as_their_kind():
+    """A strided nested tensor has the plain tensor type but no single shape: it is described, never shared."""
+    nested = torch.nested.nested_tensor([torch.rand(2, 3), torch.rand(4, 3)])
+    _, first, second = crawl_module(nn.Sequential(Scale(), Scale()), args=(nested,), mode="structure")["layers"]
+    assert first["input"]["args"][0]["kind"] == second["output"]["kind"] == "nested_tensor"
+    assert first["output"] is not second["output"]
+    meta = crawl_module(nn.Sequential(nn.ReLU(), nn.ReLU()), args=(torch.empty(2, 3, device="meta"),),
+                        mode="structure")["layers"]
+    assert meta[1]["output"] is meta[2]["output"] and meta[1]["output"]["device"] == "meta"
+
+
 class KeywordScale(nn.Module):
     def forward(self, x, scale=1.0):
         return x * scale

@@ -275,8 +275,8 @@ class SharedDescriptions:
 
 
 def _sharing_key(value: Any) -> tuple | None:
-    """What a plain CPU or meta tensor's description says (``None`` for any other value): the nested check comes
-    after the cheap flags, as a nested tensor is neither plain nor sized."""
+    """What a plain CPU or meta tensor's description says (``None`` for any other value). A strided nested tensor
+    passes the type and device checks but has no single shape, so it is told apart before the shape is read."""
     if type(value) not in PLAIN_TENSORS:
         return None
     if value.is_cpu:

@@ -120,9 +120,7 @@ class OperatorScope:
         return False
 
     def result(self, scope: str) -> MetricResult:
-        if self.has_uncounted():
-            return lower_bound(plain_number(self.flops), UNIT, scope, METHOD)
-        return complete(plain_number(self.flops), UNIT, scope, METHOD)
+        return flops_result(self.flops, scope, self.has_uncounted())
 
     def merge(self, other: OperatorScope) -> None:
         self.flops += other.flops
@@ -145,9 +143,13 @@ class SharedFlopResults:
         key = (flops, scope, partial)
         found = self.results.get(key)
         if found is None:
-            found = self.results[key] = (lower_bound if partial else complete)(plain_number(flops), UNIT, scope,
-                                                                               METHOD)
+            found = self.results[key] = flops_result(flops, scope, partial)
         return found
+
+
+def flops_result(flops: float, scope: str, partial: bool) -> MetricResult:
+    """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
+    return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, METHOD)
 
 
 class _Pause:

@@ -15,6 +15,7 @@ from torchscan_testing import OPAQUE, OPAQUE_PACKET, OpaqueLeaf, analyze, opaque
 from torchscan import crawl_module, measure_flops
 from torchscan.direct_work import DirectWork
 from torchscan.operators import OperatorScope, build_formula_table, new_recorder, operator_name
+from torchscan.results import MODEL
 
 aten = torch.ops.aten
 
@@ -358,19 +359,23 @@ def test_a_higher_order_operator_whose_inside_is_not_observed_is_diagnosed_as_su
 def test_the_recorder_counts_into_the_innermost_entered_scope_and_then_the_root():
     recorder = new_recorder(build_formula_table({}))
     outer, inner = OperatorScope(), OperatorScope()
-    x = torch.ones(4)
+    x = torch.ones(4, 4)
     with recorder:
-        torch.sin(x)
+        torch.mm(x, x)  # 2 * 4 * 4 * 4 = 128 FLOPs
         recorder.enter(outer)
-        torch.sin(x)
+        torch.mm(x, x)
         recorder.enter(inner)
-        torch.cos(x)
+        torch.mm(x[:2], x)  # 64 FLOPs
+        OPAQUE_PACKET(x)  # uncounted: no formula
         assert recorder.leave() is inner
-        torch.sin(x)
+        torch.mm(x, x)
         assert recorder.leave() is outer
-    assert {operator_name(p): c for p, (c, _) in recorder.root.counted.items()} == {"aten.sin": 1}
-    assert {operator_name(p): c for p, (c, _) in outer.counted.items()} == {"aten.sin": 2}
-    assert {operator_name(p): c for p, (c, _) in inner.counted.items()} == {"aten.cos": 1}
+    assert (recorder.root.flops, outer.flops, inner.flops) == (128, 256, 64)
+    assert (recorder.root.uncounted, outer.uncounted, inner.uncounted) == (False, False, True)
+    totals = recorder.totals()
+    assert {operator_name(p): row for p, row in totals.counted.items()} == {"aten.mm": [4, 448]}
+    assert {operator_name(p): calls for p, calls in totals.uncounted.items()} == {OPAQUE: 1}
+    assert totals.result(MODEL)["status"] == "partial" and totals.result(MODEL)["known_value"] == 448
 
 
 def test_the_root_scope_cannot_be_left():
@@ -391,7 +396,7 @@ def test_nothing_is_counted_while_paused_and_pauses_nest():
                 torch.sin(x)
             torch.sin(x)  # still inside the outer pause
         torch.cos(x)
-    assert [operator_name(p) for p in recorder.root.counted] == ["aten.cos"]
+    assert {operator_name(p): row[0] for p, row in recorder.totals().counted.items()} == {"aten.cos": 1}
 
 
 def test_direct_work_files_an_operator_without_estimate():

@@ -184,8 +184,7 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
         _mark_not_requested(layers)
     diagnostics = list(tracer.diagnostics)
     if recorder is not None:
-        tracer.totals_scope.merge(recorder.root)
-        operators, operator_diagnostics = operator_report(tracer.totals_scope, mapping, recorder)
+        operators, operator_diagnostics = operator_report(recorder.totals(), mapping, recorder)
         diagnostics.extend(operator_diagnostics)
     else:
         operators = {"total": not_requested("FLOPs", MODEL), "by_operator": [], "uncounted": [], "ignored": [],

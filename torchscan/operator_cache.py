@@ -106,16 +106,20 @@ class Outcome:
     """What calls with one signature contribute: their operator's packet, how they count, and FLOPs per call.
 
     ``key`` is the signature (``None`` for a call priced directly); ``work`` caches the functional (module-view)
-    estimate of the same signature once a module call needed it.
+    estimate of the same signature once a module call needed it. ``calls`` counts the calls that had this outcome
+    in the analysis (the recorder adds one per call): the model's operator totals are read from the outcomes at the
+    end, so no module call keeps or merges calls by operator.
     """
 
-    __slots__ = ("flops", "key", "kind", "packet", "work")
+    __slots__ = ("calls", "flops", "key", "kind", "packet", "uncounted", "work")
 
     def __init__(self, packet: Any, kind: str, flops: float = 0, key: tuple | None = None) -> None:
         self.packet = packet
         self.kind = kind
+        self.uncounted = kind == UNCOUNTED  # its calls make their scope's FLOPs a lower bound
         self.flops = flops
         self.key = key
+        self.calls = 0
         self.work: Any = _NOT_ESTIMATED
 
 
@@ -154,11 +158,15 @@ def _shape_wrapped(formula: Callable[..., Any]) -> bool:
 
 
 class FormulaCache:
-    """One analysis's operator pricing: overload plans, outcomes by signature, and what went wrong."""
+    """One analysis's operator pricing: overload plans, outcomes by signature, and what went wrong.
+
+    Every outcome a call can be counted under is made here, once, and listed in ``counted_under`` (the recorder
+    counts calls on them; signature holders of functional estimates are never counted and are not listed)."""
 
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]]) -> None:
         self.formulas = formulas
         self.plans: dict[int, Plan] = {}  # id(overload) -> plan
+        self.counted_under: list[Outcome] = []
         self.outcomes: dict[tuple, Outcome] = {}
         self.by_signature: dict[tuple, Outcome] = {}  # holders of functional estimates of signature-free outcomes
         self.interned: dict[tuple, Outcome] = {}  # outcomes of calls priced directly, shared by equal results
@@ -173,7 +181,7 @@ class FormulaCache:
             formula = self.formulas.get(packet)
             fixed = None
             if formula is None:
-                fixed = Outcome(packet, IGNORED if packet in ZERO_WORK_OPERATORS else UNCOUNTED)
+                fixed = self._listed(Outcome(packet, IGNORED if packet in ZERO_WORK_OPERATORS else UNCOUNTED))
             plan = self.plans[id(func)] = Plan(func, packet, formula, fixed)
         return plan
 
@@ -187,10 +195,15 @@ class FormulaCache:
         except TypeError:  # a symbolic size in the shape: unhashable
             return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
         if found is None:
-            found = Outcome(plan.packet, *self._evaluate(plan, args, kwargs, out), key=key)
-            if len(self.outcomes) < MAX_SIGNATURES:
-                self.outcomes[key] = found
+            if len(self.outcomes) >= MAX_SIGNATURES:  # full: priced, and shared by equal results only
+                return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
+            found = self.outcomes[key] = self._listed(Outcome(plan.packet, *self._evaluate(plan, args, kwargs, out),
+                                                              key=key))
         return found
+
+    def _listed(self, outcome: Outcome) -> Outcome:
+        self.counted_under.append(outcome)
+        return outcome
 
     def _evaluate(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> tuple[str, int | float]:
         # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
@@ -210,7 +223,7 @@ class FormulaCache:
         key = (id(packet), kind, type(flops), flops)
         found = self.interned.get(key)
         if found is None:
-            found = self.interned[key] = Outcome(packet, kind, flops)
+            found = self.interned[key] = self._listed(Outcome(packet, kind, flops))
         return found
 
     def uncounted(self, operator: Any) -> Outcome:

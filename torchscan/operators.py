@@ -68,32 +68,49 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
 
 
 class OperatorScope:
-    """Operator counts of one module call (or of a whole workload): FLOPs, and calls by outcome.
+    """The operator FLOPs of one module call (or of everything outside any call): counted FLOPs, and whether some
+    operator went uncounted (the FLOPs are then a lower bound). Calls by operator are counted on the outcomes, once
+    per analysis (`OperatorTotals`), not per call: a record reports only its FLOPs."""
 
-    ``calls`` maps each `Outcome` (an operator, how it counts, FLOPs per call) to its number of calls; the views
-    by operator (``counted``, ``ignored``, ``uncounted``) are built from it when a report asks, not per call.
-    """
-
-    __slots__ = ("calls", "direct_work", "flops")
+    __slots__ = ("direct_work", "flops", "uncounted")
 
     def __init__(self) -> None:
         self.flops = 0
+        self.uncounted = False
         self.direct_work: Any = None  # a DirectWork when the module view estimates this call's own operators
-        self.calls: dict[Outcome, int] = {}
 
     def add(self, outcome: Outcome) -> None:
+        """One call with ``outcome``: its FLOPs here, the call on the outcome."""
         self.flops += outcome.flops
-        self.calls[outcome] = self.calls.get(outcome, 0) + 1
+        outcome.calls += 1
+        if outcome.uncounted:
+            self.uncounted = True
+
+    def result(self, scope: str) -> MetricResult:
+        return flops_result(self.flops, scope, self.uncounted)
+
+
+class OperatorTotals:
+    """What every call counted in one recorder adds up to, by operator: read from its outcomes after the run."""
+
+    __slots__ = ("outcomes",)
+
+    def __init__(self, outcomes: list[Outcome]) -> None:
+        self.outcomes = [outcome for outcome in outcomes if outcome.calls]
+
+    @property
+    def flops(self) -> int | float:
+        return sum(outcome.calls * outcome.flops for outcome in self.outcomes)
 
     @property
     def counted(self) -> dict[Any, list]:
         """packet -> [calls, flops] of the calls its formula priced."""
         rows: dict[Any, list] = {}
-        for outcome, calls in self.calls.items():
+        for outcome in self.outcomes:
             if outcome.kind == COUNTED:
                 row = rows.setdefault(outcome.packet, [0, 0])
-                row[0] += calls
-                row[1] += calls * outcome.flops
+                row[0] += outcome.calls
+                row[1] += outcome.calls * outcome.flops
         return rows
 
     @property
@@ -108,25 +125,13 @@ class OperatorScope:
 
     def _calls_of(self, kind: str) -> dict[Any, int]:
         rows: dict[Any, int] = {}
-        for outcome, calls in self.calls.items():
+        for outcome in self.outcomes:
             if outcome.kind == kind:
-                rows[outcome.packet] = rows.get(outcome.packet, 0) + calls
+                rows[outcome.packet] = rows.get(outcome.packet, 0) + outcome.calls
         return rows
 
-    def has_uncounted(self) -> bool:
-        for outcome in self.calls:
-            if outcome.kind == UNCOUNTED:
-                return True
-        return False
-
     def result(self, scope: str) -> MetricResult:
-        return flops_result(self.flops, scope, self.has_uncounted())
-
-    def merge(self, other: OperatorScope) -> None:
-        self.flops += other.flops
-        calls = self.calls
-        for outcome, count in other.calls.items():
-            calls[outcome] = calls.get(outcome, 0) + count
+        return flops_result(self.flops, scope, any(outcome.uncounted for outcome in self.outcomes))
 
 
 class SharedFlopResults:
@@ -200,6 +205,10 @@ class OperatorRecorder(TorchDispatchMode):
         """The scope of everything that ran outside any entered scope (the whole workload for measure_flops)."""
         return self.scopes[0]
 
+    def totals(self) -> OperatorTotals:
+        """Every call counted so far, in any scope, by operator."""
+        return OperatorTotals(self.cache.counted_under)
+
     def enter(self, scope: OperatorScope) -> None:
         """Count the operators that follow into ``scope`` until the matching `leave`."""
         self.scopes.append(scope)
@@ -233,8 +242,9 @@ class OperatorRecorder(TorchDispatchMode):
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
         scope.flops += outcome.flops
-        calls = scope.calls
-        calls[outcome] = calls.get(outcome, 0) + 1
+        outcome.calls += 1
+        if outcome.uncounted:
+            scope.uncounted = True
         work = scope.direct_work
         if work is not None:
             work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out))
@@ -257,7 +267,7 @@ class OperatorRecorder(TorchDispatchMode):
         return out
 
 
-def operator_report(total: OperatorScope, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder
+def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder
                     ) -> tuple[dict[str, Any], list[Diagnostic]]:
     """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
     section = {
@@ -349,6 +359,6 @@ def measure_flops(workload: Callable[[], Any], *, custom_mapping: Mapping[Any, C
     recorder = new_recorder(build_formula_table(mapping))
     with recorder:
         workload()
-    section, diagnostics = operator_report(recorder.root, mapping, recorder)
+    section, diagnostics = operator_report(recorder.totals(), mapping, recorder)
     section["diagnostics"] = diagnostics
     return section

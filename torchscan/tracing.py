@@ -192,7 +192,6 @@ class CallTracer:
         self.records: list[dict[str, Any]] = []
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
-        self.totals_scope = OperatorScope()
         self.handles: list[Any] = []
         self.thread = get_ident()
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
@@ -391,7 +390,7 @@ class CallTracer:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
         scope = frame.scope
         frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + scope.flops
-        partial = scope.has_uncounted()  # a lower bound: uncounted operators
+        partial = scope.uncounted  # a lower bound: uncounted operators
         uncounted = frame.inclusive_uncounted or partial
         direct = self.flop_results.result(scope.flops, DIRECT, partial)
         inclusive = self.flop_results.result(inclusive_flops, INCLUSIVE, uncounted)
@@ -399,5 +398,4 @@ class CallTracer:
             parent = self.stack[-1]
             parent.inclusive_flops += inclusive_flops
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
-        self.totals_scope.merge(scope)
         return {DIRECT: direct, INCLUSIVE: inclusive}

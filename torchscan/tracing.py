@@ -91,13 +91,14 @@ def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]
         is_incomplete(result) for result in estimate.metrics.values())
 
 
-class Frame:
+class Frame(OperatorScope):
     """One open module call: in ``mode="structure"`` only its module, record and positional arguments (`open`
-    adds the state of a full analysis)."""
+    adds the state of a full analysis, in which the frame is also the operator scope the recorder counts the
+    call's operators into)."""
 
     __slots__ = ("args", "covered", "expanded", "inclusive_flops", "inclusive_uncounted", "index", "info",
                  "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
-                 "reference", "scope")
+                 "reference")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
@@ -107,7 +108,7 @@ class Frame:
         self.reference: dict[str, Any] | None = None
 
     def open(self, index: int, parent: Frame | None) -> None:
-        """The state of a full analysis: coverage inherited from owning ancestors, operator scope, overlay."""
+        """The state of a full analysis: coverage inherited from owning ancestors, operator counts, overlay."""
         self.index = index
         self.covered = covered = _inherited_coverage(parent)  # field -> the owning ancestor's owner_reference()
         self.needed = METRIC_FIELDS if not covered else frozenset(METRIC_FIELDS - covered.keys())  # to estimate
@@ -115,7 +116,9 @@ class Frame:
         self.owned_maybe: frozenset[str] = NO_FIELDS
         self.expanded = False
         self.opened_by: str | None = None
-        self.scope = OperatorScope()
+        self.flops = 0  # the operator scope's state (see OperatorScope)
+        self.uncounted = False
+        self.direct_work = None
         self.inclusive_flops = 0
         self.inclusive_uncounted = False
         self.pending: list[CallOutcome] | None = None  # a list while this call's ownership is undecided
@@ -246,10 +249,10 @@ class CallTracer:
         if frame.info.may_own:
             self._open_ownership(frame)
         if _observes_operators(frame):
-            frame.scope.direct_work = ObservedWork()
+            frame.direct_work = ObservedWork()
         elif _needs_direct_work(frame):
-            frame.scope.direct_work = DirectWork()
-        self.recorder.enter(frame.scope)
+            frame.direct_work = DirectWork()
+        self.recorder.enter(frame)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
@@ -357,7 +360,7 @@ class CallTracer:
 
     def _estimate(self, frame: Frame, call: Finished | None) -> CallEstimate | None:
         info, record, needed = frame.info, frame.record, frame.needed
-        direct, frame.scope.direct_work = frame.scope.direct_work, None  # released with the call's objects
+        direct, frame.direct_work = frame.direct_work, None  # released with the call's objects
         if not needed:
             return None
         if call is not None and delegates_everything(info.caller, info.builtin, info.leaf, direct):
@@ -388,11 +391,11 @@ class CallTracer:
 
     def _close_operators(self, frame: Frame) -> dict[str, Any]:
         """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
-        scope = frame.scope
-        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + scope.flops
-        partial = scope.uncounted  # a lower bound: uncounted operators
+        flops = frame.flops
+        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + flops
+        partial = frame.uncounted  # a lower bound: uncounted operators
         uncounted = frame.inclusive_uncounted or partial
-        direct = self.flop_results.result(scope.flops, DIRECT, partial)
+        direct = self.flop_results.result(flops, DIRECT, partial)
         inclusive = self.flop_results.result(inclusive_flops, INCLUSIVE, uncounted)
         if self.stack:
             parent = self.stack[-1]

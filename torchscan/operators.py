@@ -86,9 +86,6 @@ class OperatorScope:
         if outcome.uncounted:
             self.uncounted = True
 
-    def result(self, scope: str) -> MetricResult:
-        return flops_result(self.flops, scope, self.uncounted)
-
 
 class OperatorTotals:
     """What every call counted in one recorder adds up to, by operator: read from its outcomes after the run."""
@@ -202,7 +199,7 @@ class OperatorRecorder(TorchDispatchMode):
 
     @property
     def root(self) -> OperatorScope:
-        """The scope of everything that ran outside any entered scope (the whole workload for measure_flops)."""
+        """The scope of everything that ran outside any entered scope (`totals` counts every scope's calls)."""
         return self.scopes[0]
 
     def totals(self) -> OperatorTotals:

@@ -109,6 +109,10 @@ def test_list_arguments_are_read_with_their_grouping_item_types_and_tensors():
     assert split[0] != split[1]  # the same items, grouped differently
     pieces = [signature(aten.cat.default, ([x, y],), {}, torch.cat([x, y])) for y in (x, x[:1], x.double())]
     assert None not in pieces and len(set(pieces)) == 3  # a list of tensors: each one's shape and dtype
+    inner = [signature(aten.add.Tensor, (x, groups), {}, x) for groups in ([[1, 2], [3]], [[1], [2, 3]], [(1, 2), [3]])]
+    assert None not in inner and len(set(inner)) == 3  # lists of lists are described item by item
+    mixed = [signature(aten.add.Tensor, ([x, scalar],), {}, x) for scalar in (1, 2, 1.0)]
+    assert None not in mixed and len(set(mixed)) == 3  # a tensor next to scalars: each scalar's type and value
     nested = torch.nested.nested_tensor([torch.rand(2), torch.rand(3)])
     assert signature(aten.cat.default, ([x, nested],), {}, x) is None  # no single shape: priced directly
 

@@ -78,6 +78,12 @@ def test_a_view_of_the_input_and_a_copy_have_different_keys():
     x = torch.ones(2, 3, 4)
     flatten = nn.Flatten()
     assert key(flatten, x, output=x.view(2, 12)) != key(flatten, x, output=x.reshape(2, 12).clone())
+    relu = nn.ReLU(inplace=True)  # the input itself, a view of a view, and a copy
+    view = x[1:]
+    same, nested_view, copy = (key(relu, view, output=output) for output in (view, view.view(1, 3, 4), view.clone()))
+    assert same == nested_view != copy
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    assert key(relu, nested, output=nested) is None  # no single shape: never memoized
 
 
 def test_needed_fields_and_the_handler_are_part_of_the_key():

@@ -129,8 +129,12 @@ def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple
     Flat, for speed (it runs at every call of a memoizing formula): the argument count and keyword names fix where
     each value's entries start, and each value adds a run that its first entry identifies: a plain tensor its
     ``torch.Size``, dtype and storage number; a scalar its type and value; anything else one nested description
-    (a tuple opened by a type).
+    (a tuple opened by a type). The most common call, one plain tensor in and one out, takes `_one_in_one_out`.
     """
+    if len(args) == 1 and not kwargs:
+        structure = _one_in_one_out(args[0], output)
+        if structure is not None:
+            return structure
     storages: dict[int, int] = {}
     key: list[Any] = [len(args), tuple(kwargs) if kwargs else ()]
     append = key.append
@@ -147,6 +151,17 @@ def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple
         else:
             append(_nested(value, storages))
     return tuple(key)
+
+
+def _one_in_one_out(value: Any, output: Any) -> tuple | None:
+    """The structure of a call of one plain tensor that returns one (None for any other call): both shapes and
+    dtypes, and whether the output shares the input's storage (a view or the input itself, not a copy). It starts
+    with a ``torch.Size`` where every other structure starts with the argument count, so the two never meet."""
+    if type(value) not in PLAIN_TENSORS or type(output) not in PLAIN_TENSORS:
+        return None
+    base, output_base = value._base, output._base
+    shared = (value if base is None else base) is (output if output_base is None else output_base)
+    return _shape(value), value.dtype, _shape(output), output.dtype, shared
 
 
 def _shape(tensor: torch.Tensor) -> torch.Size:

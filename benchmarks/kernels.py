@@ -1,0 +1,130 @@
+"""Where a full analysis's extra wall time goes: PyTorch's dispatch mode, slower kernels, and TorchScan's Python.
+
+``overhead.py`` gives one ratio per model. This script splits a full analysis's extra time over a plain forward in
+three, by timing every operator's kernel (the call of the ``OpOverload`` itself) under two dispatch modes that
+run in alternation on the same inputs:
+
+* ``bare``: a dispatch mode that only runs each operator and times it (as ``floor`` in overhead.py, without the
+  module hooks). ``bare - plain`` is PyTorch's own price of observing every operator from Python;
+* ``crawl``: ``crawl_module`` in full, its recorder's kernel calls timed the same way (through
+  ``operator_cache._runner``, which the recorder calls for every operator).
+
+The same kernels take a little longer inside an analysis than under the bare mode, about as long as under a bare
+mode that idles between operators (``--gap``, in microseconds): the gaps between kernels cost the kernels some
+speed, whatever fills them. That part, ``crawl kernels - bare kernels``, is not spent in TorchScan's code. The rest,
+``crawl - bare - slower kernels``, is TorchScan's own Python, with the module hooks (about 1.0x-1.1x of a plain
+forward, overhead.py's ``hooks``). The two timer reads per operator cost alike in both modes. Run it on a quiet
+machine: medians of the alternating rounds, in milliseconds.
+
+    python benchmarks/kernels.py [--models mobilenet,resnet50] [--repeats 9] [--threads 1] [--gap 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
+
+import overhead
+from selection import selected
+
+from torchscan import crawl_module, operator_cache
+
+KERNEL_SECONDS = [0.0]  # time inside kernels since the last reset
+
+
+def timed(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run``, adding the time of each call to KERNEL_SECONDS."""
+    def timed_run(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            KERNEL_SECONDS[0] += time.perf_counter() - start
+    return timed_run
+
+
+class TimedBareMode(TorchDispatchMode):
+    """Runs and times each operator; with a ``gap``, first idles that many seconds."""
+
+    def __init__(self, gap: float = 0.0) -> None:
+        super().__init__()
+        self.gap = gap
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.gap:
+            end = time.perf_counter() + self.gap
+            while time.perf_counter() < end:
+                pass
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        KERNEL_SECONDS[0] += time.perf_counter() - start
+        return out
+
+
+def rounds(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int, gap: float
+           ) -> dict[str, tuple[float, float]]:
+    """Per variant, the medians of (total, kernel) milliseconds over alternating rounds (after two warm-ups)."""
+    def plain() -> None:
+        with torch.no_grad():
+            model(*args, **kwargs)
+
+    def bare(mode_gap: float = 0.0) -> None:
+        with torch.no_grad(), TimedBareMode(mode_gap):
+            model(*args, **kwargs)
+
+    variants = {"plain": plain, "bare": bare, "crawl": lambda: crawl_module(model, args=args, kwargs=kwargs)}
+    if gap:
+        variants["bare + gap"] = lambda: bare(gap)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for round_index in range(repeats + 2):
+        for name, run in variants.items():
+            KERNEL_SECONDS[0] = 0.0
+            start = time.perf_counter()
+            run()
+            total = time.perf_counter() - start
+            if round_index >= 2:
+                samples[name].append((total, KERNEL_SECONDS[0]))
+    return {name: (statistics.median(total for total, _ in rows) * 1e3,
+                   statistics.median(kernel for _, kernel in rows) * 1e3) for name, rows in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mobilenet_v2,resnet18,resnet50,transformer",
+                        help="comma-separated parts of model names to keep (default: four CPU models)")
+    parser.add_argument("--repeats", type=int, default=9, help="alternating rounds (default 9)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--gap", type=float, default=0.0, help="also a bare mode idling this many us per operator")
+    options = parser.parse_args()
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    run_kernel = operator_cache._runner
+    operator_cache._runner = lambda func: timed(run_kernel(func))  # the recorder's kernel calls, timed
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), median of {options.repeats} rounds; ms")
+    print(f"{'model':<15}{'plain':>8}{'bare':>8}{'kernels':>9}{'crawl':>8}{'kernels':>9}"
+          f"{'  = plain':>10}{'+ mode':>8}{'+ slower kernels':>18}{'+ own':>8}" + ("  gap kernels" if options.gap else ""))
+    for name in selected(options.models, overhead.CASES):
+        torch.manual_seed(0)
+        model, args, kwargs = overhead.CASES[name]()
+        model.eval()
+        row = rounds(model, args, kwargs, options.repeats, options.gap * 1e-6)
+        (plain, _), (bare, bare_kernels), (crawl, crawl_kernels) = row["plain"], row["bare"], row["crawl"]
+        slower = crawl_kernels - bare_kernels
+        print(f"{name:<15}{plain:>8.1f}{bare:>8.1f}{bare_kernels:>9.1f}{crawl:>8.1f}{crawl_kernels:>9.1f}"
+              f"{plain:>10.1f}{bare - plain:>8.1f}{slower:>18.1f}{crawl - bare - slower:>8.1f}"
+              + (f"{row['bare + gap'][1]:>13.1f}" if options.gap else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,11 +12,16 @@ run in alternation on the same inputs:
 The same kernels take a little longer inside an analysis than under the bare mode, about as long as under a bare
 mode that idles between operators (``--gap``, in microseconds): the gaps between kernels cost the kernels some
 speed, whatever fills them. That part, ``crawl kernels - bare kernels``, is not spent in TorchScan's code. The rest,
-``crawl - bare - slower kernels``, is TorchScan's own Python, with the module hooks (about 1.0x-1.1x of a plain
-forward, overhead.py's ``hooks``). The two timer reads per operator cost alike in both modes. Run it on a quiet
-machine: medians of the alternating rounds, in milliseconds.
+``crawl - bare - slower kernels``, is TorchScan's work with PyTorch's module-hook path (about 1.0x-1.1x of a plain
+forward, overhead.py's ``hooks``). The two timer reads per operator cost alike in both modes.
 
-    python benchmarks/kernels.py [--models mobilenet,resnet50] [--repeats 9] [--threads 1] [--gap 50]
+``--split`` also times, in a second set of rounds, where TorchScan's own part runs: the set-up and assembly
+around the forward (module walk, parameter statistics, the report), the bodies of its two global module hooks
+(records, module estimates, operator scopes) and its dispatch mode's own work around each kernel (signatures,
+operator memo). Those timers add about a microsecond per hook call and operator. Run it on a quiet machine:
+medians of the alternating rounds, in milliseconds.
+
+    python benchmarks/kernels.py [--models mobilenet,resnet50] [--repeats 9] [--threads 1] [--gap 50] [--split]
 """
 
 from __future__ import annotations
@@ -38,9 +43,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 import overhead
 from selection import selected
 
-from torchscan import crawl_module, operator_cache
+from torchscan import crawl_module, operator_cache, operators, tracing
 
 KERNEL_SECONDS = [0.0]  # time inside kernels since the last reset
+SPLIT_SECONDS = {"forward": 0.0, "hooks": 0.0, "dispatch": 0.0}  # crawl's parts since the last reset (--split)
 
 
 def timed(run: Callable[..., Any]) -> Callable[..., Any]:
@@ -99,6 +105,50 @@ def rounds(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int, gap:
                    statistics.median(kernel for _, kernel in rows) * 1e3) for name, rows in samples.items()}
 
 
+def timed_function(function: Callable[..., Any], part: str) -> Callable[..., Any]:
+    """``function``, adding the time of each call to SPLIT_SECONDS[part]."""
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            SPLIT_SECONDS[part] += time.perf_counter() - start
+    return timed_call
+
+
+def timed_method(owner: type, name: str, part: str) -> Callable[[], None]:
+    """Time every call of ``owner.name`` into SPLIT_SECONDS[part]; returns what undoes it."""
+    original = getattr(owner, name)
+    setattr(owner, name, timed_function(original, part))
+    return lambda: setattr(owner, name, original)
+
+
+def own_split(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> dict[str, float]:
+    """Medians (ms) of crawl's time around the model's forward (set-up, assembly, and the root call's two hooks),
+    its hook bodies and its dispatch mode's work around the kernels."""
+    undo = [timed_method(tracing.CallTracer, "_pre_hook", "hooks"),
+            timed_method(tracing.CallTracer, "_post_hook", "hooks"),
+            timed_method(operators.OperatorRecorder, "__torch_dispatch__", "dispatch")]
+    forward = model.forward
+    model.forward = timed_function(forward, "forward")  # this model's own forward only, not its children's
+    rows = []
+    try:
+        for round_index in range(repeats + 2):
+            SPLIT_SECONDS.update(forward=0.0, hooks=0.0, dispatch=0.0)
+            KERNEL_SECONDS[0] = 0.0
+            start = time.perf_counter()
+            crawl_module(model, args=args, kwargs=kwargs)
+            total = time.perf_counter() - start
+            if round_index >= 2:
+                rows.append({"around": total - SPLIT_SECONDS["forward"], "hooks": SPLIT_SECONDS["hooks"],
+                             "dispatch": SPLIT_SECONDS["dispatch"] - KERNEL_SECONDS[0]})
+    finally:
+        del model.forward
+        for restore in undo:
+            restore()
+    return {part: statistics.median(row[part] for row in rows) * 1e3 for part in rows[0]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mobilenet_v2,resnet18,resnet50,transformer",
@@ -106,6 +156,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9, help="alternating rounds (default 9)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--gap", type=float, default=0.0, help="also a bare mode idling this many us per operator")
+    parser.add_argument("--split", action="store_true", help="also where TorchScan's own part runs")
     options = parser.parse_args()
     if options.threads is not None:
         torch.set_num_threads(options.threads)
@@ -113,7 +164,8 @@ def main() -> None:
     operator_cache._runner = lambda func: timed(run_kernel(func))  # the recorder's kernel calls, timed
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), median of {options.repeats} rounds; ms")
     print(f"{'model':<15}{'plain':>8}{'bare':>8}{'kernels':>9}{'crawl':>8}{'kernels':>9}"
-          f"{'  = plain':>10}{'+ mode':>8}{'+ slower kernels':>18}{'+ own':>8}" + ("  gap kernels" if options.gap else ""))
+          f"{'  = plain':>10}{'+ mode':>8}{'+ slower kernels':>18}{'+ own':>8}"
+          + ("  gap kernels" if options.gap else "") + ("  own: around forward, hooks, dispatch" if options.split else ""))
     for name in selected(options.models, overhead.CASES):
         torch.manual_seed(0)
         model, args, kwargs = overhead.CASES[name]()
@@ -121,9 +173,14 @@ def main() -> None:
         row = rounds(model, args, kwargs, options.repeats, options.gap * 1e-6)
         (plain, _), (bare, bare_kernels), (crawl, crawl_kernels) = row["plain"], row["bare"], row["crawl"]
         slower = crawl_kernels - bare_kernels
-        print(f"{name:<15}{plain:>8.1f}{bare:>8.1f}{bare_kernels:>9.1f}{crawl:>8.1f}{crawl_kernels:>9.1f}"
-              f"{plain:>10.1f}{bare - plain:>8.1f}{slower:>18.1f}{crawl - bare - slower:>8.1f}"
-              + (f"{row['bare + gap'][1]:>13.1f}" if options.gap else ""))
+        line = (f"{name:<15}{plain:>8.1f}{bare:>8.1f}{bare_kernels:>9.1f}{crawl:>8.1f}{crawl_kernels:>9.1f}"
+                f"{plain:>10.1f}{bare - plain:>8.1f}{slower:>18.1f}{crawl - bare - slower:>8.1f}")
+        if options.gap:
+            line += f"{row['bare + gap'][1]:>13.1f}"
+        if options.split:
+            parts = own_split(model, args, kwargs, options.repeats)
+            line += f"{parts['around']:>15.1f}{parts['hooks']:>7.1f}{parts['dispatch']:>10.1f}"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
@@ -45,23 +44,34 @@ from selection import selected
 
 from torchscan import crawl_module, operator_cache, operators, tracing
 
-KERNEL_SECONDS = [0.0]  # time inside kernels since the last reset
-SPLIT_SECONDS = {"forward": 0.0, "hooks": 0.0, "dispatch": 0.0}  # crawl's parts since the last reset (--split)
+#: Seconds since the last reset: inside kernels, and (--split) in crawl's model forward, hook bodies and dispatch.
+SECONDS = dict.fromkeys(("kernels", "forward", "hooks", "dispatch"), 0.0)
 
 
-def timed(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run``, adding the time of each call to KERNEL_SECONDS."""
-    def timed_run(*args: Any, **kwargs: Any) -> Any:
+def timed(function: Callable[..., Any], part: str) -> Callable[..., Any]:
+    """``function``, adding the time of each call to SECONDS[part]."""
+    def timed_call(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return run(*args, **kwargs)
+            return function(*args, **kwargs)
         finally:
-            KERNEL_SECONDS[0] += time.perf_counter() - start
-    return timed_run
+            SECONDS[part] += time.perf_counter() - start
+    return timed_call
 
 
-class TimedBareMode(TorchDispatchMode):
-    """Runs and times each operator; with a ``gap``, first idles that many seconds."""
+def timed_method(owner: type, name: str, part: str) -> Callable[[], None]:
+    """Time every call of ``owner.name`` into SECONDS[part]; returns what undoes it."""
+    original = getattr(owner, name)
+    setattr(owner, name, timed(original, part))
+    return lambda: setattr(owner, name, original)
+
+
+def reset() -> None:
+    SECONDS.update(dict.fromkeys(SECONDS, 0.0))
+
+
+class TimedBareMode(overhead.BareMode):
+    """overhead.py's bare mode, timing each operator; with a ``gap``, it first idles that many seconds."""
 
     def __init__(self, gap: float = 0.0) -> None:
         super().__init__()
@@ -74,7 +84,7 @@ class TimedBareMode(TorchDispatchMode):
                 pass
         start = time.perf_counter()
         out = func(*args, **(kwargs or {}))
-        KERNEL_SECONDS[0] += time.perf_counter() - start
+        SECONDS["kernels"] += time.perf_counter() - start
         return out
 
 
@@ -95,32 +105,14 @@ def rounds(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int, gap:
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for round_index in range(repeats + 2):
         for name, run in variants.items():
-            KERNEL_SECONDS[0] = 0.0
+            reset()
             start = time.perf_counter()
             run()
             total = time.perf_counter() - start
             if round_index >= 2:
-                samples[name].append((total, KERNEL_SECONDS[0]))
+                samples[name].append((total, SECONDS["kernels"]))
     return {name: (statistics.median(total for total, _ in rows) * 1e3,
                    statistics.median(kernel for _, kernel in rows) * 1e3) for name, rows in samples.items()}
-
-
-def timed_function(function: Callable[..., Any], part: str) -> Callable[..., Any]:
-    """``function``, adding the time of each call to SPLIT_SECONDS[part]."""
-    def timed_call(*args: Any, **kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            SPLIT_SECONDS[part] += time.perf_counter() - start
-    return timed_call
-
-
-def timed_method(owner: type, name: str, part: str) -> Callable[[], None]:
-    """Time every call of ``owner.name`` into SPLIT_SECONDS[part]; returns what undoes it."""
-    original = getattr(owner, name)
-    setattr(owner, name, timed_function(original, part))
-    return lambda: setattr(owner, name, original)
 
 
 def own_split(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> dict[str, float]:
@@ -130,18 +122,17 @@ def own_split(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -
             timed_method(tracing.CallTracer, "_post_hook", "hooks"),
             timed_method(operators.OperatorRecorder, "__torch_dispatch__", "dispatch")]
     forward = model.forward
-    model.forward = timed_function(forward, "forward")  # this model's own forward only, not its children's
+    model.forward = timed(forward, "forward")  # this model's own forward only, not its children's
     rows = []
     try:
         for round_index in range(repeats + 2):
-            SPLIT_SECONDS.update(forward=0.0, hooks=0.0, dispatch=0.0)
-            KERNEL_SECONDS[0] = 0.0
+            reset()
             start = time.perf_counter()
             crawl_module(model, args=args, kwargs=kwargs)
             total = time.perf_counter() - start
             if round_index >= 2:
-                rows.append({"around": total - SPLIT_SECONDS["forward"], "hooks": SPLIT_SECONDS["hooks"],
-                             "dispatch": SPLIT_SECONDS["dispatch"] - KERNEL_SECONDS[0]})
+                rows.append({"around": total - SECONDS["forward"], "hooks": SECONDS["hooks"],
+                             "dispatch": SECONDS["dispatch"] - SECONDS["kernels"]})
     finally:
         del model.forward
         for restore in undo:
@@ -161,7 +152,7 @@ def main() -> None:
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     run_kernel = operator_cache._runner
-    operator_cache._runner = lambda func: timed(run_kernel(func))  # the recorder's kernel calls, timed
+    operator_cache._runner = lambda func: timed(run_kernel(func), "kernels")  # the recorder's kernel calls, timed
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), median of {options.repeats} rounds; ms")
     print(f"{'model':<15}{'plain':>8}{'bare':>8}{'kernels':>9}{'crawl':>8}{'kernels':>9}"
           f"{'  = plain':>10}{'+ mode':>8}{'+ slower kernels':>18}{'+ own':>8}"

@@ -15,9 +15,10 @@ speed, whatever fills them. That part, ``crawl kernels - bare kernels``, is not 
 ``crawl - bare - slower kernels``, is TorchScan's work with PyTorch's module-hook path (about 1.0x-1.1x of a plain
 forward, overhead.py's ``hooks``). The two timer reads per operator cost alike in both modes.
 
-``--split`` also times, in a second set of rounds, where TorchScan's own part runs: the set-up and assembly
-around the forward (module walk, parameter statistics, the report), the bodies of its two global module hooks
-(records, module estimates, operator scopes) and its dispatch mode's own work around each kernel (signatures,
+``--split`` also times, in a second set of rounds, where TorchScan's own part runs: around the forward, its
+set-up (module walk and facts), its assembly (parameter statistics, the report) and the rest (entering and leaving
+the hooks and the mode, the root call's hooks, freeing the analysis state); then the bodies of its two global module
+hooks (records, module estimates, operator scopes) and its dispatch mode's own work around each kernel (signatures,
 operator memo). Those timers add about a microsecond per hook call and operator. Run it on a quiet machine:
 medians of the alternating rounds, in milliseconds.
 
@@ -42,10 +43,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 import overhead
 from selection import selected
 
-from torchscan import crawl_module, operator_cache, operators, tracing
+from torchscan import crawl_module, crawler, operator_cache, operators, tracing
 
 #: Seconds since the last reset: inside kernels, and (--split) in crawl's model forward, hook bodies and dispatch.
-SECONDS = dict.fromkeys(("kernels", "forward", "hooks", "dispatch"), 0.0)
+SECONDS = dict.fromkeys(("kernels", "forward", "hooks", "dispatch", "setup", "assembly"), 0.0)
 
 
 def timed(function: Callable[..., Any], part: str) -> Callable[..., Any]:
@@ -116,11 +117,16 @@ def rounds(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int, gap:
 
 
 def own_split(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -> dict[str, float]:
-    """Medians (ms) of crawl's time around the model's forward (set-up, assembly, and the root call's two hooks),
-    its hook bodies and its dispatch mode's work around the kernels."""
+    """Medians (ms) of crawl's time around the model's forward, split into its set-up (the tracer: module walk and
+    facts), its assembly (parameter statistics and the report) and the rest (hook and mode entry and exit, the
+    root call's two hooks, freeing the analysis state), then its hook bodies and its dispatch mode's work around
+    the kernels."""
     undo = [timed_method(tracing.CallTracer, "_pre_hook", "hooks"),
             timed_method(tracing.CallTracer, "_post_hook", "hooks"),
-            timed_method(operators.OperatorRecorder, "__torch_dispatch__", "dispatch")]
+            timed_method(operators.OperatorRecorder, "__torch_dispatch__", "dispatch"),
+            timed_method(tracing.CallTracer, "__init__", "setup"),
+            timed_method(crawler, "tensor_statistics", "assembly"),
+            timed_method(crawler, "_assemble", "assembly")]
     forward = model.forward
     model.forward = timed(forward, "forward")  # this model's own forward only, not its children's
     rows = []
@@ -131,7 +137,9 @@ def own_split(model: torch.nn.Module, args: tuple, kwargs: dict, repeats: int) -
             crawl_module(model, args=args, kwargs=kwargs)
             total = time.perf_counter() - start
             if round_index >= 2:
-                rows.append({"around": total - SECONDS["forward"], "hooks": SECONDS["hooks"],
+                around = total - SECONDS["forward"]
+                rows.append({"setup": SECONDS["setup"], "assembly": SECONDS["assembly"],
+                             "rest": around - SECONDS["setup"] - SECONDS["assembly"], "hooks": SECONDS["hooks"],
                              "dispatch": SECONDS["dispatch"] - SECONDS["kernels"]})
     finally:
         del model.forward
@@ -156,7 +164,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), median of {options.repeats} rounds; ms")
     print(f"{'model':<15}{'plain':>8}{'bare':>8}{'kernels':>9}{'crawl':>8}{'kernels':>9}"
           f"{'  = plain':>10}{'+ mode':>8}{'+ slower kernels':>18}{'+ own':>8}"
-          + ("  gap kernels" if options.gap else "") + ("  own: around forward, hooks, dispatch" if options.split else ""))
+          + ("  gap kernels" if options.gap else "") + ("  own: set-up, assembly, rest around, hooks, dispatch" if options.split else ""))
     for name in selected(options.models, overhead.CASES):
         torch.manual_seed(0)
         model, args, kwargs = overhead.CASES[name]()
@@ -170,7 +178,8 @@ def main() -> None:
             line += f"{row['bare + gap'][1]:>13.1f}"
         if options.split:
             parts = own_split(model, args, kwargs, options.repeats)
-            line += f"{parts['around']:>15.1f}{parts['hooks']:>7.1f}{parts['dispatch']:>10.1f}"
+            line += (f"{parts['setup']:>8.1f}{parts['assembly']:>10.1f}{parts['rest']:>6.1f}{parts['hooks']:>13.1f}"
+                     f"{parts['dispatch']:>7.1f}")
         print(line)
 
 

@@ -11,6 +11,11 @@ those two runs are collected. It prints, per layer call, the instructions that e
 * ``crawl`` and ``structure``: ``crawl_module`` in full and structure mode;
 * ``own`` and ``structure own``: ``crawl - floor`` and ``structure - hooks``, TorchScan's own work.
 
+``--around`` also counts a full analysis whose model forward returns its input at once: its instructions are
+what an analysis costs around the forward (module walk and facts, parameter statistics, the report of one call,
+freeing the analysis state), spread here over the layer calls of the real forward (``around``); ``own - around``
+is then the part that grows with each layer call (hooks, estimates, operators).
+
 ``--objects`` also says where those instructions run, by shared object: the Python interpreter (``libpython``:
 every Python function, TorchScan's and PyTorch's own Python code alike), PyTorch's Python bindings
 (``libtorch_python``: reading ``tensor.shape`` and the dispatch mode's entry into Python), PyTorch's dispatcher and
@@ -21,7 +26,7 @@ Inputs are small (32x32 images, 16 tokens) so that the kernels, which a dispatch
 dominate the counts or the time: callgrind runs Python about fifty times slower, and each variant also pays a
 ``torch`` import (about a minute and a half). Needs ``valgrind`` on the PATH.
 
-    python benchmarks/instructions.py [--models mobilenet,resnet50] [--jobs 2] [--objects]
+    python benchmarks/instructions.py [--models mobilenet,resnet50] [--jobs 2] [--objects] [--around]
 """
 
 from __future__ import annotations
@@ -54,7 +59,9 @@ torch.set_num_threads(1)
 import overhead
 model, args, kwargs = overhead.SMALL_CASES[{case!r}]()
 model.eval()
-run = overhead.variants(model, args, kwargs)[{variant!r}]
+if {variant!r} == "around":  # the analysis without the model's work: what it costs around the forward
+    model.forward = lambda *args, **kwargs: args[0]
+run = overhead.variants(model, args, kwargs)["crawl" if {variant!r} == "around" else {variant!r}]
 run(); run()
 functools.reduce(lambda _, __: run(), range(2), None)  # only what runs inside reduce is collected
 if {variant!r} == "plain":
@@ -129,14 +136,16 @@ def main() -> None:
     parser.add_argument("--models", default=None, help="comma-separated parts of model names to keep")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at a time (default 2)")
     parser.add_argument("--objects", action="store_true", help="also the instructions by shared object")
+    parser.add_argument("--around", action="store_true", help="also what a full analysis costs around the forward")
     options = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not on the PATH (apt-get install valgrind)")
     names = selected(options.models, overhead.SMALL_CASES)
-    jobs = [(name, variant) for name in names for variant in VARIANTS]
+    variants = (*VARIANTS, "around") if options.around else VARIANTS
+    jobs = [(name, variant) for name in names for variant in variants]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))
-    columns = (*VARIANTS[1:], "own", "structure own")
+    columns = (*VARIANTS[1:], "own", "structure own", *(("around", "own - around") if options.around else ()))
     widths = [max(11, len(column) + 2) for column in columns]
     print(f"{'model':<17}{'calls':>7}{'plain M':>10}"
           + "".join(f"{column:>{width}}" for column, width in zip(columns, widths))
@@ -147,6 +156,9 @@ def main() -> None:
         extra = {variant: (counts[(name, variant)][0] - plain) / calls / 1e3 for variant in VARIANTS[1:]}
         extra["own"] = extra["crawl"] - extra["floor"]
         extra["structure own"] = extra["structure"] - extra["hooks"]
+        if options.around:
+            extra["around"] = counts[(name, "around")][0] / calls / 1e3
+            extra["own - around"] = extra["own"] - extra["around"]
         print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}"
               + "".join(f"{extra[column]:>{width}.1f}" for column, width in zip(columns, widths)))
         if options.objects:

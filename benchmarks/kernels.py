@@ -45,7 +45,8 @@ from selection import selected
 
 from torchscan import crawl_module, crawler, operator_cache, operators, tracing
 
-#: Seconds since the last reset: inside kernels, and (--split) in crawl's model forward, hook bodies and dispatch.
+#: Seconds since the last reset: inside kernels, and (--split) in crawl's model forward, hook bodies, dispatch,
+#: set-up and assembly.
 SECONDS = dict.fromkeys(("kernels", "forward", "hooks", "dispatch", "setup", "assembly"), 0.0)
 
 
@@ -60,8 +61,9 @@ def timed(function: Callable[..., Any], part: str) -> Callable[..., Any]:
     return timed_call
 
 
-def timed_method(owner: type, name: str, part: str) -> Callable[[], None]:
-    """Time every call of ``owner.name`` into SECONDS[part]; returns what undoes it."""
+def timed_method(owner: object, name: str, part: str) -> Callable[[], None]:
+    """Time every call of ``owner.name`` (a class's method or a module's function) into SECONDS[part]; returns what
+    undoes it."""
     original = getattr(owner, name)
     setattr(owner, name, timed(original, part))
     return lambda: setattr(owner, name, original)

@@ -50,7 +50,7 @@ def atomic_block_builtin(monkeypatch: pytest.MonkeyPatch) -> Any:
     from extension_fixtures import BLOCK_ESTIMATE, AtomicBlock, Recorder
 
     from torchscan import ModuleHandler
-    from torchscan.formulas import DEFAULT_HANDLERS
+    from torchscan.builtin_handlers import DEFAULT_HANDLERS
 
     callback = Recorder(BLOCK_ESTIMATE)
     handler = ModuleHandler(callback, frozenset({"module_flops", "macs"}), method="formula:test_block")

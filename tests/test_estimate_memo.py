@@ -11,7 +11,7 @@ from torchscan_testing import analyze_call
 from torchscan import ModuleCall, ModuleHandler
 from torchscan.estimate_memo import EstimateMemo, module_configuration
 from torchscan.estimation import CallEstimate
-from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.results import Incomplete, complete
 
 NEEDED = frozenset({"macs"})

@@ -41,7 +41,7 @@ from torch.utils import flop_counter
 
 import torchscan
 from torchscan import ModuleCall, ModuleHandler, crawl_module, summary
-from torchscan.formulas import DEFAULT_HANDLERS
+from torchscan.builtin_handlers import DEFAULT_HANDLERS
 from torchscan.schema import validate_report
 
 # == Registrations belong to one analysis ==========================================================================

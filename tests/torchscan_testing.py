@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from torchscan import crawl_module
-from torchscan.formulas import builtin_for
+from torchscan.builtin_handlers import builtin_for
 from torchscan.handlers import METRIC_FIELDS, ModuleCall, validate_estimates
 from torchscan.schema import validate_report
 

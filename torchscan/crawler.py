@@ -18,7 +18,7 @@ from torch import nn
 
 from . import __version__
 from .diagnostics import diagnostic, sort_key
-from .formulas import builtin_for
+from .builtin_handlers import builtin_for
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
     call_metadata,

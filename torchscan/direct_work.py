@@ -53,3 +53,23 @@ class DirectWork:
         if self.unestimated:
             return lower_bound(value, METRIC_UNITS[field], MODULE_CALL, METHOD)
         return complete(value, METRIC_UNITS[field], MODULE_CALL, METHOD)
+
+
+class ObservedWork(DirectWork):
+    """`DirectWork` that also remembers every operator it was fed, for the check of a formula that declares its
+    operators (`torchscan.operator_check`)."""
+
+    __slots__ = ("observed",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed: dict[Any, int] = {}
+
+    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
+        """One operator the call ran directly: remembered by packet, then priced as `DirectWork` prices it."""
+        self.observed[packet] = self.observed.get(packet, 0) + 1
+        super().add_estimate(packet, estimate)
+
+    def counts(self) -> dict[Any, int]:
+        """Operator packet -> calls, higher-order operators (filed as unestimated only) included."""
+        return {**self.observed, **{p: n for p, n in self.unestimated.items() if p not in self.observed}}

@@ -14,7 +14,7 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
-from .integrations.signature import verify_operators
+from .operator_check import verify_operators
 from .operators import operator_name
 from .results import (
     METRIC_UNITS,

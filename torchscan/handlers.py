@@ -137,6 +137,12 @@ class ModuleHandler:
     def scope(self, metric: str) -> str:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
 
+    @property
+    def checks_operators(self) -> bool:
+        """Whether each call's estimate is trusted only after checking the operators the call ran against the ones
+        the formula declares (third-party formulas do, see `torchscan.operator_check`)."""
+        return False
+
 
 HandlerMap = Mapping[type, ModuleHandler]
 

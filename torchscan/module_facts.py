@@ -14,9 +14,8 @@ from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
 from .inputs import PLAIN_TENSORS, device_type, dtype_name
-from .integrations.signature import observes_operators
 
-#: The built-in handler of a module type, or None (see ``torchscan.formulas.builtin_for``).
+#: The built-in handler of a module type, or None (see ``torchscan.builtin_handlers.builtin_for``).
 BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 
 
@@ -51,7 +50,7 @@ def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLo
     caller = closest_handler(kind, custom)
     found = builtin(kind) if builtin is not None else None
     may_own = caller is not None or (found is not None and bool(found.subtree_metrics))
-    return (f"{kind.__module__}.{kind.__qualname__}", caller, found, may_own, observes_operators(found),
+    return (f"{kind.__module__}.{kind.__qualname__}", caller, found, may_own, found is not None and found.checks_operators,
             caller is not None or found is None, caller is None and found is not None and found.memoize)
 
 

@@ -23,7 +23,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
-from .direct_work import DirectWork
+from .direct_work import DirectWork, ObservedWork
 from .estimate_memo import EstimateMemo
 from .estimation import (
     CallContext,
@@ -35,7 +35,6 @@ from .estimation import (
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, SharedDescriptions, call_metadata
-from .integrations.signature import ObservedWork
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import OperatorRecorder, OperatorScope, SharedFlopResults
 from .results import (

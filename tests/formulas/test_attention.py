@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchscan_testing import estimate, value
 
-from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.formulas import transformer as attention
 from torchscan.formulas.transformer import METHOD, handlers
 from torchscan.handlers import ModuleCall

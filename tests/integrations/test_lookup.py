@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from torchscan import ModuleHandler, crawl_module
-from torchscan.formulas import DEFAULT_HANDLERS, builtin_for
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.integrations import lookup, timm, transformers
 from torchscan.integrations.lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS, find_builtin_handler, qualified_name
 from torchscan.results import SUMMABLE_METRICS

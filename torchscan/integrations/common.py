@@ -20,7 +20,7 @@ from ..formulas.modules.linear import dense_work
 from ..formulas.modules.norm import estimate_group_norm, estimate_layer_norm
 from ..handlers import ModuleCall, ModuleEstimates
 from ..results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS, Incomplete
-from .signature import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
+from ..operator_check import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
 
 __all__ = [
     "FLOPS_PER_ELEMENT", "GROUP_FLOPS", "NO_OPERATOR", "NO_SPATIAL_MEANING", "POINTWISE_SPATIAL", "RMS_FLOPS",

@@ -1,6 +1,6 @@
 """The one lookup of built-in handlers: class-keyed ``torch.nn`` formulas and third-party ones, in one MRO walk.
 
-`torchscan.formulas.builtin_for` calls it with the default registry; the crawler and the native Transformer
+`torchscan.builtin_handlers.builtin_for` calls it with the default registry; the crawler and the native Transformer
 layers find every built-in handler through that function.
 
 For each class of a module's MRO, nearest first: a built-in keyed by the class itself, then a third-party handler
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from ..handlers import ModuleHandler
 from . import parametrizations, timm, torchvision, transformers
 from .common import FamilyRule
-from .signature import ThirdPartyHandler
+from ..operator_check import ThirdPartyHandler
 
 #: The library modules, each with ``HANDLERS`` (qualified name -> handler) and ``RULES`` (family rules).
 LIBRARIES = (transformers, timm, torchvision, parametrizations)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..handlers import ModuleCall, ModuleEstimates
 from .common import NO_SPATIAL_MEANING, handler, real_flops, signature
-from .signature import ThirdPartyHandler
+from ..operator_check import ThirdPartyHandler
 
 METHOD = "formula:torch.parametrization"
 

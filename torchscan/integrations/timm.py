@@ -27,7 +27,7 @@ from .common import (
     real_flops,
     signature,
 )
-from .signature import OperatorSignature, ThirdPartyHandler
+from ..operator_check import OperatorSignature, ThirdPartyHandler
 
 NORM = "formula:timm.norm"
 ACTIVATION = "formula:timm.activation"

@@ -19,7 +19,7 @@ from .common import (
     movement_dmas,
     signature,
 )
-from .signature import ThirdPartyHandler
+from ..operator_check import ThirdPartyHandler
 
 NORM = "formula:torchvision.norm"
 SHAPE = "formula:torchvision.shape"

@@ -33,7 +33,7 @@ from .common import (
     real_flops,
     signature,
 )
-from .signature import OperatorSignature, ThirdPartyHandler
+from ..operator_check import OperatorSignature, ThirdPartyHandler
 
 LIBRARY = "transformers"
 ACTIVATION = "formula:transformers.activation"

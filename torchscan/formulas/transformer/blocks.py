@@ -96,11 +96,8 @@ class Children:
         None when no built-in formula that a layer can apply describes the type: none registered, a subclass
         overriding forward, or a third-party formula (trusted only after checking the operators of a call).
         """
-        # imported here: the integrations reuse the built-in formulas, so they import this package first
-        from ...integrations.signature import observes_operators
-
         handler = self.lookup(type(module))
-        if handler is None or observes_operators(handler):
+        if handler is None or handler.checks_operators:
             return None
         source = torch.empty(in_shape, dtype=dtype, device="meta")
         result = torch.empty(out_shape, dtype=dtype, device="meta")

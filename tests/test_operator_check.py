@@ -10,7 +10,7 @@ from torch import nn
 
 from torchscan import IncompleteAnalysisError, ModuleHandler, crawl_module
 from torchscan.diagnostics import CODES
-from torchscan.integrations.signature import (
+from torchscan.operator_check import (
     ALLOWED_ANYWHERE,
     OperatorSignature,
     ThirdPartyHandler,

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from ..diagnostics import diagnostic
-from ..direct_work import DirectWork
-from ..formulas.operators.table import ZERO_WORK_OPERATORS, operator_significance
-from ..handlers import ModuleCall, ModuleHandler
-from ..operators import operator_name
-from ..results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, lower_bound, unavailable
+from .diagnostics import diagnostic
+from .direct_work import DirectWork, ObservedWork
+from .formulas.operators.table import ZERO_WORK_OPERATORS, operator_significance
+from .handlers import ModuleCall, ModuleHandler
+from .operators import operator_name
+from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, lower_bound, unavailable
 
 #: The method label of the fields a mismatched call falls back to.
 MISMATCH_METHOD = "handler_signature_mismatch"
@@ -111,38 +111,13 @@ class ThirdPartyHandler(ModuleHandler):
         if self.method is None:
             raise ValueError("a ThirdPartyHandler is a built-in formula and needs its method label")
 
+    @property
+    def checks_operators(self) -> bool:
+        return True
+
     def expected(self, call: ModuleCall) -> OperatorSignature:
         """The signature of this call."""
         return self.operators if isinstance(self.operators, OperatorSignature) else self.operators(call)
-
-
-class ObservedWork(DirectWork):
-    """`DirectWork` that also remembers every operator it was fed, for the check of a third-party formula."""
-
-    __slots__ = ("observed",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.observed: dict[Any, int] = {}
-
-    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
-        """One operator the call ran directly: remembered by packet, then priced as `DirectWork` prices it."""
-        self.observed[packet] = self.observed.get(packet, 0) + 1
-        super().add_estimate(packet, estimate)
-
-    def counts(self) -> dict[str, int]:
-        """Operator name -> calls, higher-order operators (filed as unestimated only) included."""
-        counts: dict[str, int] = {}
-        for packet, calls in (*self.observed.items(),
-                              *((p, n) for p, n in self.unestimated.items() if p not in self.observed)):
-            name = operator_name(packet)
-            counts[name] = counts.get(name, 0) + calls
-        return counts
-
-
-def observes_operators(handler: ModuleHandler | None) -> bool:
-    """Whether calls estimated by ``handler`` need an `ObservedWork` (third-party handlers do)."""
-    return isinstance(handler, ThirdPartyHandler)
 
 
 def compare(expected: OperatorSignature, observed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -194,13 +169,22 @@ def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWo
         return f"cannot say which operators this call should run ({type(error).__name__})", False
     if not isinstance(observed, ObservedWork):
         return f"describes {expected.describe()}, but the call's operators were not observed", False
-    unexpected, missing = compare(expected, observed.counts())
+    unexpected, missing = compare(expected, _by_name(observed.counts()))
     if not unexpected and not missing:
         return None
     parts = [f"it also ran {_counted(unexpected)}" if unexpected else "",
              f"it did not run {_counted(missing)}" if missing else ""]
     detail = f"describes {expected.describe()}, but {'; '.join(part for part in parts if part)}"
     return detail, any(_significant(operator) for operator in unexpected)
+
+
+def _by_name(counts: Mapping[Any, int]) -> dict[str, int]:
+    """Operator packet counts by stable operator name (two packets may share one)."""
+    named: dict[str, int] = {}
+    for packet, calls in counts.items():
+        name = operator_name(packet)
+        named[name] = named.get(name, 0) + calls
+    return named
 
 
 def _fallback(name: str, observed: DirectWork | None) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import weakref
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -306,6 +307,33 @@ def test_a_caught_child_failure_is_recorded_and_later_siblings_still_count():
                                                 "known_value": 4}
 
 
+@pytest.mark.parametrize("mode", ["full", "structure"])
+def test_a_caught_failure_keeps_its_positional_arguments_but_not_its_keywords(mode):
+    """The documented limit: PyTorch's global hooks see a call's keyword arguments only when it completes."""
+
+    class Fails(nn.Module):
+        def forward(self, x, *, scale=1.0):
+            raise RuntimeError("caught by the parent")
+
+    class Tolerant(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bad = Fails()
+
+        def forward(self, x):
+            try:
+                self.bad(x, scale=torch.ones(2))
+            except RuntimeError:
+                pass
+            return x
+
+    report = analyze(Tolerant(), (4,), mode=mode)
+    bad = report["layers"][1]
+    assert bad["output"] == {"kind": "failed"}
+    assert bad["input"] == {"args": [{"kind": "tensor", "shape": [1, 4], "dtype": "float32", "device": "cpu",
+                                      "requires_grad": False}], "kwargs": []}
+
+
 class Remember(nn.Module):
     """Keeps only weak references to its outputs, and checks which earlier ones are still alive."""
 
@@ -337,30 +365,6 @@ def test_activations_are_released_as_the_forward_goes(mode):
 
 # -- layer-call records -------------------------------------------------------------------------------------------------------
 
-def test_a_failed_call_records_the_keyword_arguments_it_received():
-    class Fails(nn.Module):
-        def forward(self, x, *, scale):
-            raise RuntimeError("caught by the parent")
-
-    class Tolerant(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bad = Fails()
-
-        def forward(self, x):
-            try:
-                self.bad(x, scale=torch.ones(2, 5))
-            except RuntimeError:
-                pass
-            return x
-
-    report = analyze(Tolerant(), (4,), mode="structure")
-    bad = report["layers"][1]
-    assert bad["output"] == {"kind": "failed"}
-    assert [item["key"] for item in bad["input"]["kwargs"]] == ["scale"]
-    assert bad["input"]["kwargs"][0]["value"]["shape"] == [2, 5] and bad["input"]["args"][0]["shape"] == [1, 4]
-
-
 def test_a_caller_pre_hook_that_replaces_the_arguments_is_seen_in_the_input():
     model = nn.Sequential(nn.Linear(4, 4))
     model[0].register_forward_pre_hook(lambda module, args: (args[0][:, :4].expand(3, 4),))
@@ -369,14 +373,30 @@ def test_a_caller_pre_hook_that_replaces_the_arguments_is_seen_in_the_input():
     assert report["layers"][1]["output"]["shape"] == [3, 4]
 
 
-def test_the_global_hooks_are_removed_after_the_analysis_even_after_errors():
+def global_state() -> dict[str, Any]:
+    """Every global table an analysis touches: PyTorch's global module hook tables (each ``_global_*`` dict of
+    ``torch.nn.modules.module``, the ``with_kwargs`` and ``always_call`` flags included), the dispatch-mode stack,
+    the autograd saved-tensor hook stack and the grad mode."""
     from torch.nn.modules import module as torch_module
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    before = (dict(torch_module._global_forward_pre_hooks), dict(torch_module._global_forward_hooks))
-    analyze(nn.Linear(2, 2), (2,))
-    with pytest.raises(RuntimeError, match="cannot be multiplied"):
-        crawl_module(nn.Linear(2, 2), args=(torch.ones(3),))
-    assert (dict(torch_module._global_forward_pre_hooks), dict(torch_module._global_forward_hooks)) == before
+    tables = {name: dict(value) for name, value in vars(torch_module).items()
+              if name.startswith("_global_") and isinstance(value, dict)}
+    return {"tables": tables, "dispatch_modes": _get_current_dispatch_mode_stack(),
+            "saved_tensor_hooks": torch._C._autograd._top_saved_tensors_default_hooks(False),
+            "grad": torch.is_grad_enabled()}
+
+
+@pytest.mark.parametrize("mode", ["full", "structure"])
+def test_every_global_table_is_as_found_after_each_analysis_even_after_errors(mode: str):
+    before = global_state()
+    assert before["tables"]["_global_forward_hooks_with_kwargs"] is not None
+    for _ in range(3):
+        crawl_module(nn.Linear(2, 2), (2,), mode=mode)
+        assert global_state() == before
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            crawl_module(nn.Linear(2, 2), args=(torch.ones(3),), mode=mode)
+        assert global_state() == before
 
 
 def test_records_follow_call_start_order_with_paths_depths_and_parents():

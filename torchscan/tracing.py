@@ -13,13 +13,16 @@ the fields it covers from them first. Records are written once, never edited aft
 
 from __future__ import annotations
 
-import sys
 from threading import get_ident
 from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.nn.modules.module import (
+    _global_forward_hooks_with_kwargs,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
 
 from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
@@ -146,14 +149,6 @@ def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
     return covered
 
 
-def _failed_call_kwargs() -> dict[str, Any]:
-    """The keyword arguments of a call whose forward raised, read from ``Module._call_impl``, which calls
-    always-called global hooks without them on that path (only there: a rare, already failing call)."""
-    caller = sys._getframe(2)  # _post_hook <- Module._call_impl
-    kwargs = caller.f_locals.get("kwargs") if caller.f_code.co_name == "_call_impl" else None
-    return kwargs if isinstance(kwargs, dict) else {}
-
-
 def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
     """The call's input as its forward received it: positional arguments as the pre-hook saw them (again if a
     caller's pre-hook replaced them), and the keyword arguments."""
@@ -213,6 +208,9 @@ class CallTracer:
     def detach(self) -> None:
         for handle in self.handles:
             handle.remove()
+            # PyTorch's handle of a global forward hook registered with ``with_kwargs=True`` removes the hook and its
+            # ``always_call`` flag but not its ``with_kwargs`` flag: one entry would remain per analysis.
+            _global_forward_hooks_with_kwargs.pop(handle.id, None)
         self.handles.clear()
 
     # -- hooks -------------------------------------------------------------------------------------------------
@@ -255,8 +253,9 @@ class CallTracer:
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
-        forward, or a hook before it, raised: PyTorch then calls always-called global hooks from its error path,
-        without the keyword arguments)."""
+        forward, or a hook before it, raised). PyTorch calls always-called global hooks from its error path without
+        the keyword arguments, and global pre-hooks never receive them: a failed call's keyword arguments are not
+        described (docs/schema.md says so)."""
         stack = self.stack
         if not stack or stack[-1].module_id != id(module) or get_ident() != self.thread:
             return  # not a module of this model, or another thread's call
@@ -265,7 +264,7 @@ class CallTracer:
             kwargs, output = rest
             failed = False
         else:
-            kwargs, output, failed = _failed_call_kwargs(), rest[0], True
+            kwargs, output, failed = {}, rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else self.descriptions.value(output)

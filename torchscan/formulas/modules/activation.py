@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from math import prod
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import POINTWISE_SPATIAL
+from ...handlers import ModuleCall, ModuleHandler
 from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
+from ..estimates import POINTWISE, Estimates
 from .linear import own_parameter_elements
 
 METHOD = "formula:activation"
@@ -52,8 +52,10 @@ SOFTMAX_KEYS: dict[type[nn.Module], str] = {
     nn.LogSoftmax: "log_softmax",
     nn.Softmin: "softmin",
 }
+#: The classes `SOFTMAX_KEYS` registers the softmax formula for.
+SoftmaxModule = nn.Softmax | nn.Softmax2d | nn.LogSoftmax | nn.Softmin
 
-def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> Any:
+def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> int | None:
     """The formulas are written for real floating-point tensors; other dtypes get no guessed count."""
     if tensor.is_floating_point():
         return flops
@@ -73,7 +75,7 @@ def elementwise_key(module: nn.Module) -> str:
     return _closest_key(module, ELEMENTWISE_KEYS)
 
 
-def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
+def estimate_elementwise(call: ModuleCall) -> Estimates:
     """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
     source, result = call.argument(0, "input"), call.output
     parameters = own_parameter_elements(call.module)
@@ -82,11 +84,11 @@ def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
         "module_flops": _flops_or_unavailable(flops, source),
         "macs": 0,
         "dmas": source.numel() + parameters + result.numel(),
-        **POINTWISE_SPATIAL,
+        **POINTWISE,
     }
 
 
-def softmax_dim(module: nn.Module, ndim: int) -> int:
+def softmax_dim(module: SoftmaxModule, ndim: int) -> int:
     """The reduced dimension, resolving ``dim=None`` the way PyTorch's legacy implicit choice does."""
     if isinstance(module, nn.Softmax2d):
         return ndim - 3
@@ -95,18 +97,19 @@ def softmax_dim(module: nn.Module, ndim: int) -> int:
     return module.dim % max(ndim, 1)
 
 
-def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
+def estimate_softmax(call: ModuleCall) -> Estimates:
     """Per slice along the reduced dimension, the `FLOPS_PER_SLICE` formula of its family."""
     source = call.argument(0, "input")
     shape = tuple(source.shape)
-    length = shape[softmax_dim(call.module, len(shape))] if shape else 1
+    module = cast(SoftmaxModule, call.module)  # the handlers below register this formula for these classes only
+    length = shape[softmax_dim(module, len(shape))] if shape else 1
     slices = prod(shape) // length if length else 0
-    flops = slices * FLOPS_PER_SLICE[_closest_key(call.module, SOFTMAX_KEYS)](length) if length else 0
+    flops = slices * FLOPS_PER_SLICE[_closest_key(module, SOFTMAX_KEYS)](length) if length else 0
     return {
         "module_flops": _flops_or_unavailable(flops, source),
         "macs": 0,
         "dmas": source.numel() + call.output.numel(),
-        **POINTWISE_SPATIAL,
+        **POINTWISE,
     }
 
 

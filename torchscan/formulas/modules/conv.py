@@ -8,9 +8,10 @@ outputs. Receptive-field values are per spatial dimension, in input elements.
 from __future__ import annotations
 
 from math import prod
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
+from torch.nn.modules.conv import _ConvNd
 
 from ...handlers import ModuleCall, ModuleHandler
 from .linear import dense_work, own_parameter_elements, registered
@@ -23,7 +24,7 @@ def effective_kernel(kernel: int, dilation: int) -> int:
     return dilation * (kernel - 1) + 1
 
 
-def left_padding(module: nn.Module) -> list[int]:
+def left_padding(module: _ConvNd) -> list[int]:
     """Input elements padded before the first element of each spatial dimension, as PyTorch pads them.
 
     ``"valid"`` pads nothing; ``"same"`` pads d * (k - 1) in total, the smaller half (rounded down) first.
@@ -32,8 +33,20 @@ def left_padding(module: nn.Module) -> list[int]:
     if padding == "valid":
         return [0] * len(module.kernel_size)
     if padding == "same":
-        return [dilation * (kernel - 1) // 2 for kernel, dilation in zip(module.kernel_size, module.dilation)]
-    return list(padding)
+        return [dilation * (kernel - 1) // 2
+                for kernel, dilation in zip(module.kernel_size, module.dilation, strict=True)]
+    return list(numeric_padding(module))
+
+
+def numeric_padding(module: _ConvNd) -> tuple[int, ...]:
+    """``padding`` other than the two strings PyTorch accepts (`left_padding` reads those; a transposed
+    convolution accepts none): one number per spatial dimension."""
+    return cast(tuple[int, ...], module.padding)
+
+
+def _convolution(call: ModuleCall) -> _ConvNd:
+    """The called module: ``HANDLERS`` registers these formulas for PyTorch's convolution classes only."""
+    return cast(_ConvNd, call.module)
 
 
 def transposed_window(kernel_span: int, stride: int, padding: int) -> tuple[int, float | int, float | int | None]:
@@ -60,12 +73,12 @@ def _dmas(call: ModuleCall) -> int:
 
 def estimate_conv(call: ModuleCall) -> dict[str, Any]:
     """Direct convolution; padded positions are multiplied like any other (the dense convention)."""
-    module, output = call.module, call.output
+    module, output = _convolution(call), call.output
     macs = output.numel() * (module.in_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     return {
         **dense_work(macs, bias_adds, output.dtype, _dmas(call)),
-        "receptive_field": [effective_kernel(k, d) for k, d in zip(module.kernel_size, module.dilation)],
+        "receptive_field": [effective_kernel(k, d) for k, d in zip(module.kernel_size, module.dilation, strict=True)],
         "effective_stride": list(module.stride),
         "effective_padding": left_padding(module),
     }
@@ -76,11 +89,11 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
 
     Output positions that no input reaches (``output_padding``) still receive the bias.
     """
-    module, inputs, output = call.module, call.argument(0, "input"), call.output
+    module, inputs, output = _convolution(call), call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
-    windows = [transposed_window(effective_kernel(k, d), s, p)
-               for k, d, s, p in zip(module.kernel_size, module.dilation, module.stride, module.padding)]
+    per_dimension = zip(module.kernel_size, module.dilation, module.stride, numeric_padding(module), strict=True)
+    windows = [transposed_window(effective_kernel(k, d), s, p) for k, d, s, p in per_dimension]
     offsets = [offset for _, _, offset in windows]
     return {
         **dense_work(macs, bias_adds, output.dtype, _dmas(call)),

@@ -8,7 +8,7 @@ zero-initialized output: one operation per looked-up element, which needs only s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import nn
 
@@ -36,7 +36,7 @@ def estimate_embedding(call: ModuleCall) -> dict[str, Any]:
 
     ``padding_idx`` only matters for gradients: its row is read like any other in the forward pass.
     """
-    module, indices = call.module, call.argument(0, "input")
+    module, indices = cast(nn.Embedding, call.module), call.argument(0, "input")  # the class HANDLERS names
     rows_read = indices.numel() * module.embedding_dim
     estimates = {"module_flops": 0, "macs": 0, "dmas": indices.numel() + rows_read + call.output.numel(),
                  **POINTWISE_SPATIAL}
@@ -79,10 +79,11 @@ def _skipping_padding_idx(estimates: dict[str, Any], mode: str, outputs: int, kn
 
 def estimate_embedding_bag(call: ModuleCall) -> dict[str, Any]:
     """Lookups reduced per bag: indices, offsets and per-sample weights read, rows read, bag outputs written."""
-    module, output = call.module, call.output
+    module, output = cast(nn.EmbeddingBag, call.module), call.output  # the class HANDLERS names
     indices = call.argument(0, "input")
     offsets, weights = call.argument(1, "offsets", None), call.argument(2, "per_sample_weights", None)
     elements = indices.numel() * module.embedding_dim
+    flops: int | None
     flops, macs = _bag_work(module.mode, elements, output.numel(), weights is not None)
     if not output.dtype.is_floating_point:
         flops = None

@@ -7,19 +7,19 @@ shared with convolutions, which are dense products over sliding windows.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import POINTWISE_SPATIAL
 from ..conventions import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
+from ..estimates import POINTWISE, Estimates
 
 METHOD = "formula:linear"
 
 
-def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> dict[str, Any]:
+def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> Estimates:
     """FLOPs, MACs and DMAs of ``macs`` multiply-accumulates plus ``bias_adds`` bias additions in ``dtype``.
 
     Real floating point: 1 MAC = 2 FLOPs, 1 bias add = 1 FLOP. Complex: one complex MAC is 4 real MACs
@@ -51,31 +51,32 @@ def own_parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in own.values())  # as parameters(recurse=False) lists them, faster
 
 
-def estimate_linear(call: ModuleCall) -> dict[str, Any]:
+def estimate_linear(call: ModuleCall) -> Estimates:
     """y = x W^T + b over any number of leading dimensions: in_features MACs per output element."""
-    module, inputs, output = call.module, call.argument(0, "input"), call.output
+    module = cast(nn.Linear, call.module)  # HANDLERS registers each formula here for its own class only
+    inputs, output = call.argument(0, "input"), call.output
     macs = output.numel() * module.in_features
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     dmas = inputs.numel() + own_parameter_elements(module) + output.numel()
-    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
+    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE}
 
 
-def estimate_bilinear(call: ModuleCall) -> dict[str, Any]:
+def estimate_bilinear(call: ModuleCall) -> Estimates:
     """y_k = x1^T A_k x2 + b_k, evaluated like PyTorch: x1 contracted with A first, then with x2.
 
     Per output element: in1 * in2 MACs for the first contraction and in2 for the second.
     """
-    module, output = call.module, call.output
+    module, output = cast(nn.Bilinear, call.module), call.output
     first, second = call.argument(0, "input1"), call.argument(1, "input2")
     macs = output.numel() * module.in2_features * (module.in1_features + 1)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     dmas = first.numel() + second.numel() + own_parameter_elements(module) + output.numel()
-    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE_SPATIAL}
+    return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE}
 
 
-def estimate_identity(call: ModuleCall) -> dict[str, Any]:
+def estimate_identity(call: ModuleCall) -> Estimates:
     """Returns its input object itself: no arithmetic and no element is read or written."""
-    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

@@ -11,14 +11,16 @@ normalizer, not a local window (LocalResponseNorm's window spans channels, never
 from __future__ import annotations
 
 from math import prod
-from typing import Any, NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 
-from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import POINTWISE_SPATIAL, Incomplete
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import Incomplete
 from ..conventions import (
     GROUP_FLOPS,
     LRN_FLOPS,
@@ -28,6 +30,7 @@ from ..conventions import (
     RUNNING_UPDATE_FLOPS,
     VARIANCE_FLOPS,
 )
+from ..estimates import POINTWISE, Count, Estimates
 from .linear import registered
 
 METHOD = "formula:norm"
@@ -74,13 +77,13 @@ def _groups(elements: int, group_size: int) -> int:
     return elements // group_size if group_size else 0
 
 
-def _estimates(work: NormWork, source: torch.Tensor) -> ModuleEstimates:
+def _estimates(work: NormWork, source: torch.Tensor) -> Estimates:
     """The six fields; FLOPs need a real floating-point input, a lower bound where work is left out."""
-    flops: Any = work.flops() if work.exact else Incomplete(work.flops())
-    dmas: Any = work.dmas() if work.exact else Incomplete(work.dmas())
+    flops: Count = work.flops() if work.exact else Incomplete(work.flops())
+    dmas: Count = work.dmas() if work.exact else Incomplete(work.dmas())
     if not source.is_floating_point():
         flops = None
-    return {"module_flops": flops, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
+    return {"module_flops": flops, "macs": 0, "dmas": dmas, **POINTWISE}
 
 
 def _syncs_across_processes(module: nn.Module) -> bool:
@@ -89,9 +92,10 @@ def _syncs_across_processes(module: nn.Module) -> bool:
             and dist.is_initialized())
 
 
-def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_batch_norm(call: ModuleCall) -> Estimates:
     """Running statistics in eval; batch statistics in training or without buffers (then also counted)."""
-    module, source = call.module, call.argument(0, "input")
+    # HANDLERS registers each formula of this module for the classes it names only.
+    module, source = cast(_BatchNorm, call.module), call.argument(0, "input")
     channels = module.num_features
     has_buffers = registered(module, "running_mean") is not None and registered(module, "running_var") is not None
     batch_statistics = module.training or not has_buffers
@@ -123,12 +127,12 @@ def _spatial_dims(module: nn.Module) -> int:
     raise KeyError(f"{type(module).__qualname__} is not an instance norm")
 
 
-def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_instance_norm(call: ModuleCall) -> Estimates:
     """Statistics per (sample, channel) over spatial positions; running statistics only if tracked, in eval.
 
     A training-mode running-statistics update (track_running_stats=True) is not counted: a lower bound.
     """
-    module, source = call.module, call.argument(0, "input")
+    module, source = cast(_InstanceNorm, call.module), call.argument(0, "input")
     shape = tuple(source.shape)
     spatial = _spatial_dims(module)
     channels = shape[-spatial - 1]
@@ -143,9 +147,9 @@ def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
-def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_layer_norm(call: ModuleCall) -> Estimates:
     """Statistics over the trailing ``normalized_shape`` dimensions; optional weight and bias."""
-    module, source = call.module, call.argument(0, "input")
+    module, source = cast(nn.LayerNorm, call.module), call.argument(0, "input")
     work = NormWork(
         elements=source.numel(),
         per_element_flops=standardize_flops(True, _affine_ops(module)),
@@ -155,9 +159,9 @@ def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
-def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_group_norm(call: ModuleCall) -> Estimates:
     """Statistics per (sample, group of channels) over those channels and all spatial positions."""
-    module, source = call.module, call.argument(0, "input")
+    module, source = cast(nn.GroupNorm, call.module), call.argument(0, "input")
     shape = tuple(source.shape)
     group_size = module.num_channels // module.num_groups * prod(shape[2:])
     work = NormWork(
@@ -169,9 +173,9 @@ def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
-def estimate_rms_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_rms_norm(call: ModuleCall) -> Estimates:
     """x * rsqrt(mean(x^2) + eps) (* weight): no mean subtraction, no bias."""
-    module, source = call.module, call.argument(0, "x")
+    module, source = cast(nn.RMSNorm, call.module), call.argument(0, "x")
     work = NormWork(
         elements=source.numel(),
         per_element_flops=RMS_FLOPS + _affine_ops(module),
@@ -181,12 +185,12 @@ def estimate_rms_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
-def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
+def estimate_local_response_norm(call: ModuleCall) -> Estimates:
     """x / (k + alpha * mean of squares over ``size`` neighbouring channels) ** beta.
 
     The window sum is charged size - 1 additions for every element, as PyTorch's zero-padded average computes it.
     """
-    module, source = call.module, call.argument(0, "input")
+    module, source = cast(nn.LocalResponseNorm, call.module), call.argument(0, "input")
     work = NormWork(elements=source.numel(), per_element_flops=module.size - 1 + LRN_FLOPS, groups=0, state_reads=0)
     return _estimates(work, source)
 

@@ -8,9 +8,10 @@ Receptive-field values are per spatial dimension, in input elements.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from math import floor, prod
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -65,19 +66,20 @@ def _sliding_reads(call: ModuleCall, dims: int, kernel: list[int], stride: list[
                    dilation: list[int]) -> int:
     inputs, output = call.argument(0, "input"), _pooled(call.output)
     per_dim = [window_reads(length, outputs, *window) for length, outputs, window in
-               zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation))]
+               zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation, strict=False),
+                   strict=False)]
     return _leading_elements(output, dims) * prod(per_dim)
 
 
 def _adaptive_reads(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> int:
     per_dim = [sum(adaptive_windows(length, outputs))
-               for length, outputs in zip(inputs.shape[-dims:], output.shape[-dims:])]
+               for length, outputs in zip(inputs.shape[-dims:], output.shape[-dims:], strict=True)]
     return _leading_elements(output, dims) * prod(per_dim)
 
 
 def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> dict[str, Any]:
     """Largest window and mean step L / O: exact when O divides L, a stated convention otherwise."""
-    pairs = list(zip(inputs.shape[-dims:], output.shape[-dims:]))
+    pairs = list(zip(inputs.shape[-dims:], output.shape[-dims:], strict=True))
     return {
         "receptive_field": [max(adaptive_windows(length, outputs), default=0) for length, outputs in pairs],
         "effective_stride": [exact_ratio(length, outputs) if outputs else 0 for length, outputs in pairs],
@@ -97,7 +99,7 @@ def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     return {
         "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0,
         "dmas": _copy_dmas(call),
-        "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation)],
+        "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation, strict=False)],
         "effective_stride": stride, "effective_padding": padding,
     }
 
@@ -156,7 +158,7 @@ def estimate_fractional_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     module, inputs, output = call.module, call.argument(0, "input"), _pooled(call.output)
     kernel = _per_dim(module.kernel_size, dims)
     steps = [exact_ratio(length - k, outputs - 1) if outputs > 1 else length
-             for length, outputs, k in zip(inputs.shape[-dims:], output.shape[-dims:], kernel)]
+             for length, outputs, k in zip(inputs.shape[-dims:], output.shape[-dims:], kernel, strict=False)]
     return {
         "module_flops": _flops(output.numel() * (prod(kernel) - 1), inputs.dtype), "macs": 0,
         "dmas": _copy_dmas(call), "receptive_field": kernel, "effective_stride": steps,
@@ -167,7 +169,9 @@ def estimate_fractional_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
 def estimate_max_unpool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """A scatter of the input into a zero-filled output: no arithmetic; the adjoint window of the max pool."""
     module = call.module
-    windows = [transposed_window(k, s, p) for k, s, p in zip(module.kernel_size, module.stride, module.padding)]
+    per_dimension = zip(_per_dim(module.kernel_size, dims), _per_dim(module.stride, dims),
+                        _per_dim(module.padding, dims), strict=False)
+    windows = [transposed_window(k, s, p) for k, s, p in per_dimension]
     offsets = [offset for _, _, offset in windows]
     return {
         "module_flops": 0, "macs": 0, "dmas": _copy_dmas(call),
@@ -206,7 +210,7 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     Nearest modes copy one element (0 FLOPs). ``area`` mode is adaptive average pooling. Tap weights depend
     only on output coordinates and are shared by every batch and channel; their computation is not counted.
     """
-    module, inputs, output = call.module, call.argument(0, "input"), call.output
+    module, inputs, output = cast(nn.Upsample, call.module), call.argument(0, "input"), call.output  # HANDLERS' class
     dims, mode = inputs.dim() - 2, module.mode
     if mode == "area":
         return estimate_adaptive_avg_pool(call, dims)
@@ -217,7 +221,7 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     align_corners = bool(module.align_corners) and mode not in ("nearest", "nearest-exact")
     scales = module.scale_factor if not module.recompute_scale_factor else None
     steps = [_sampling_step(length, outputs, scale, align_corners) for length, outputs, scale in
-             zip(inputs.shape[2:], output.shape[2:], _per_dim(scales, dims))]
+             zip(inputs.shape[2:], output.shape[2:], _per_dim(scales, dims), strict=False)]
     offsets = [-_first_read(mode, step, align_corners) for step in steps]
     return {
         "module_flops": flops if taps == 1 else _flops(flops, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
@@ -228,14 +232,14 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
 
 def estimate_pixel_shuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that moves r x r channel groups into space: each output location reads one input location."""
-    factor = call.module.upscale_factor
+    factor = cast(nn.PixelShuffle, call.module).upscale_factor  # the class HANDLERS names
     return {"module_flops": 0, "macs": 0, "dmas": _copy_dmas(call),
             "receptive_field": 1, "effective_stride": exact_ratio(1, factor), "effective_padding": 0}
 
 
 def estimate_pixel_unshuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that folds r x r spatial blocks into channels: each output location reads one block."""
-    factor = call.module.downscale_factor
+    factor = cast(nn.PixelUnshuffle, call.module).downscale_factor  # the class HANDLERS names
     return {"module_flops": 0, "macs": 0, "dmas": _copy_dmas(call),
             "receptive_field": factor, "effective_stride": factor, "effective_padding": 0}
 
@@ -246,7 +250,7 @@ def estimate_padding(call: ModuleCall) -> dict[str, Any]:
     ``padding`` is in ``F.pad`` order (last dimension first); the reported padding is the leading side of each
     spatial dimension, in natural order. Negative padding crops, which a padding cannot express.
     """
-    padding = call.module.padding
+    padding = cast(Sequence[int], call.module.padding)  # what every padding class HANDLERS names stores
     leading = [padding[index] for index in range(len(padding) - 2, -1, -2)]
     return {"module_flops": 0, "macs": 0, "dmas": _copy_dmas(call), "receptive_field": 1, "effective_stride": 1,
             "effective_padding": leading if min(leading) >= 0 else None}

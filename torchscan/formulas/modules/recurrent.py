@@ -14,25 +14,26 @@ inside the call and are not counted.
 from __future__ import annotations
 
 from math import prod
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
-from ...results import NOT_APPLICABLE, SPATIAL_METRICS, Incomplete
+from ...handlers import ModuleCall, ModuleHandler
+from ...results import NOT_APPLICABLE, Incomplete
 from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
+from ..estimates import NO_SPATIAL_MEANING, Estimates
 
 METHOD = "formula:recurrent"
 
-def cell_kind(module: nn.Module) -> CellKind:
+def cell_kind(module: nn.RNNBase | nn.RNNCellBase) -> CellKind:
     """The gate structure of a recurrent module or cell."""
     if isinstance(module, (nn.LSTM, nn.LSTMCell)):
         return lstm_cell_kind()
     if isinstance(module, (nn.GRU, nn.GRUCell)):
         return gru_cell_kind()
-    return rnn_cell_kind(module.nonlinearity)
+    return rnn_cell_kind(cast(nn.RNN | nn.RNNCell, module).nonlinearity)  # the one other kind HANDLERS registers
 
 
 def tensor_elements(value: Any) -> int:
@@ -54,13 +55,13 @@ def _parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
 
-def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
+def estimate_sequence(call: ModuleCall) -> Estimates:
     """nn.RNN / nn.LSTM / nn.GRU over a padded, batch-first, unbatched or packed sequence.
 
     ``rows`` is the number of (step, sample) pairs processed: steps x batch, or the rows of a packed sequence's
     data (exactly the sum of its per-step batch sizes). Each layer and direction processes every row once.
     """
-    module = call.module
+    module = cast(nn.RNNBase, call.module)  # HANDLERS registers this formula for RNN, LSTM and GRU only
     source, state = _call_inputs(call)
     data = source.data if isinstance(source, PackedSequence) else source
     if isinstance(source, PackedSequence):
@@ -76,7 +77,7 @@ def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
     layer_macs = [step_macs(kind, size, hidden, output_size, proj) for size in layer_inputs]
     macs = rows * directions * sum(layer_macs)
     flops = rows * directions * sum(step_flops(kind, hidden, m, module.bias) for m in layer_macs)
-    estimates: ModuleEstimates = {
+    estimates: Estimates = {
         "module_flops": flops,
         "macs": macs,
         "dmas": tensor_elements(source) + tensor_elements(state) + _parameter_elements(module)
@@ -91,25 +92,25 @@ def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
     return _real_floating_only(estimates, data)
 
 
-def estimate_cell(call: ModuleCall) -> ModuleEstimates:
+def estimate_cell(call: ModuleCall) -> Estimates:
     """nn.RNNCell / nn.LSTMCell / nn.GRUCell: one step; no time dimension, so no receptive field."""
-    module = call.module
+    module = cast(nn.RNNCellBase, call.module)  # HANDLERS registers this formula for the three cells only
     source, state = _call_inputs(call)
     rows = prod(source.shape[:-1])
     kind = cell_kind(module)
     hidden = module.hidden_size
     row_macs = step_macs(kind, module.input_size, hidden, hidden)
-    estimates: ModuleEstimates = {
+    estimates: Estimates = {
         "module_flops": rows * step_flops(kind, hidden, row_macs, module.bias),
         "macs": rows * row_macs,
         "dmas": tensor_elements(source) + tensor_elements(state) + _parameter_elements(module)
         + tensor_elements(call.output),
-        **dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE),
+        **NO_SPATIAL_MEANING,
     }
     return _real_floating_only(estimates, source)
 
 
-def _real_floating_only(estimates: ModuleEstimates, data: torch.Tensor) -> ModuleEstimates:
+def _real_floating_only(estimates: Estimates, data: torch.Tensor) -> Estimates:
     """FLOP and MAC formulas are stated for real floating-point data; other dtypes get no guessed count."""
     if not data.is_floating_point():
         estimates["module_flops"] = None

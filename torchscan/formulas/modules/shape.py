@@ -9,7 +9,7 @@ channel, spatial or token dimensions start at index 2.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -63,14 +63,14 @@ def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
     """A reshape: a view whenever the input's strides allow it."""
     inputs = call.argument(0, "input")
     return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_flatten_spatial(call.module, inputs)}
+            **_flatten_spatial(cast(nn.Flatten, call.module), inputs)}  # the class HANDLERS names
 
 
 def estimate_unflatten(call: ModuleCall) -> dict[str, Any]:
     """A view that splits one dimension into several."""
     inputs = call.argument(0, "input")
     return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_unflatten_spatial(call.module, inputs)}
+            **_unflatten_spatial(cast(nn.Unflatten, call.module), inputs)}  # the class HANDLERS names
 
 
 def estimate_dropout(call: ModuleCall) -> dict[str, Any]:

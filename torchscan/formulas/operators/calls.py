@@ -82,6 +82,14 @@ def first_tensor(value: Any) -> torch.Tensor | None:
     return None
 
 
+def output_tensor(out: Any) -> torch.Tensor:
+    """The first tensor of an operator's output, for the formulas of operators that return one."""
+    tensor = first_tensor(out)
+    if tensor is None:
+        raise TypeError(f"the operator returned no tensor (a {type(out).__name__})")
+    return tensor
+
+
 def numel(value: Any) -> int:
     tensor = first_tensor(value)
     return 0 if tensor is None else tensor.numel()

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .calls import CostFunction, CostTable, OpCost, argument, first_tensor, not_one, numel, operand_kind
+from .calls import CostFunction, CostTable, OpCost, argument, not_one, numel, operand_kind, output_tensor
 from .elementwise import ACTIVATION_FLOPS, COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
 
 #: Dense-product packets -> cost of one call.
@@ -105,7 +105,7 @@ def _convolution(bias_index: int | None, transposed_index: int | None = None, *,
         is_transposed = transposed if transposed_index is None else bool(
             argument(args, kwargs, transposed_index, "transposed", False))
         bias = None if bias_index is None else argument(args, kwargs, bias_index, "bias")
-        result = first_tensor(out)
+        result = output_tensor(out)
         macs = convolution_macs(args[0], args[1], result, is_transposed)
         return dense_cost(macs, result.numel() if bias is not None else 0, operand_kind(args, kwargs, out))
     return cost

@@ -66,10 +66,7 @@ def _batch_norm(training_index: int | None, *, update: bool | None = None) -> Co
     ``training_index`` (``None``: the kernel's mode is fixed; ``update`` says whether it updates buffers)."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost:
         source, weight, bias, running_mean = args[0], args[1], args[2], args[3]
-        if training_index is None:
-            training = bool(update)
-        else:
-            training = bool(argument(args, kwargs, training_index, "training"))
+        training = bool(update) if training_index is None else bool(argument(args, kwargs, training_index, "training"))
         updates = training and running_mean is not None if update is None else update
         return batch_norm_cost(source, weight, bias, running_mean, training, updates)
     return cost
@@ -78,7 +75,7 @@ def _batch_norm(training_index: int | None, *, update: bool | None = None) -> Co
 _NATIVE_BATCH_NORM = _batch_norm(5)
 
 
-def _legit_batch_norm(args: tuple, kwargs: dict, out: Any) -> OpCost:
+def _legit_batch_norm(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
     """``_native_batch_norm_legit``: with running buffers, or ``.no_stats`` (training flag at position 3)."""
     if isinstance(args[3], bool):
         return batch_norm_cost(args[0], args[1], args[2], None, True, False)

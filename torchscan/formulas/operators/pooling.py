@@ -12,7 +12,7 @@ from math import prod
 from typing import Any
 
 from ..conventions import adaptive_windows, window_reads
-from .calls import CostFunction, CostTable, OpCost, argument, first_tensor, numel, real_only
+from .calls import CostFunction, CostTable, OpCost, argument, numel, output_tensor, real_only
 from .elementwise import interpolation_flops
 
 #: Pooling, interpolation and embedding-bag packets -> cost of one call.
@@ -34,12 +34,12 @@ def _window_pool(dims: int, *, average: bool) -> CostFunction:
     """Sliding windows over the elements they read (padding excluded): a max over m elements is m - 1
     comparisons, an average m - 1 additions and 1 division (the module view's pooling rule)."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost:
-        source, pooled = args[0], first_tensor(out)
+        source, pooled = args[0], output_tensor(out)
         kernel = _per_dim(argument(args, kwargs, 1, "kernel_size"), dims, [])
         stride = _per_dim(argument(args, kwargs, 2, "stride"), dims, kernel)
         padding = _per_dim(argument(args, kwargs, 3, "padding", 0), dims, [0] * dims)
         dilation = [1] * dims if average else _per_dim(argument(args, kwargs, 4, "dilation", 1), dims, [1] * dims)
-        spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, stride, padding, dilation)
+        spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, stride, padding, dilation, strict=False)
         per_dim = [window_reads(*window) for window in spatial]
         windows = pooled.numel()
         leading = windows // prod(pooled.shape[-dims:]) if windows else 0
@@ -55,7 +55,7 @@ def _adaptive_pool(*, average: bool) -> CostFunction:
         spatial = list(source.shape[-len(output_size):])
         leading = source.numel() // prod(spatial) if prod(spatial) else 0
         window_elements = leading * prod(sum(adaptive_windows(size, target))
-                                         for size, target in zip(spatial, output_size))
+                                         for size, target in zip(spatial, output_size, strict=False))
         return OpCost(window_elements if average else window_elements - numel(out))
     return real_only(cost)
 

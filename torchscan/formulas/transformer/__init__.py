@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
+from ...handlers import ModuleCall, ModuleHandler
+from ..estimates import Estimates
 from .attention import (
     AttentionShape,
     attention_dmas,
@@ -45,12 +46,12 @@ __all__ = ["DEPENDENCY_BUDGET", "METHOD", "AttentionShape", "attention_dmas", "a
 DEPENDENCY_BUDGET = 1 << 27
 
 
-def _handler(callback: Callable[[ModuleCall], ModuleEstimates]) -> ModuleHandler:
+def _handler(callback: Callable[[ModuleCall], Estimates]) -> ModuleHandler:
     return ModuleHandler(callback, subtree_metrics=SUBTREE_METRICS, method=METHOD)
 
 
-def _configured(estimate: Callable[[ModuleCall, int, Children], ModuleEstimates], children: Children
-                ) -> Callable[[ModuleCall], ModuleEstimates]:
+def _configured(estimate: Callable[[ModuleCall, int, Children], Estimates], children: Children
+                ) -> Callable[[ModuleCall], Estimates]:
     """``estimate`` given `DEPENDENCY_BUDGET` as it stands when the call is estimated (so a change applies)."""
     return lambda call: estimate(call, DEPENDENCY_BUDGET, children)
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleEstimates
+from ...handlers import ModuleCall
 from ..conventions import FLOPS_PER_SLICE
+from ..estimates import Estimates
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
 from .token_dependencies import attention_allowed, widest, without_padding
 from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known, with_breakdown
@@ -55,8 +56,8 @@ class AttentionShape:
 
 def projection_macs(a: AttentionShape) -> int:
     """The q, k, v and output projections."""
-    n, l, s, e = a.batch, a.queries, a.keys, a.embed
-    return n * (l * e * e + s * a.kdim * e + s * a.vdim * e + l * e * e)
+    N, L, S, E = a.batch, a.queries, a.keys, a.embed
+    return N * (L * E * E + S * a.kdim * E + S * a.vdim * E + L * E * E)
 
 
 def score_macs(a: AttentionShape) -> int:
@@ -76,19 +77,19 @@ def softmax_row_flops(length: int) -> int:
 
 def projection_flops(a: AttentionShape) -> int:
     """2 per projection MAC + the projections' biases."""
-    n, l, s, e = a.batch, a.queries, a.keys, a.embed
-    in_biases = n * (l * e + 2 * s * e) if a.in_bias else 0
-    out_bias = n * l * e if a.out_bias else 0
+    N, L, S, E = a.batch, a.queries, a.keys, a.embed
+    in_biases = N * (L * E + 2 * S * E) if a.in_bias else 0
+    out_bias = N * L * E if a.out_bias else 0
     return 2 * projection_macs(a) + in_biases + out_bias
 
 
 def score_flops(a: AttentionShape) -> int:
     """2 per QK^T and weights·V MAC + query scaling + float-mask adds + softmax + head averaging of the weights."""
-    n, l, e = a.batch, a.queries, a.embed
-    scaling = n * l * e                                   # q * D**-0.5, once per query element
+    N, L, E = a.batch, a.queries, a.embed
+    scaling = N * L * E                                   # q * D**-0.5, once per query element
     masks = a.additive_masks * a.scores
-    softmax = n * a.heads * l * softmax_row_flops(a.attended)
-    averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (n, l, s)
+    softmax = N * a.heads * L * softmax_row_flops(a.attended)
+    averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (N, L, S)
     return 2 * score_macs(a) + scaling + masks + softmax + averaging
 
 
@@ -99,13 +100,13 @@ def attention_flops(a: AttentionShape) -> int:
 
 def attention_dmas(a: AttentionShape) -> int:
     """Inputs, masks and parameters read; q, k, v, scores, probabilities, context written and read; outputs written."""
-    n, l, s, e = a.batch, a.queries, a.keys, a.embed
-    inputs = n * (l * e + s * a.kdim + s * a.vdim) + a.mask_elements
-    parameters = e * e + e * a.kdim + e * a.vdim + e * e + (3 * e if a.in_bias else 0) + (e if a.out_bias else 0)
-    intermediates = 2 * (n * l * e + 2 * n * s * e + 2 * a.scores + n * l * e)
-    outputs = n * l * e
+    N, L, S, E = a.batch, a.queries, a.keys, a.embed
+    inputs = N * (L * E + S * a.kdim + S * a.vdim) + a.mask_elements
+    parameters = E * E + E * a.kdim + E * a.vdim + E * E + (3 * E if a.in_bias else 0) + (E if a.out_bias else 0)
+    intermediates = 2 * (N * L * E + 2 * N * S * E + 2 * a.scores + N * L * E)
+    outputs = N * L * E
     if a.weights == "averaged":  # probabilities read again, (N, L, S) written; per-head weights are the probabilities
-        outputs += a.scores + n * l * a.attended
+        outputs += a.scores + N * L * a.attended
     return inputs + parameters + intermediates + outputs
 
 
@@ -154,11 +155,11 @@ def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, k
 # --- handler --------------------------------------------------------------------------------------------------
 
 
-def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
+def estimate_multihead_attention(call: ModuleCall) -> Estimates:
     """nn.MultiheadAttention: receptive field = most key positions one query position depends on."""
     mha = call.module
     if not is_native(mha, nn.MultiheadAttention):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     a = call_arguments(call)
     query, key, value = a["query"], a["key"], a["value"]
     padding, mask = a["key_padding_mask"], a["attn_mask"]

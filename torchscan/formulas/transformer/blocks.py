@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler, validate_estimates
+from ...results import Value
 from ..conventions import FLOPS_PER_ELEMENT
 from .calls import is_native
 from .work import SUMMABLE, UNKNOWN, Work
@@ -53,6 +54,13 @@ def type_name(module: Any) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+def _count(value: Value) -> int:
+    """The known value of a summable metric as a count (validation admits a number or ``None`` there)."""
+    if isinstance(value, list):
+        raise TypeError(f"a summable metric has one number, not a list: {value!r}")
+    return int(value or 0)
+
+
 def _as_work(raw: Any, handler: ModuleHandler) -> Work:
     """A built-in handler's FLOPs, MACs and DMAs as Work, read through the one validation of handler results."""
     validated = validate_estimates(raw, handler, SUMMABLE, builtin=True)
@@ -64,7 +72,7 @@ def _as_work(raw: Any, handler: ModuleHandler) -> Work:
             unknown.add(name)
         elif result["status"] == "partial":
             lower.add(name)
-        counts[name] = int(result["known_value"] or 0)
+        counts[name] = _count(result["known_value"])
     return Work(counts.get("module_flops", 0), counts.get("macs", 0), counts.get("dmas", 0), frozenset(lower),
                 frozenset(unknown))
 

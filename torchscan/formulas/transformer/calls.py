@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, TypeVar
 
 import torch
 from torch import nn
@@ -18,7 +19,8 @@ from torch import nn
 from ...handlers import ModuleCall
 
 #: An attention mask and a key padding mask, as passed (either may be None).
-Masks = tuple[torch.Tensor | None, ...]
+Masks = tuple[torch.Tensor | None, torch.Tensor | None]
+NativeModule = TypeVar("NativeModule", bound=nn.Module)
 
 
 class UnsupportedCall(Exception):
@@ -52,13 +54,13 @@ def tokens(tensor: torch.Tensor, batch_first: bool) -> Tokens:
 
 
 @functools.cache
-def _forward_signature(module_type: type) -> inspect.Signature:
-    return inspect.signature(module_type.forward)
+def _forward_signature(forward: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(forward)
 
 
 def call_arguments(call: ModuleCall) -> dict[str, Any]:
     """Every forward argument by name, defaults included, bound exactly as Python bound the call."""
-    bound = _forward_signature(type(call.module)).bind(call.module, *call.args, **call.kwargs)
+    bound = _forward_signature(type(call.module).forward).bind(call.module, *call.args, **call.kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)
 
@@ -75,7 +77,7 @@ NATIVE_METHODS: dict[type[nn.Module], tuple[str, ...]] = {
 }
 
 
-def is_native(module: Any, base: type[nn.Module]) -> bool:
+def is_native(module: Any, base: type[NativeModule]) -> TypeGuard[NativeModule]:
     """``module`` is a ``base`` whose class keeps PyTorch's own version of every method the formulas describe."""
     return isinstance(module, base) and all(
         getattr(type(module), name) is getattr(base, name) for name in NATIVE_METHODS[base])

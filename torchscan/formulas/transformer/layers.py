@@ -10,18 +10,19 @@ receptive field is measured along src (encoders) or tgt (decoders) and composed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleEstimates
+from ...handlers import ModuleCall
+from ..estimates import Estimates
 from .attention import attention_work
 from .blocks import Children, residual_work
-from .calls import Masks, Tokens, UnsupportedCall, call_arguments, is_native, tokens
+from .calls import Masks, NativeModule, Tokens, UnsupportedCall, call_arguments, is_native, tokens
 from .parts import Part, decoder_layer_parts, decoder_stack_parts, encoder_layer_parts, encoder_stack_parts
-from .token_dependencies import stack_width
+from .token_dependencies import SelfAttentionLayer, stack_width
 from .work import UNKNOWN, Work, estimates, nothing_known, total, with_breakdown
 
 # --- work -----------------------------------------------------------------------------------------------------
@@ -90,6 +91,8 @@ EncoderWork = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], Work]
 DecoderWork = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], Work]
 EncoderParts = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], list[Part]]
 DecoderParts = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], list[Part]]
+#: The self-attention layers along which token dependencies compose, read only when the width is asked for.
+Layers = Callable[[], Sequence[SelfAttentionLayer]]
 
 
 def _target_masks(arguments: dict[str, Any]) -> tuple[Masks, Masks]:
@@ -98,18 +101,22 @@ def _target_masks(arguments: dict[str, Any]) -> tuple[Masks, Masks]:
             (arguments["memory_mask"], arguments["memory_key_padding_mask"]))
 
 
-def _stack_batch_first(stack: nn.Module) -> bool:
-    return bool(stack.layers[0].self_attn.batch_first) if len(stack.layers) else False
+def _stack_batch_first(stack: nn.TransformerEncoder | nn.TransformerDecoder) -> bool:
+    if not len(stack.layers):
+        return False
+    first: Any = stack.layers[0]  # any module: the layers of a native stack are not checked here
+    return bool(first.self_attn.batch_first)
 
 
-def _native_layers(stack: nn.Module, layer_type: type[nn.Module]) -> list[nn.Module]:
-    layers = list(stack.layers)
-    if not all(is_native(layer, layer_type) for layer in layers):
+def _native_layers(stack: nn.TransformerEncoder | nn.TransformerDecoder, layer_type: type[NativeModule]
+                   ) -> list[NativeModule]:
+    layers = [layer for layer in stack.layers if is_native(layer, layer_type)]
+    if len(layers) != len(stack.layers):
         raise UnsupportedCall("a layer that is not a native Transformer layer")
     return layers
 
 
-def _dependency_width(layers: Callable[[], list[nn.Module]], sequence: torch.Tensor, batch_first: bool,
+def _dependency_width(layers: Layers, sequence: torch.Tensor, batch_first: bool,
                       masks: Masks, causal: Any, budget: int) -> tuple[int, bool]:
     """Token dependency along ``sequence`` through the self-attention of ``layers()`` (a layer is a stack of one)."""
     length = tokens(sequence, batch_first).length
@@ -117,8 +124,8 @@ def _dependency_width(layers: Callable[[], list[nn.Module]], sequence: torch.Ten
 
 
 def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: EncoderWork,
-              layers: Callable[[], list[nn.Module]], budget: int, children: Children, parts_of: EncoderParts
-              ) -> ModuleEstimates:
+              layers: Layers, budget: int, children: Children, parts_of: EncoderParts
+              ) -> Estimates:
     """An encoder layer or stack over src, whose attention mask is the argument ``mask_name``."""
     a = call_arguments(call)
     src, masks = a["src"], (a[mask_name], a["src_key_padding_mask"])
@@ -135,8 +142,8 @@ def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: Enco
     return with_breakdown(estimates(call, work, width, src.dtype), call, parts, src.dtype)
 
 
-def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Callable[[], list[nn.Module]],
-              budget: int, children: Children, parts_of: DecoderParts) -> ModuleEstimates:
+def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Layers,
+              budget: int, children: Children, parts_of: DecoderParts) -> Estimates:
     """A decoder layer or stack over tgt and memory; the receptive field is along tgt."""
     a = call_arguments(call)
     tgt, memory = a["tgt"], a["memory"]
@@ -159,45 +166,45 @@ def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers:
 # --- handlers -------------------------------------------------------------------------------------------------
 
 
-def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) -> Estimates:
     """nn.TransformerEncoderLayer: receptive field along src (attended positions and the residual position)."""
     layer = call.module
     if not is_native(layer, nn.TransformerEncoderLayer):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     return _encoding(call, "src_mask", layer.self_attn.batch_first, encoder_layer_work, lambda: [layer], budget,
                      children, encoder_layer_parts)
 
 
-def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> Estimates:
     """nn.TransformerDecoderLayer: receptive field along tgt (memory dependencies are not in this number)."""
     layer = call.module
     if not is_native(layer, nn.TransformerDecoderLayer):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     return _decoding(call, layer.self_attn.batch_first, decoder_layer_work, lambda: [layer], budget,
                      children, decoder_layer_parts)
 
 
-def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Estimates:
     """nn.TransformerEncoder: the layers' sum plus the final norm; receptive field composed across layers."""
     encoder = call.module
     if not is_native(encoder, nn.TransformerEncoder):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     return _encoding(call, "mask", _stack_batch_first(encoder), encoder_stack_work,
                      lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children,
                      encoder_stack_parts)
 
 
-def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Estimates:
     """nn.TransformerDecoder: the layers' sum plus the final norm; receptive field along tgt, composed."""
     decoder = call.module
     if not is_native(decoder, nn.TransformerDecoder):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     return _decoding(call, _stack_batch_first(decoder), decoder_stack_work,
                      lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children,
                      decoder_stack_parts)
 
 
-def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
+def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> Estimates:
     """nn.Transformer: encoder stack over src, decoder stack over tgt and the encoder's memory.
 
     A custom encoder or decoder is outside the formulas: a custom encoder leaves the memory shape unknown
@@ -205,7 +212,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
     """
     model = call.module
     if not is_native(model, nn.Transformer):
-        return nothing_known()  # type: ignore[return-value]
+        return nothing_known()
     a = call_arguments(call)
     src, tgt = a["src"], a["tgt"]
     self_masks, cross_masks = _target_masks(a)
@@ -237,7 +244,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
 
 
 #: Module type -> its estimate, given the call, the token-dependency budget and the children's formulas.
-TRANSFORMER_ESTIMATES: dict[type[nn.Module], Callable[[ModuleCall, int, Children], ModuleEstimates]] = {
+TRANSFORMER_ESTIMATES: dict[type[nn.Module], Callable[[ModuleCall, int, Children], Estimates]] = {
     nn.TransformerEncoderLayer: estimate_encoder_layer,
     nn.TransformerDecoderLayer: estimate_decoder_layer,
     nn.TransformerEncoder: estimate_encoder,

@@ -14,20 +14,23 @@ from torch import nn
 
 from .attention import attention_parts
 from .blocks import Children, residual_work
-from .calls import Masks, Tokens, UnsupportedCall, is_native
+from .calls import Masks, NativeModule, Tokens, UnsupportedCall, is_native
 from .work import Work
 
 Part = tuple[str, str, Work]  # (module relative to the owner, what the part is, its work)
 
 
-def _attention(kind: str, module: str, mha: nn.Module, queries: Tokens, keys: Tokens, masks: Masks) -> list[Part]:
+def _attention(kind: str, module: str, mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, masks: Masks
+               ) -> list[Part]:
     return [(module, f"{kind} {name}", work)
             for name, work in attention_parts(mha, queries, keys, keys.width, keys.width, masks)]
 
 
-def _native(layer: nn.Module, kind: type[nn.Module]) -> None:
+def _native(layer: nn.Module, kind: type[NativeModule]) -> NativeModule:
+    """``layer``, if it is a native ``kind``."""
     if not is_native(layer, kind):
         raise UnsupportedCall(f"a layer that is not a native {kind.__name__}")
+    return layer
 
 
 def _norms(children: Children, layer: nn.Module, names: tuple[str, ...], prefix: str, tokens: Tokens,
@@ -41,7 +44,7 @@ def _norms(children: Children, layer: nn.Module, names: tuple[str, ...], prefix:
 def encoder_layer_parts(children: Children, layer: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
                         module: str = "") -> list[Part]:
     """Self-attention (projections; scores and weighted sum), feed-forward, 2 norms, 2 residual additions."""
-    _native(layer, nn.TransformerEncoderLayer)
+    layer = _native(layer, nn.TransformerEncoderLayer)
     prefix = f"{module}." if module else ""
     return [
         *_attention("self-attention", module, layer.self_attn, src, src, masks),
@@ -54,7 +57,7 @@ def encoder_layer_parts(children: Children, layer: nn.Module, src: Tokens, masks
 def decoder_layer_parts(children: Children, layer: nn.Module, tgt: Tokens, memory: Tokens, self_masks: Masks,
                         cross_masks: Masks, dtype: torch.dtype, module: str = "") -> list[Part]:
     """Self-attention over tgt, cross-attention over memory, feed-forward, 3 norms, 3 residual additions."""
-    _native(layer, nn.TransformerDecoderLayer)
+    layer = _native(layer, nn.TransformerDecoderLayer)
     prefix = f"{module}." if module else ""
     return [
         *_attention("self-attention", module, layer.self_attn, tgt, tgt, self_masks),
@@ -76,7 +79,7 @@ def _final_norm(children: Children, stack: nn.Module, prefix: str, tokens: Token
 def encoder_stack_parts(children: Children, encoder: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
                         prefix: str = "") -> list[Part]:
     """Every layer's parts (named ``layers.i``), then the final norm."""
-    _native(encoder, nn.TransformerEncoder)
+    encoder = _native(encoder, nn.TransformerEncoder)
     parts = [part for index, layer in enumerate(encoder.layers)
              for part in encoder_layer_parts(children, layer, src, masks, dtype, f"{prefix}layers.{index}")]
     return parts + _final_norm(children, encoder, prefix, src, dtype)
@@ -85,7 +88,7 @@ def encoder_stack_parts(children: Children, encoder: nn.Module, src: Tokens, mas
 def decoder_stack_parts(children: Children, decoder: nn.Module, tgt: Tokens, memory: Tokens, self_masks: Masks,
                         cross_masks: Masks, dtype: torch.dtype, prefix: str = "") -> list[Part]:
     """Every layer's parts (named ``layers.i``), then the final norm."""
-    _native(decoder, nn.TransformerDecoder)
+    decoder = _native(decoder, nn.TransformerDecoder)
     parts = [part for index, layer in enumerate(decoder.layers)
              for part in decoder_layer_parts(children, layer, tgt, memory, self_masks, cross_masks, dtype,
                                              f"{prefix}layers.{index}")]

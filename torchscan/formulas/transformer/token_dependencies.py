@@ -8,12 +8,16 @@ mask on the ``meta`` device makes the dependency unknown.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import torch
 from torch import nn
 
 from .calls import UnsupportedCall, is_native
+
+#: A layer whose self-attention `stack_width` reads.
+SelfAttentionLayer = nn.TransformerEncoderLayer | nn.TransformerDecoderLayer
 
 
 class MaskValuesUnknown(Exception):
@@ -57,6 +61,14 @@ def widest(allowed: torch.Tensor | None, keys: int) -> int:
     if allowed is None:
         return keys
     return int(allowed.sum(dim=-1).max()) if allowed.numel() else 0
+
+
+@overload
+def with_residual(allowed: torch.Tensor, length: int) -> torch.Tensor: ...
+
+
+@overload
+def with_residual(allowed: None, length: int) -> None: ...
 
 
 def with_residual(allowed: torch.Tensor | None, length: int) -> torch.Tensor | None:
@@ -108,8 +120,8 @@ def composed_width(step: torch.Tensor | None, layers: int, length: int, idempote
     return widest(reach, length), True
 
 
-def stack_width(layers: list[nn.Module], length: int, attn_mask: Any, padding_mask: Any, causal: Any, budget: int
-                ) -> tuple[int, bool]:
+def stack_width(layers: Sequence[SelfAttentionLayer], length: int, attn_mask: Any, padding_mask: Any, causal: Any,
+                budget: int) -> tuple[int, bool]:
     """Composed dependency along the residual sequence of a stack of self-attention layers (one layer: its own).
 
     ``budget`` bounds the work of composing general masks (see `composed_width`).

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleEstimates
+from ...handlers import ModuleCall
 from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
+from ..estimates import Count, Estimates, Spatial
 from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
 METHOD = "formula:transformer"
 SUBTREE_METRICS = frozenset(METRIC_UNITS)
 SUMMABLE = frozenset(SUMMABLE_METRICS)
-#: Report field -> Work attribute.
-FIELD_NAMES = {"module_flops": "flops", "macs": "macs", "dmas": "dmas"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +54,11 @@ class Work:
 
     def without(self, metrics: frozenset[str]) -> Work:
         """Nothing known for ``metrics`` (their counts are dropped)."""
-        dropped = {FIELD_NAMES[name]: 0 for name in metrics}
-        return replace(self, lower_bound=self.lower_bound - metrics, unknown=self.unknown | metrics, **dropped)
+        def kept(name: str, count: int) -> int:
+            return 0 if name in metrics else count
+        return replace(self, flops=kept("module_flops", self.flops), macs=kept("macs", self.macs),
+                       dmas=kept("dmas", self.dmas), lower_bound=self.lower_bound - metrics,
+                       unknown=self.unknown | metrics)
 
     def missing(self, gap: str) -> Work:
         """The same work, with ``gap`` named among the parts it leaves out."""
@@ -73,33 +75,37 @@ def total(parts: list[Work]) -> Work:
 # --- report fields --------------------------------------------------------------------------------------------
 
 
-def summable_fields(work: Work) -> dict[str, Any]:
+def _field(work: Work, name: str, value: int, reason: str | None) -> Count:
+    """One summable metric as a handler value: a count, a lower bound or nothing known."""
+    if name in work.unknown:
+        return Incomplete(None, reason) if reason else None
+    if name in work.lower_bound:
+        return Incomplete(value, reason)
+    return value
+
+
+def summable_fields(work: Work) -> Estimates:
     """FLOPs, MACs and DMAs as handler values: a count, a lower bound or nothing known, naming what is missing."""
     reason = "; ".join(work.gaps) or None
-    fields: dict[str, Any] = {}
-    for name, value in (("module_flops", work.flops), ("macs", work.macs), ("dmas", work.dmas)):
-        if name in work.unknown:
-            fields[name] = Incomplete(None, reason) if reason else None
-        elif name in work.lower_bound:
-            fields[name] = Incomplete(value, reason)
-        else:
-            fields[name] = value
-    return fields
+    return {"module_flops": _field(work, "module_flops", work.flops, reason),
+            "macs": _field(work, "macs", work.macs, reason),
+            "dmas": _field(work, "dmas", work.dmas, reason)}
 
 
-def token_fields(width: Callable[[], tuple[int, bool]]) -> dict[str, Any]:
+def token_fields(width: Callable[[], tuple[int, bool]]) -> Estimates:
     """Receptive field in tokens (exact, a lower bound, or unavailable without mask values); stride 1, padding 0."""
     try:
         value, exact = width()
     except (MaskValuesUnknown, UnsupportedCall):
-        receptive: Any = None
+        receptive: Spatial = None
     else:
         receptive = value if exact else Incomplete(value)
     return {"receptive_field": receptive, "effective_stride": 1, "effective_padding": 0}
 
 
-def nothing_known() -> dict[str, Any]:
-    return dict.fromkeys(METRIC_UNITS)
+def nothing_known() -> Estimates:
+    """Every field unavailable (``None``)."""
+    return cast(Estimates, dict.fromkeys(METRIC_UNITS))
 
 
 def _dropout_active(module: nn.Module) -> bool:
@@ -123,30 +129,31 @@ def _bounded(work: Work, dtype: torch.dtype, dropout: bool) -> Work:
 
 
 def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tuple[int, bool]],
-              dtype: torch.dtype) -> ModuleEstimates:
+              dtype: torch.dtype) -> Estimates:
     """The six fields, with the call-wide boundaries applied to the formula's work."""
     try:
         counted = work()
     except UnsupportedCall:
         counted = UNKNOWN
     bounded = _bounded(counted, dtype, _dropout_active(call.module))
-    return {**summable_fields(bounded), **token_fields(width)}  # type: ignore[typeddict-item]
+    return {**summable_fields(bounded), **token_fields(width)}
 
 
 #: The metrics a breakdown splits: FLOPs and MACs (the DMAs of attention's intermediates belong to no one part).
-PART_METRICS = ("module_flops", "macs")
+PART_METRICS: tuple[Literal["module_flops", "macs"], ...] = ("module_flops", "macs")
 
 
-def with_breakdown(fields: ModuleEstimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
-                   dtype: torch.dtype) -> ModuleEstimates:
+def with_breakdown(fields: Estimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
+                   dtype: torch.dtype) -> Estimates:
     """``fields`` with the ``breakdown`` of its FLOPs and MACs: ``(module, part, work)`` triples whose work adds up
     to the estimate's, under the same call-wide boundaries (see `torchscan.breakdown`)."""
     try:
         found = parts()
     except UnsupportedCall:
         return fields
-    breakdown, dropout = [], _dropout_active(call.module)
+    breakdown: list[dict[str, Any]] = []
+    dropout = _dropout_active(call.module)
     for module, name, work in found:
         values = summable_fields(_bounded(work, dtype, dropout))
         breakdown.append({"part": name, "module": module, **{key: values[key] for key in PART_METRICS}})
-    return {**fields, "breakdown": breakdown}  # type: ignore[typeddict-unknown-key]
+    return {**fields, "breakdown": breakdown}

@@ -1,8 +1,8 @@
 """Shared pytest set-up: import the package from this checkout, and check every report analyzed in this process.
 
 Every report that ``crawl_module`` or ``summary`` builds while the tests run (whatever test builds it, and however
-it is called) is validated against the shipped JSON Schema and its MetricResult invariants, and must be written by
-``json.dumps`` as is: the check wraps the analysis itself (``torchscan.crawler._analyze``), so a report that breaks
+it is called) is validated against the shipped JSON Schema and its MetricResult invariants, must be written by ``json.dumps`` as
+is, and must share no list or dict between two places: the check wraps the analysis itself (``torchscan.crawler._analyze``), so a report that breaks
 the contract fails the test that produced it. Reports analyzed in other processes (the ``torchscan-report``
 workers of the end-to-end tests) are outside this check; those tests read the JSON files the workers wrote.
 """
@@ -24,7 +24,7 @@ for entry in (ROOT, ROOT / "site_models", ROOT / "tests"):
 
 @pytest.fixture(scope="session", autouse=True)
 def _every_report_is_validated() -> Iterator[None]:
-    from torchscan_testing import VALIDATED
+    from torchscan_testing import VALIDATED, assert_nothing_shared
 
     from torchscan import crawler
     from torchscan.schema import validate_report
@@ -35,6 +35,7 @@ def _every_report_is_validated() -> Iterator[None]:
         report = analyze(*args, **kwargs)
         validate_report(report)
         json.dumps(report)
+        assert_nothing_shared(report)
         VALIDATED["reports"] += 1
         return report
 

@@ -182,14 +182,14 @@ def test_a_handler_may_give_incomplete_parts() -> None:
         validate_breakdown([{"part": "a", "module": "", "macs": Incomplete(-1)}], {}, Block(), "m")
 
 
-def test_a_replayed_estimate_shares_the_parts_and_an_owner_covering_it_leaves_the_others_whole() -> None:
-    """Replays share the stored parts (a report is read-only); an enclosing owner that covers a replay's metrics
-    replaces that replay's parts, never the stored ones."""
+def test_a_replayed_estimate_has_its_own_parts_and_an_owner_covering_it_leaves_the_others_whole() -> None:
+    """Replays copy the stored parts; an enclosing owner that covers a replay's metrics replaces that replay's
+    parts, never the stored ones."""
     memo, module = EstimateMemo(), nn.Identity()
     part = {"part": "a", "module": "", "macs": complete(4, "MACs", "part", "m")}
     memo.store("key", module, CallEstimate(metrics={"macs": complete(4, "MACs", "subtree", "m")}, breakdown=[part]))
     first, second = (memo.replay("key", module, path, 0) for path in ("x", "y"))
-    assert first.breakdown == second.breakdown == [part] and first.breakdown[0] is part
+    assert first.breakdown == second.breakdown == [part] and first.breakdown[0] is not part
     CallOutcome(0, first, {}, {}).cover(frozenset({"macs"}), {"path": "", "call_index": 0})
     assert first.breakdown == [] and "macs" not in first.metrics
     assert second.breakdown == [part] and "macs" in second.metrics and part["macs"]["value"] == 4

@@ -621,36 +621,40 @@ def test_structure_mode_runs_the_forward_but_no_handler_or_operator_formula():
                                                              "2.scale", "3"]
 
 
-def test_a_report_shares_equal_results_but_every_record_has_its_own_mappings():
-    """A report is read-only (docs/schema.md): records share the not-requested results, their parent's reference and
-    the statistics of modules without tensors, never a mapping of their own."""
-    report = analyze(nn.Sequential(nn.ReLU(), nn.ReLU()), (3,), mode="structure")
-    _, first, second = report["layers"]
-    assert first["metrics"] is not second["metrics"] and first["operator_flops"] is not second["operator_flops"]
-    assert first["metrics"]["macs"] is second["metrics"]["macs"]
-    assert first["parent"] is second["parent"] and first["parent"] == {"path": "", "call_index": 0}
-    assert first["parameters"] is second["parameters"] and first["buffers"] is second["buffers"]
-    assert first["input"] is second["input"] and first["output"] is second["output"] is first["input"]["args"][0]
-    assert json.loads(json.dumps(report)) == report
+@pytest.mark.parametrize("mode", ["full", "structure"])
+def test_one_edit_of_a_report_changes_no_other_place(mode):
+    """Users annotate, merge and trim reports: records that describe equal things are still separate objects."""
+    model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(5)))
+    report = analyze(model, (4,), mode=mode)
+    before = json.loads(json.dumps(report))
+    report["layers"][1]["output"]["shape"][1] = 999
+    report["layers"][1]["metrics"]["macs"]["status"] = "edited"
+    report["layers"][1]["operator_flops"]["direct"]["value"] = -1
+    report["layers"][1]["parent"]["path"] = "edited"
+    report["layers"][1]["parameters"]["count"] = -1
+    report["totals"]["operator_flops"]["value"] = -1
+    after = json.loads(json.dumps(report))
+    for index in (0, 2, 3, 4, 5):
+        assert after["layers"][index] == before["layers"][index]
+    assert after["operator_flops"] == before["operator_flops"] and after["inputs"] == before["inputs"]
 
 
-def test_calls_that_count_alike_share_their_operator_flop_results():
+def test_calls_that_count_alike_have_equal_operator_flop_results():
     report = analyze(nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 3), Opaque()), (3,))
     _, first, second, opaque_call = (layer["operator_flops"] for layer in report["layers"])
-    assert first is not second and first["direct"] is second["direct"] and first["inclusive"] is second["inclusive"]
-    assert opaque_call["direct"]["status"] == "partial" and opaque_call["direct"] is not first["direct"]
+    assert first == second and first["direct"] is not second["direct"]
+    assert opaque_call["direct"]["status"] == "partial"
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_nested_and_meta_tensors_are_described_as_their_kind():
-    """A strided nested tensor has the plain tensor type but no single shape: it is described, never shared."""
+    """A strided nested tensor has the plain tensor type but no single shape: it is described as one."""
     nested = torch.nested.nested_tensor([torch.rand(2, 3), torch.rand(4, 3)])
     _, first, second = crawl_module(nn.Sequential(Scale(), Scale()), args=(nested,), mode="structure")["layers"]
     assert first["input"]["args"][0]["kind"] == second["output"]["kind"] == "nested_tensor"
-    assert first["output"] is not second["output"]
     meta = crawl_module(nn.Sequential(nn.ReLU(), nn.ReLU()), args=(torch.empty(2, 3, device="meta"),),
                         mode="structure")["layers"]
-    assert meta[1]["output"] is meta[2]["output"] and meta[1]["output"]["device"] == "meta"
+    assert meta[1]["output"] == meta[2]["output"] and meta[1]["output"]["device"] == "meta"
 
 
 class KeywordScale(nn.Module):
@@ -669,13 +673,10 @@ class TwoScales(nn.Module):
         return self.plain(x) + self.keyword(x, scale=2.0)
 
 
-def test_a_call_with_keyword_arguments_gets_its_own_input_description():
-    """The pre-hook's description of a single-tensor input is shared; the post-hook adds the keyword arguments to a
-    copy of it, never to the shared one."""
+def test_a_call_with_keyword_arguments_describes_them_beside_its_positional_ones():
     _, plain, keyword = analyze(TwoScales(), (4,))["layers"]
     assert plain["input"] == {"args": [keyword["input"]["args"][0]], "kwargs": []}
     assert keyword["input"]["kwargs"] == [{"key": "scale", "value": {"kind": "scalar", "type": "float"}}]
-    assert plain["input"]["args"][0] is keyword["input"]["args"][0]
 
 
 # -- determinism and serialization ---------------------------------------------------------------------------------------------------

@@ -156,9 +156,10 @@ def test_a_memoizing_builtin_runs_once_per_distinct_call_and_every_record_gets_i
     assert findings == [("blocks.0", "6 elements"), ("blocks.1", "2 elements"), ("blocks.2", "6 elements"),
                         ("blocks.3", "2 elements")]
     replayed, computed = blocks[2]["metrics"], blocks[0]["metrics"]
-    assert replayed is not computed and replayed["module_flops"] is computed["module_flops"]  # read-only results
+    assert replayed == computed and replayed["module_flops"] is not computed["module_flops"]  # results of its own
     del computed["macs"]
-    assert "macs" in replayed
+    computed["module_flops"]["value"] = -1
+    assert "macs" in replayed and replayed["module_flops"]["value"] == 6
 
 
 def test_a_caller_registration_turns_the_memo_off_for_its_type(monkeypatch):
@@ -269,14 +270,15 @@ def test_absent_and_present_parameters_and_buffers_are_part_of_the_configuration
 
 
 def test_replays_have_their_own_containers_and_diagnostics_addressed_to_their_own_call():
-    """An enclosing owner's formula may still drop fields from a replay: its mappings and lists are its own; the
-    results in them are the stored ones (a report is read-only)."""
+    """An enclosing owner's formula may still drop fields from a replay, and users edit reports: every mapping, list
+    and result of a replay is its own."""
     memo, layer = EstimateMemo(), nn.Linear(3, 3)
     x = torch.ones(3)
     structure = memo.structure(None, NEEDED, layer, (x,), {}, x)
     memo.store(structure, layer, CallEstimate({"macs": complete(9, "MACs", "module_call", "formula:linear")},
                                               diagnostics=[{"code": "x", "path": "layer", "call_index": 0}]))
     first, second = (memo.replay(structure, layer, "layer", index) for index in (1, 2))
-    assert first.metrics is not second.metrics and first.metrics["macs"] is second.metrics["macs"]
+    assert first.metrics is not second.metrics and first.metrics["macs"] is not second.metrics["macs"]
+    assert first.metrics == second.metrics
     assert first.ownership is not second.ownership and first.delegated is not second.delegated
     assert [item["call_index"] for item in (*first.diagnostics, *second.diagnostics)] == [1, 2]

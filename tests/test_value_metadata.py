@@ -64,8 +64,7 @@ def test_tensor_subclasses_are_asked_for_their_device():
 
 
 def test_every_description_is_a_new_object():
-    """Outside an analysis's hooks (which share equal tensor descriptions within one read-only report, see
-    `SharedDescriptions`) every description is built anew: a caller may keep and edit it."""
+    """Every description is built anew: a caller may keep and edit it."""
     first, second = value_metadata(3), value_metadata(3)
     first["type"] = "edited"
     assert second == value_metadata(3) == {"kind": "scalar", "type": "int"}

@@ -24,10 +24,31 @@ VALIDATED = {"reports": 0}
 
 
 def checked(report: dict[str, Any]) -> dict[str, Any]:
-    """``report`` after checking it against the shipped schema and that JSON writes it as is."""
+    """``report`` after checking it against the shipped schema, that JSON writes it as is, and that it shares no
+    list or dict between two places."""
     validate_report(report)
     json.dumps(report)
+    assert_nothing_shared(report)
     return report
+
+
+def shared_containers(value: Any, path: str = "report", seen: dict[int, str] | None = None
+                      ) -> list[tuple[str, str]]:
+    """Every list or dict of ``value`` reachable from two paths, as ``(first path, second path)`` pairs."""
+    seen = {} if seen is None else seen
+    if not isinstance(value, (dict, list)):
+        return []
+    if id(value) in seen:
+        return [(seen[id(value)], path)]
+    seen[id(value)] = path
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    return [pair for key, item in items for pair in shared_containers(item, f"{path}[{key!r}]", seen)]
+
+
+def assert_nothing_shared(report: dict[str, Any]) -> None:
+    """One edit of a report never changes another place of it: no mutable object is reachable from two paths."""
+    shared = shared_containers(report)
+    assert not shared, f"{len(shared)} shared lists or dicts, first {shared[0][0]} is {shared[0][1]}"
 
 
 def analyze(model: nn.Module, *positional: Any, **options: Any) -> dict[str, Any]:

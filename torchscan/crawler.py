@@ -178,8 +178,9 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
               recorder: OperatorRecorder | None, mapping: dict[Any, Any], context: dict[str, Any],
               inputs: dict[str, Any], full: bool) -> dict[str, Any]:
     layers = tracer.records
-    for layer in layers:
-        layer["parameters"], layer["buffers"] = statistics[layer["path"]]
+    for layer in layers:  # a module called twice: each record has its own statistics
+        parameters, buffers = statistics[layer["path"]]
+        layer["parameters"], layer["buffers"] = dict(parameters), dict(buffers)
     if not full:
         _mark_not_requested(layers)
     diagnostics = list(tracer.diagnostics)
@@ -196,7 +197,7 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
             "neither hooks nor dispatch observe work; every total is a lower bound"))
         for name in (*SUMMABLE_METRICS, "operator_flops"):
             totals[name] = as_lower_bound(totals[name])
-        operators["total"] = totals["operator_flops"]
+        operators["total"] = dict(totals["operator_flops"])
     return {
         "schema_version": SCHEMA_VERSION,
         "context": context,
@@ -209,13 +210,12 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested. Each record has its own
-    mappings; the results in them are the same few dicts (a report is read-only, see docs/schema.md)."""
+    """``mode="structure"``: every compute metric of every call explicitly not requested."""
     metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
     operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = metrics.copy()
-        layer["operator_flops"] = operator_flops.copy()
+        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
+        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
@@ -236,7 +236,7 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
                                        MODEL, TOTALS_METHOD)
         else:
             totals[name] = not_requested(unit, MODEL)
-    totals["operator_flops"] = operator_total
+    totals["operator_flops"] = dict(operator_total)
     return totals
 
 

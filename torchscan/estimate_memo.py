@@ -13,8 +13,7 @@ promises that its estimate depends only on what the key captures:
 
 A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
 The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own mappings of the same results (a report is read-only, see docs/schema.md), and diagnostics are re-addressed to
-the call they are about.
+own copy of the results, and diagnostics are re-addressed to the call they are about.
 
 The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
 so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
@@ -36,6 +35,7 @@ from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
 from .inputs import PLAIN_TENSORS, only_plain_tensor_types
+from .results import copied, plain_copy
 
 #: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
 SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
@@ -280,11 +280,11 @@ class EstimateMemo:
 
 
 def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
-    """The estimate of one more call: its own containers (an enclosing owner's formula may still drop fields from
-    them), the same results and breakdown parts (a report is read-only), and its diagnostics re-addressed to
-    ``where`` when given."""
-    copy = CallEstimate(dict(estimate.metrics), dict(estimate.ownership), estimate.builtin_owned,
-                        list(estimate.delegated), breakdown=estimate.breakdown)
+    """The estimate of one more call: its own results and breakdown (a report shares no object between two
+    records), and its diagnostics re-addressed to ``where`` when given."""
+    metrics = {name: copied(result) for name, result in estimate.metrics.items()}
+    copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
+                        list(estimate.delegated), breakdown=plain_copy(estimate.breakdown))
     if estimate.diagnostics:
         copy.diagnostics = ([{**item, **where} for item in estimate.diagnostics] if where is not None
                             else list(estimate.diagnostics))

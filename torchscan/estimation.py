@@ -158,11 +158,6 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], handler.scope(name), label))
         return
     validated = validate_estimates(raw, handler, needed, builtin=builtin)
-    if validated.exact:  # complete numbers only: nothing to report, no breakdown, every owned field supplied
-        _set_exact(estimate, validated.metrics)
-        if handler.subtree_metrics:
-            _mark_omitted_owned(handler, needed, validated, estimate, label, where)
-        return
     for name, problem in validated.problems:
         estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
     for name, result in validated.metrics.items():
@@ -218,17 +213,6 @@ def _incomplete_result(label: str, name: str, result: MetricResult, builtin: boo
         return diagnostic("unsupported_configuration", f"{returned}: {why}", metric=name, **where)
     return diagnostic("incomplete_handler_estimate", f"{returned}: {reason}" if reason else returned, metric=name,
                       **where)
-
-
-def _set_exact(estimate: CallEstimate, metrics: dict[str, MetricResult]) -> None:
-    """Keep a handler's complete results (their scopes are the ownership)."""
-    if estimate.metrics:
-        estimate.metrics.update(metrics)
-    else:
-        estimate.metrics = metrics
-    ownership = estimate.ownership
-    for name, result in metrics.items():
-        ownership[name] = result["scope"]
 
 
 def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: MetricResult) -> None:

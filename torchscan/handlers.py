@@ -179,20 +179,17 @@ def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
 
 class ValidatedEstimates:
     """A callback's result after validation: metric results by field, why any field was rejected, and what an
-    `Incomplete` value said is missing (quoted by the diagnostic about that field). ``exact`` says every result
-    is complete and nothing was rejected (the common case, which needs no further checks)."""
+    `Incomplete` value said is missing (quoted by the diagnostic about that field)."""
 
-    __slots__ = ("breakdown", "exact", "invalid_whole", "metrics", "problems", "reasons")
+    __slots__ = ("breakdown", "invalid_whole", "metrics", "problems", "reasons")
 
     def __init__(self, metrics: dict[str, MetricResult], problems: list[tuple[str | None, str]],
-                 invalid_whole: bool = False, reasons: dict[str, str] | None = None, breakdown: Any = None,
-                 exact: bool = False) -> None:
+                 invalid_whole: bool = False, reasons: dict[str, str] | None = None, breakdown: Any = None) -> None:
         self.metrics = metrics
         self.problems = problems  # (field or None for the whole result, message)
         self.invalid_whole = invalid_whole
         self.reasons = {} if reasons is None else reasons
         self.breakdown = breakdown  # the raw "breakdown" the handler returned, checked by torchscan.breakdown
-        self.exact = exact
 
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
@@ -209,10 +206,6 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if builtin is None:
         builtin = handler.method is not None
     label = handler.label if builtin else handler.caller_label
-    if type(raw) is dict:
-        exact = _exact_results(raw, handler, requested, label)
-        if exact is not None:
-            return exact
     if not isinstance(raw, Mapping):
         reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
         return _whole_invalid(handler, requested, label, reason)
@@ -233,31 +226,6 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     return validated
 
 
-def _exact_results(raw: dict[str, Any], handler: ModuleHandler, requested: frozenset[str], label: str
-                   ) -> ValidatedEstimates | None:
-    """The common result, validated cheaply: only field names, each a non-negative int (receptive-field fields: or a
-    non-empty list of them). Anything else (``None``, `Incomplete`, a MetricResult, a float, a breakdown) returns
-    None, for the general path. The results are those the general path gives, in the same order."""
-    metrics: dict[str, MetricResult] = {}
-    subtree = handler.subtree_metrics
-    for name, value in raw.items():
-        unit = METRIC_UNITS.get(name)
-        if unit is None:
-            return None
-        if type(value) is int:
-            if value < 0:
-                return None
-        elif type(value) is list and name in SPATIAL_METRICS and _natural_numbers(value):
-            value = value.copy()
-        else:
-            return None
-        if name in requested:
-            scope = SUBTREE if name in subtree else MODULE_CALL
-            metrics[name] = {"status": "complete", "value": value, "known_value": value, "unit": unit,
-                             "scope": scope, "method": label}
-    return ValidatedEstimates(metrics, [], exact=True)
-
-
 def _unsupported_names(raw: Mapping[str, Any]) -> list[str]:
     """The keys of a handler result that are neither a field nor its ``breakdown``."""
     return sorted(str(name) for name in raw if name not in METRIC_FIELDS and name != BREAKDOWN_KEY)
@@ -272,7 +240,7 @@ def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: st
                         ) -> tuple[MetricResult, str | None]:
     """One field's value as a MetricResult, or an unavailable result and why the value is invalid."""
     unit, scope = METRIC_UNITS[name], handler.scope(name)
-    if type(value) is int and value >= 0:  # the common cases, kept cheap: they run for every call of every layer
+    if type(value) is int and value >= 0:  # the common case first: it runs for every call of every layer
         return complete(value, unit, scope, label), None
     spatial = name in SPATIAL_METRICS
     if spatial and type(value) is list and _natural_numbers(value):

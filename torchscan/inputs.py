@@ -235,61 +235,6 @@ def positional_metadata(args: tuple) -> dict[str, Any]:
     return call_metadata(args, {})
 
 
-class SharedDescriptions:
-    """One analysis's descriptions of plain CPU and meta tensors, one dict per distinct shape, dtype, device and
-    gradient requirement, and of single-tensor inputs likewise: a report is read-only, so its records can share
-    equal descriptions (a model's layers see few distinct shapes), which saves building, collecting and freeing
-    them. The hooks describe every call's input and output through it; anything else takes `value_metadata`."""
-
-    __slots__ = ("inputs", "tensors")
-
-    def __init__(self) -> None:
-        self.tensors: dict[tuple, dict[str, Any]] = {}
-        self.inputs: dict[tuple, dict[str, Any]] = {}
-
-    def value(self, value: Any) -> dict[str, Any]:
-        """`value_metadata` of ``value``, shared when it is a plain CPU or meta tensor."""
-        key = _sharing_key(value)
-        if key is None:
-            return value_metadata(value)
-        try:
-            found = self.tensors.get(key)
-        except TypeError:  # a symbolic size in the shape: unhashable
-            return tensor_metadata(value)
-        if found is None:
-            found = self.tensors[key] = tensor_metadata(value)
-        return found
-
-    def positional(self, args: tuple) -> dict[str, Any]:
-        """`positional_metadata` of ``args``, shared when they are one plain CPU or meta tensor."""
-        key = _sharing_key(args[0]) if len(args) == 1 else None
-        if key is None:
-            return positional_metadata(args)
-        try:
-            found = self.inputs.get(key)
-        except TypeError:  # a symbolic size in the shape: unhashable
-            return positional_metadata(args)
-        if found is None:
-            found = self.inputs[key] = {"args": [self.value(args[0])], "kwargs": []}
-        return found
-
-
-def _sharing_key(value: Any) -> tuple | None:
-    """What a plain CPU or meta tensor's description says (``None`` for any other value). A strided nested tensor
-    passes the type and device checks but has no single shape, so it is told apart before the shape is read."""
-    if type(value) not in PLAIN_TENSORS:
-        return None
-    if value.is_cpu:
-        device = "cpu"
-    elif value.is_meta:
-        device = "meta"
-    else:
-        return None
-    if value.is_nested:
-        return None
-    return value.shape, value.dtype, device, value.requires_grad
-
-
 FAILED_OUTPUT = {"kind": "failed"}
 
 

@@ -152,18 +152,11 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
     seen: set[int] = set()
     found: set[Any] = set()  # dtypes of CPU tensors, (device type, dtype) of others: named once each, at the end
     statistics = {}
-    no_parameters = {"count": 0, "bytes": 0, "trainable": 0, "frozen": 0}  # shared: a report is read-only
-    no_buffers = {"count": 0, "bytes": 0}
     for path, module in modules:
-        parameters, buffers = module._parameters, module._buffers
-        own_parameters, own_buffers = no_parameters, no_buffers
-        if parameters:
-            count, nbytes, trainable = _new_tensors(parameters.values(), seen, found)
-            own_parameters = {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
-        if buffers:
-            count, nbytes, _ = _new_tensors(buffers.values(), seen, found)
-            own_buffers = {"count": count, "bytes": nbytes}
-        statistics[path] = own_parameters, own_buffers
+        count, nbytes, trainable = _new_tensors(module._parameters.values(), seen, found)
+        own_parameters = {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
+        count, nbytes, _ = _new_tensors(module._buffers.values(), seen, found)
+        statistics[path] = own_parameters, {"count": count, "bytes": nbytes}
     if kinds is not None:
         kinds.update(("cpu", dtype_name(kind)) if isinstance(kind, torch.dtype) else (kind[0], dtype_name(kind[1]))
                      for kind in found)

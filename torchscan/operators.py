@@ -131,24 +131,6 @@ class OperatorTotals:
         return flops_result(self.flops, scope, any(outcome.uncounted for outcome in self.outcomes))
 
 
-class SharedFlopResults:
-    """One analysis's operator FLOP results of layer calls, one per distinct count, scope and completeness: records
-    share equal ones (a report is read-only), as most calls of repeated blocks count alike."""
-
-    __slots__ = ("results",)
-
-    def __init__(self) -> None:
-        self.results: dict[tuple, MetricResult] = {}
-
-    def result(self, flops: float, scope: str, partial: bool) -> MetricResult:
-        """The result of ``flops`` counted FLOPs: a lower bound when ``partial`` (some operator was uncounted)."""
-        key = (flops, scope, partial)
-        found = self.results.get(key)
-        if found is None:
-            found = self.results[key] = flops_result(flops, scope, partial)
-        return found
-
-
 def flops_result(flops: float, scope: str, partial: bool) -> MetricResult:
     """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
     return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, METHOD)

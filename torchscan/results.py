@@ -86,8 +86,9 @@ class MetricResult(TypedDict):
 
 
 def complete(value: Value, unit: str, scope: str, method: str) -> MetricResult:
-    """An exact count (a legitimate zero included)."""
-    return {"status": "complete", "value": value, "known_value": value, "unit": unit, "scope": scope,
+    """An exact count (a legitimate zero included); a per-dimension list is held twice, as two lists."""
+    known = list(value) if type(value) is list else value
+    return {"status": "complete", "value": value, "known_value": known, "unit": unit, "scope": scope,
             "method": method}
 
 
@@ -113,6 +114,27 @@ def not_applicable(unit: str, scope: str, method: str) -> MetricResult:
     """The metric has no meaning for this call (a receptive field through ``Flatten``, for instance)."""
     return {"status": "not_applicable", "value": None, "known_value": None, "unit": unit, "scope": scope,
             "method": method}
+
+
+def plain_copy(value: Any) -> Any:
+    """A copy of plain report data (dicts and lists of numbers, strings, booleans and ``None``) that shares no
+    dict or list with ``value``: a report hands out independent values, never one object in two places."""
+    kind = type(value)
+    if kind is dict:
+        return {key: plain_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [plain_copy(item) for item in value]
+    return value
+
+
+def copied(result: MetricResult) -> MetricResult:
+    """A result of its own, equal to ``result`` (per-dimension lists copied too)."""
+    copy = result.copy()
+    if type(copy["value"]) is list:
+        copy["value"] = list(copy["value"])
+    if type(copy["known_value"]) is list:
+        copy["known_value"] = list(copy["known_value"])
+    return copy
 
 
 def is_count(value: Any) -> bool:

@@ -37,9 +37,9 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import FAILED_OUTPUT, SharedDescriptions, call_metadata
+from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
-from .operators import OperatorRecorder, OperatorScope, SharedFlopResults
+from .operators import OperatorRecorder, OperatorScope, flops_result
 from .results import (
     DIRECT,
     INCLUSIVE,
@@ -78,7 +78,7 @@ class CallOutcome:
                 estimate.delegated.remove(name)
             elif name not in self.owners:
                 continue
-            self.owners[name] = owner
+            self.owners[name] = dict(owner)
         if estimate is not None:
             estimate.breakdown = without_metrics(estimate.breakdown, set(fields))  # their parts go with them
             estimate.diagnostics = [item for item in estimate.diagnostics
@@ -99,15 +99,13 @@ class Frame(OperatorScope):
     call's operators into)."""
 
     __slots__ = ("args", "covered", "expanded", "inclusive_flops", "inclusive_uncounted", "index", "info",
-                 "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record",
-                 "reference")
+                 "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
         self.info = info
         self.record = record
         self.args = args  # the positional arguments the pre-hook saw (described then; again only if a hook replaced them)
-        self.reference: dict[str, Any] | None = None
 
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator counts, overlay."""
@@ -129,12 +127,9 @@ class Frame(OperatorScope):
             parent if parent.pending is not None else parent.overlay)
 
     def owner_reference(self) -> dict[str, Any]:
-        """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner: one dict
-        per call, however many refer to it (a report is read-only)."""
-        reference = self.reference
-        if reference is None:
-            reference = self.reference = {"path": self.record["path"], "call_index": self.record["call_index"]}
-        return reference
+        """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner (a new
+        dict each time: no two records share one)."""
+        return {"path": self.record["path"], "call_index": self.record["call_index"]}
 
 
 def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
@@ -152,8 +147,7 @@ def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
 def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
     """The call's input as its forward received it: positional arguments as the pre-hook saw them (again if a
     caller's pre-hook replaced them), and the keyword arguments."""
-    record = frame.record
-    described = record["input"] = dict(record["input"])  # its own: the pre-hook's description may be shared
+    described = frame.record["input"]
     if args is not frame.args:
         described["args"] = call_metadata(args, {})["args"]
     if kwargs:
@@ -194,8 +188,6 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
-        self.descriptions = SharedDescriptions()
-        self.flop_results = SharedFlopResults()
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
@@ -231,7 +223,7 @@ class CallTracer:
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
             "parent": None if parent is None else parent.owner_reference(),
-            "input": self.descriptions.positional(args), "output": None,
+            "input": positional_metadata(args), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, args)
@@ -267,7 +259,7 @@ class CallTracer:
             kwargs, output, failed = {}, rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        frame.record["output"] = dict(FAILED_OUTPUT) if failed else self.descriptions.value(output)
+        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:
@@ -318,9 +310,9 @@ class CallTracer:
                 ancestor.opened_by = opener
 
     def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
-        """The owning ancestor of each covered field, by path and call_index (a dict of this call's own: an
+        """The owning ancestor of each covered field, by path and call_index (dicts of this call's own: an
         enclosing owner may still take over fields in it)."""
-        return dict(sorted(frame.covered.items())) if frame.covered else {}
+        return {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
 
     def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
         """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""
@@ -393,8 +385,8 @@ class CallTracer:
         frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + flops
         partial = frame.uncounted  # a lower bound: uncounted operators
         uncounted = frame.inclusive_uncounted or partial
-        direct = self.flop_results.result(flops, DIRECT, partial)
-        inclusive = self.flop_results.result(inclusive_flops, INCLUSIVE, uncounted)
+        direct = flops_result(flops, DIRECT, partial)
+        inclusive = flops_result(inclusive_flops, INCLUSIVE, uncounted)
         if self.stack:
             parent = self.stack[-1]
             parent.inclusive_flops += inclusive_flops

@@ -166,7 +166,7 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
             estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where,
                                                            validated.reasons.get(name)))
     _keep_breakdown(validated, call, estimate, label, where)
-    if not validated.invalid_whole:
+    if handler.subtree_metrics and not validated.invalid_whole:
         _mark_omitted_owned(handler, needed, validated, estimate, label, where)
 
 

@@ -34,6 +34,8 @@ from .results import (
 )
 
 METRIC_FIELDS = frozenset(METRIC_UNITS)
+#: The keys a handler's result may have: the fields and the breakdown.
+RESULT_KEYS = METRIC_FIELDS | {BREAKDOWN_KEY}
 #: What a handler may report: counts are complete, partial or unavailable; a receptive-field field may also
 #: say it has no meaning for the call (``not_applicable``). ``not_requested`` belongs to the analysis mode alone.
 COUNT_STATUSES = frozenset({"complete", "partial", "unavailable"})
@@ -206,7 +208,7 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if builtin is None:
         builtin = handler.method is not None
     label = handler.label if builtin else handler.caller_label
-    if not isinstance(raw, Mapping):
+    if type(raw) is not dict and not isinstance(raw, Mapping):
         reason = f"handler returned {type(raw).__name__}, expected a mapping of metric names to estimates"
         return _whole_invalid(handler, requested, label, reason)
     unknown = _unsupported_names(raw)
@@ -228,7 +230,9 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
 
 def _unsupported_names(raw: Mapping[str, Any]) -> list[str]:
     """The keys of a handler result that are neither a field nor its ``breakdown``."""
-    return sorted(str(name) for name in raw if name not in METRIC_FIELDS and name != BREAKDOWN_KEY)
+    if RESULT_KEYS.issuperset(raw):  # the common case, in one step
+        return []
+    return sorted(str(name) for name in raw if name not in RESULT_KEYS)
 
 
 def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str, reason: str) -> ValidatedEstimates:

@@ -153,14 +153,18 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
     found: set[Any] = set()  # dtypes of CPU tensors, (device type, dtype) of others: named once each, at the end
     statistics = {}
     for path, module in modules:
-        count, nbytes, trainable = _new_tensors(module._parameters.values(), seen, found)
+        parameters, buffers = module._parameters, module._buffers
+        count, nbytes, trainable = _new_tensors(parameters.values(), seen, found) if parameters else NO_TENSORS
         own_parameters = {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
-        count, nbytes, _ = _new_tensors(module._buffers.values(), seen, found)
+        count, nbytes, _ = _new_tensors(buffers.values(), seen, found) if buffers else NO_TENSORS
         statistics[path] = own_parameters, {"count": count, "bytes": nbytes}
     if kinds is not None:
         kinds.update(("cpu", dtype_name(kind)) if isinstance(kind, torch.dtype) else (kind[0], dtype_name(kind[1]))
                      for kind in found)
     return statistics
+
+
+NO_TENSORS = (0, 0, 0)
 
 
 def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tuple[int, int, int]:

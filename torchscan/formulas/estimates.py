@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any, Final, TypedDict, cast
 
-from ..results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS, Incomplete, MetricResult, _NotApplicable
+from ..results import (
+    METRIC_UNITS,
+    NOT_APPLICABLE,
+    POINTWISE_SPATIAL,
+    SPATIAL_METRICS,
+    Incomplete,
+    MetricResult,
+    _NotApplicable,
+)
 
 #: A summable field: a count, a lower bound, a MetricResult, or ``None`` (unavailable).
 Count = float | Incomplete | MetricResult | None
@@ -37,3 +45,8 @@ POINTWISE: Final = cast(Estimates, POINTWISE_SPATIAL)
 #: The spatial fields of a call that reorganizes spatial positions (flattened grids, windows, a ragged batch of
 #: bags): not applicable. Read-only, like `POINTWISE`.
 NO_SPATIAL_MEANING: Final = cast(Estimates, MappingProxyType(dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)))
+
+
+def every_field(value: Incomplete | None) -> Estimates:
+    """Every field of `METRIC_UNITS` set to ``value``: ``None`` (nothing known) or one lower bound for all."""
+    return cast(Estimates, dict.fromkeys(METRIC_UNITS, value))

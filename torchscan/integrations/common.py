@@ -7,33 +7,30 @@ only place where the integrations reach into `torchscan.formulas`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import torch
 
 from ..formulas.conventions import FLOPS_PER_ELEMENT, GROUP_FLOPS, RMS_FLOPS
+from ..formulas.estimates import NO_SPATIAL_MEANING, POINTWISE, Estimates
 from ..formulas.modules.embedding import estimate_embedding
 from ..formulas.modules.linear import dense_work
 from ..formulas.modules.norm import estimate_group_norm, estimate_layer_norm
-from ..handlers import ModuleCall, ModuleEstimates
-from ..results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS, Incomplete
+from ..handlers import Callback, ModuleCall
 from ..operator_check import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
+from ..results import Incomplete
 
 __all__ = [
-    "FLOPS_PER_ELEMENT", "GROUP_FLOPS", "NO_OPERATOR", "NO_SPATIAL_MEANING", "POINTWISE_SPATIAL", "RMS_FLOPS",
-    "FamilyRule", "as_positional", "dense_work", "elementwise", "estimate_embedding", "estimate_group_norm",
-    "estimate_layer_norm", "evaluation_identity", "first_input", "handler", "identity", "movement_dmas",
-    "real_flops", "signature",
+    "FLOPS_PER_ELEMENT", "GROUP_FLOPS", "NO_OPERATOR", "NO_SPATIAL_MEANING", "POINTWISE", "RMS_FLOPS",
+    "Estimates", "FamilyRule", "as_positional", "dense_work", "elementwise", "estimate_embedding",
+    "estimate_group_norm", "estimate_layer_norm", "evaluation_identity", "first_input", "handler", "identity",
+    "movement_dmas", "real_flops", "signature",
 ]
 
-#: Receptive-field fields of a call that reorganizes spatial positions (windows, flattened grids): not applicable.
-NO_SPATIAL_MEANING: Mapping[str, Any] = MappingProxyType({metric: NOT_APPLICABLE for metric in SPATIAL_METRICS})
 
-
-def handler(callback: Callable[[ModuleCall], ModuleEstimates], method: str, operators: SignatureSource
+def handler(callback: Callback, method: str, operators: SignatureSource
             ) -> ThirdPartyHandler:
     """A third-party handler: formula, method label (``formula:<library>.<family>``) and declared operators."""
     return ThirdPartyHandler(callback, method=method, operators=operators)
@@ -64,12 +61,12 @@ def real_flops(flops: int, tensor: torch.Tensor) -> int | None:
     return None
 
 
-def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
+def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], Estimates]:
     """An elementwise activation: ``per_element`` FLOPs per output element, the input read, the output written."""
-    def estimate(call: ModuleCall) -> ModuleEstimates:
+    def estimate(call: ModuleCall) -> Estimates:
         source, result = first_input(call, *(names or ("input", "x"))), call.output
         return {"module_flops": real_flops(per_element * result.numel(), source), "macs": 0,
-                "dmas": source.numel() + result.numel(), **POINTWISE_SPATIAL}
+                "dmas": source.numel() + result.numel(), **POINTWISE}
     return estimate
 
 
@@ -85,17 +82,17 @@ def movement_dmas(source: torch.Tensor, result: torch.Tensor) -> int:
     return source.numel() + result.numel()
 
 
-def identity(call: ModuleCall) -> ModuleEstimates:
+def identity(call: ModuleCall) -> Estimates:
     """Returns its input unchanged (a no-op in evaluation): no arithmetic, no element read or written."""
-    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE}
 
 
-def evaluation_identity(call: ModuleCall) -> ModuleEstimates:
+def evaluation_identity(call: ModuleCall) -> Estimates:
     """Stochastic depth and its kin: the input itself in evaluation (or at rate 0); in training the work depends on
     random masks no formula models, so it is unavailable, never zero."""
     if call.module.training and _drop_rate(call.module) > 0:
         unknown = Incomplete(reason="in training the work depends on random drop masks, which no formula models")
-        return {"module_flops": unknown, "macs": unknown, "dmas": unknown, **POINTWISE_SPATIAL}
+        return {"module_flops": unknown, "macs": unknown, "dmas": unknown, **POINTWISE}
     return identity(call)
 
 

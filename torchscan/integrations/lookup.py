@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..handlers import ModuleHandler
+from ..operator_check import ThirdPartyHandler
 from . import parametrizations, timm, torchvision, transformers
 from .common import FamilyRule
-from ..operator_check import ThirdPartyHandler
 
 #: The library modules, each with ``HANDLERS`` (qualified name -> handler) and ``RULES`` (family rules).
 LIBRARIES = (transformers, timm, torchvision, parametrizations)
@@ -63,5 +63,10 @@ def find_builtin_handler(module_type: type, builtins: Mapping[type, ModuleHandle
     for klass in module_type.__mro__:
         found = builtins.get(klass) or third_party_handler(klass)
         if found is not None:
-            return found if module_type.forward is klass.forward else None
+            return found if _forward(module_type) is _forward(klass) else None
     return None
+
+
+def _forward(module_type: type) -> object:
+    """The ``forward`` of a module class (read by name: ``type`` declares no such attribute)."""
+    return getattr(module_type, "forward")  # noqa: B009

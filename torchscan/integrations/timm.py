@@ -8,14 +8,18 @@ Matched by qualified name without importing timm. Subclasses that keep the forwa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 from typing import Any
 
-from ..handlers import ModuleCall, ModuleEstimates
+from ..handlers import ModuleCall
+from ..operator_check import OperatorSignature, ThirdPartyHandler
 from .common import (
     FLOPS_PER_ELEMENT,
     NO_SPATIAL_MEANING,
-    POINTWISE_SPATIAL,
+    POINTWISE,
+    Estimates,
+    FamilyRule,
     as_positional,
     elementwise,
     estimate_group_norm,
@@ -27,7 +31,6 @@ from .common import (
     real_flops,
     signature,
 )
-from ..operator_check import OperatorSignature, ThirdPartyHandler
 
 NORM = "formula:timm.norm"
 ACTIVATION = "formula:timm.activation"
@@ -36,16 +39,16 @@ SHAPE = "formula:timm.shape"
 POOLING = "formula:timm.pooling"
 
 
-def _layer_norm(call: ModuleCall) -> ModuleEstimates:
+def _layer_norm(call: ModuleCall) -> Estimates:
     """LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm)."""
     return estimate_layer_norm(as_positional(call, "x"))
 
 
-def _group_norm(call: ModuleCall) -> ModuleEstimates:
+def _group_norm(call: ModuleCall) -> Estimates:
     return estimate_group_norm(as_positional(call, "x"))
 
 
-def _inplace(name: str) -> Any:
+def _inplace(name: str) -> Callable[[ModuleCall], OperatorSignature]:
     """The operator signature of ``x.name(...)``, or of ``x.name_(...)`` when the module works in place."""
     return lambda call: signature(f"aten.{name}_" if getattr(call.module, "inplace", False) else f"aten.{name}")
 
@@ -54,30 +57,31 @@ def _swish_signature(call: ModuleCall) -> OperatorSignature:
     return signature("aten.sigmoid", "aten.mul_" if call.module.inplace else "aten.mul")
 
 
-def _scale(parameter: str) -> Any:
+def _scale(parameter: str) -> Callable[[ModuleCall], Estimates]:
     """``x * gamma`` with one learned scale per channel: one multiply per element; input, scales and output
     accessed once each."""
-    def estimate(call: ModuleCall) -> ModuleEstimates:
+    def estimate(call: ModuleCall) -> Estimates:
         source, output = first_input(call, "x"), call.output
         scales = getattr(call.module, parameter).numel()
         return {"module_flops": real_flops(output.numel(), source), "macs": 0,
-                "dmas": source.numel() + scales + output.numel(), **POINTWISE_SPATIAL}
+                "dmas": source.numel() + scales + output.numel(), **POINTWISE}
     return estimate
 
 
-def _flat(call: ModuleCall) -> ModuleEstimates:
+def _flat(call: ModuleCall) -> Estimates:
     """EfficientFormer's ``x.flatten(2).transpose(1, 2)``: image to tokens, a view; the spatial grid becomes one
     token axis, so receptive fields have no meaning here."""
     source = first_input(call, "x")
     return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **NO_SPATIAL_MEANING}
 
 
-def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
+def _levit_downsample(call: ModuleCall) -> Estimates:
     """LeViT's token subsampling on its ``resolution`` grid: every ``stride``-th token along both axes (or a 3x3
     average pool child, which counts its own work). The strided tokens are copied into a contiguous sequence:
     one read and one write per output element. Along each grid axis: window 1 (3 with the pool), stride
     ``stride``, padding 0 (1 with the pool)."""
-    module, source, output = call.module, first_input(call, "x"), call.output
+    module: Any = call.module  # a timm class, matched by name: its attributes are not typed here
+    source, output = first_input(call, "x"), call.output
     copied = 0 if movement_dmas(source, output) == 0 else 2 * output.numel()
     pool = module.pool
     window, padding = (pool.kernel_size, pool.padding) if pool is not None else (1, 0)
@@ -90,29 +94,31 @@ def _levit_downsample_signature(call: ModuleCall) -> OperatorSignature:
     return signature(optional=("aten.clone",))
 
 
-def _fast_adaptive_avg_pool(call: ModuleCall) -> ModuleEstimates:
+def _fast_adaptive_avg_pool(call: ModuleCall) -> Estimates:
     """``x.mean(spatial dims)``: global average pooling, m FLOPs per window of m elements (m - 1 additions, one
     division), the input read and the pooled output written; the window is the whole spatial extent."""
     source, output = first_input(call, "x"), call.output
-    extent = [source.shape[dim] for dim in call.module.dim]
+    module: Any = call.module  # a timm class, matched by name: its attributes are not typed here
+    extent = [source.shape[dim] for dim in module.dim]
     return {"module_flops": real_flops(source.numel(), source), "macs": 0,
             "dmas": source.numel() + output.numel(),
             "receptive_field": extent, "effective_stride": extent, "effective_padding": [0] * len(extent)}
 
 
-def _global_response_norm(call: ModuleCall) -> ModuleEstimates:
+def _global_response_norm(call: ModuleCall) -> Estimates:
     """ConvNeXt-V2's GRN, ``x + bias + weight * (x * n)`` with ``n = g / (mean_c(g) + eps)`` and ``g`` the 2-norm of
     every (sample, channel) over spatial positions: the norms (2 per element: square, accumulate, and a root),
     their channel mean (1 per norm), eps (1 per sample), the division (1 per norm), then multiply, multiply-add
     and the residual add (4 per element). Reads the input and both parameter vectors, writes the output. A global
     normalizer, like the other norms: pointwise."""
-    module, source = call.module, first_input(call, "x")
+    module: Any = call.module  # a timm class, matched by name: its attributes are not typed here
+    source = first_input(call, "x")
     elements = source.numel()
     spatial = prod(source.shape[dim] for dim in module.spatial_dim)
     norms = elements // spatial if spatial else 0
     flops = 6 * elements + 2 * norms + source.shape[0]
     return {"module_flops": real_flops(flops, source), "macs": 0,
-            "dmas": 2 * elements + module.weight.numel() + module.bias.numel(), **POINTWISE_SPATIAL}
+            "dmas": 2 * elements + module.weight.numel() + module.bias.numel(), **POINTWISE}
 
 
 #: Norm kernels may copy a non-contiguous input first (PyTorch's meta kernels do): a layout detail, not counted.
@@ -153,4 +159,4 @@ HANDLERS: dict[str, ThirdPartyHandler] = {
     "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, _levit_downsample_signature),
 }
 
-RULES: tuple = ()
+RULES: tuple[FamilyRule, ...] = ()

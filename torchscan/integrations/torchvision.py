@@ -7,10 +7,13 @@ work their composites do directly (window attention, patch merging), which the f
 
 from __future__ import annotations
 
-from ..handlers import ModuleCall, ModuleEstimates
+from ..handlers import ModuleCall
+from ..operator_check import ThirdPartyHandler
 from .common import (
     NO_SPATIAL_MEANING,
-    POINTWISE_SPATIAL,
+    POINTWISE,
+    Estimates,
+    FamilyRule,
     as_positional,
     estimate_layer_norm,
     evaluation_identity,
@@ -19,25 +22,24 @@ from .common import (
     movement_dmas,
     signature,
 )
-from ..operator_check import ThirdPartyHandler
 
 NORM = "formula:torchvision.norm"
 SHAPE = "formula:torchvision.shape"
 
 
-def _layer_norm_2d(call: ModuleCall) -> ModuleEstimates:
+def _layer_norm_2d(call: ModuleCall) -> Estimates:
     """LayerNorm over the channels of an NCHW tensor: permute, ``F.layer_norm``, permute back (views)."""
     return estimate_layer_norm(as_positional(call, "x"))
 
 
-def _axes_moved(call: ModuleCall) -> ModuleEstimates:
+def _axes_moved(call: ModuleCall) -> Estimates:
     """``Permute`` and MaxViT's ``SwapAxes``: a view with its dimensions reordered; each output element is one
     input element, so the call is pointwise and reads or writes nothing."""
     source = first_input(call, "x")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}
 
 
-def _windows(call: ModuleCall) -> ModuleEstimates:
+def _windows(call: ModuleCall) -> Estimates:
     """MaxViT's ``WindowPartition`` / ``WindowDepartition``: reshape, permute, reshape. The last reshape copies
     (one read and one write per element) unless the permuted tensor is already contiguous. Spatial positions are
     regrouped into windows, so receptive fields have no meaning here."""
@@ -56,4 +58,4 @@ HANDLERS: dict[str, ThirdPartyHandler] = {
     "torchvision.models.maxvit.WindowDepartition": handler(_windows, SHAPE, signature(optional=("aten.clone",))),
 }
 
-RULES: tuple = ()
+RULES: tuple[FamilyRule, ...] = ()

@@ -2,7 +2,7 @@
 
 Classes are matched by qualified name (`HANDLERS`) or by a family rule (`RULES`) over the many per-model copies
 of the same block, never by importing ``transformers``. Each handler declares the operators its formula describes,
-as the library's forward runs them (see :mod:`.signature`); FLOPs follow the forward as written, one FLOP per
+as the library's forward runs them (see `torchscan.operator_check`); FLOPs follow the forward as written, one FLOP per
 arithmetic operation or transcendental function, so they agree with the operator view of the same call.
 """
 
@@ -14,13 +14,16 @@ from typing import Any
 
 import torch
 
-from ..handlers import ModuleCall, ModuleEstimates
-from ..results import METRIC_UNITS, Incomplete
+from ..formulas.estimates import every_field
+from ..handlers import ModuleCall
+from ..operator_check import OperatorSignature, ThirdPartyHandler
+from ..results import Incomplete
 from .common import (
     FLOPS_PER_ELEMENT,
     GROUP_FLOPS,
-    POINTWISE_SPATIAL,
+    POINTWISE,
     RMS_FLOPS,
+    Estimates,
     FamilyRule,
     as_positional,
     dense_work,
@@ -33,7 +36,6 @@ from .common import (
     real_flops,
     signature,
 )
-from ..operator_check import OperatorSignature, ThirdPartyHandler
 
 LIBRARY = "transformers"
 ACTIVATION = "formula:transformers.activation"
@@ -54,7 +56,7 @@ GELU_TANH_SIGNATURE = signature("aten.pow", "aten.mul", "aten.mul", "aten.mul", 
 
 def _activation(variant: Callable[[Any], tuple[int, OperatorSignature]]) -> ThirdPartyHandler:
     """A handler whose per-element FLOPs and operators depend on how the module was configured."""
-    def estimate(call: ModuleCall) -> ModuleEstimates:
+    def estimate(call: ModuleCall) -> Estimates:
         return elementwise(variant(call.module)[0], "input", "x")(call)
     return handler(estimate, ACTIVATION, lambda call: variant(call.module)[1])
 
@@ -77,7 +79,7 @@ def _gelu_tanh_variant(module: Any) -> tuple[int, OperatorSignature]:
     return GELU_TANH_WRITTEN_OUT, GELU_TANH_SIGNATURE
 
 
-def _linear_activation(call: ModuleCall) -> ModuleEstimates:
+def _linear_activation(call: ModuleCall) -> Estimates:
     return identity(call)
 
 
@@ -105,7 +107,7 @@ ACTIVATIONS: dict[str, ThirdPartyHandler] = {
 # --- RMS normalization ------------------------------------------------------------------------------------------
 
 
-def _rms_norm(call: ModuleCall, weight_offset: bool) -> ModuleEstimates:
+def _rms_norm(call: ModuleCall, weight_offset: bool) -> Estimates:
     """``weight * (x * rsqrt(mean(x^2) + eps))`` over the last dimension; ``(1 + weight)`` for Gemma's form.
 
     Per element: square, accumulate, normalize, scale (4); per group: add eps, rsqrt (2); Gemma's ``1 + weight``
@@ -115,12 +117,12 @@ def _rms_norm(call: ModuleCall, weight_offset: bool) -> ModuleEstimates:
     module, source = call.module, first_input(call, "hidden_states", "x", "input")
     parameters = dict(module.named_parameters(recurse=False))
     weight = parameters.get("weight")
-    if list(parameters) != ["weight"] or weight.dim() != 1 or source.dim() == 0 or source.shape[-1] != weight.numel():
-        outside = Incomplete(reason="the formula describes one `weight` vector as wide as the last dimension")
-        return {name: outside for name in METRIC_UNITS}
+    if (weight is None or list(parameters) != ["weight"] or weight.dim() != 1 or source.dim() == 0
+            or source.shape[-1] != weight.numel()):
+        return every_field(Incomplete(reason="the formula describes one `weight` vector as wide as the last dimension"))
     elements, width = source.numel(), weight.numel()
     flops = (RMS_FLOPS + 1) * elements + GROUP_FLOPS * (elements // width) + (width if weight_offset else 0)
-    return {"module_flops": real_flops(flops, source), "macs": 0, "dmas": 2 * elements + width, **POINTWISE_SPATIAL}
+    return {"module_flops": real_flops(flops, source), "macs": 0, "dmas": 2 * elements + width, **POINTWISE}
 
 
 RMS_SIGNATURE = signature("aten.pow", "aten.mean", "aten.add", "aten.rsqrt", "aten.mul", "aten.mul")
@@ -132,7 +134,7 @@ GEMMA_RMS_NORM = handler(functools.partial(_rms_norm, weight_offset=True), NORM,
 # --- positions: rotary tables, learned positions, scaled word embeddings ------------------------------------------
 
 
-def _rotary(call: ModuleCall) -> ModuleEstimates:
+def _rotary(call: ModuleCall) -> Estimates:
     """``cos, sin`` tables of rotary embedding from ``position_ids`` and ``inv_freq`` (d/2 frequencies).
 
     Per table element (N = positions x d): the outer product of positions and frequencies (N/2 multiplies,
@@ -141,29 +143,31 @@ def _rotary(call: ModuleCall) -> ModuleEstimates:
     """
     cos, sin = call.output
     positions = call.argument(1, "position_ids")
+    module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
     table = cos.numel()
     return {"module_flops": table // 2 + 4 * table, "macs": 0,
-            "dmas": positions.numel() + call.module.inv_freq.numel() + cos.numel() + sin.numel(), **POINTWISE_SPATIAL}
+            "dmas": positions.numel() + module.inv_freq.numel() + cos.numel() + sin.numel(), **POINTWISE}
 
 
 ROTARY = handler(_rotary, POSITION, signature("aten.mul", "aten.mul", "aten.mul", "aten.cat", "aten.cos", "aten.sin"))
 
 
-def _learned_positions(call: ModuleCall) -> ModuleEstimates:
+def _learned_positions(call: ModuleCall) -> Estimates:
     """Whisper's position table: rows selected by ``position_ids`` (a gather: the ids read, one row element read
     per output element, the output written), or a slice of the table (a view: nothing read or written)."""
     position_ids = call.argument(2, "position_ids", None)
     output = call.output
     if position_ids is None:
-        return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(call.module.weight, output), **POINTWISE_SPATIAL}
-    return {"module_flops": 0, "macs": 0, "dmas": position_ids.numel() + 2 * output.numel(), **POINTWISE_SPATIAL}
+        module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
+        return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(module.weight, output), **POINTWISE}
+    return {"module_flops": 0, "macs": 0, "dmas": position_ids.numel() + 2 * output.numel(), **POINTWISE}
 
 
 def _learned_positions_signature(call: ModuleCall) -> OperatorSignature:
     return signature() if call.argument(2, "position_ids", None) is None else signature("aten.index")
 
 
-def _scaled_word_embedding(call: ModuleCall) -> ModuleEstimates:
+def _scaled_word_embedding(call: ModuleCall) -> dict[str, Any]:
     """An embedding lookup multiplied by ``embed_scale``: the lookup's own formula, plus one multiply per output
     element and the scale read once (a tensor buffer, or a Python number that is no tensor element)."""
     estimates = dict(estimate_embedding(as_positional(call, "input_ids", "input")))
@@ -180,19 +184,20 @@ SCALED_WORD_EMBEDDING = handler(_scaled_word_embedding, POSITION, signature("ate
 # --- dense and shape blocks ------------------------------------------------------------------------------------
 
 
-def _conv1d(call: ModuleCall) -> ModuleEstimates:
+def _conv1d(call: ModuleCall) -> Estimates:
     """GPT-2's ``Conv1D``: ``addmm(bias, x, W)`` with ``W`` of shape (nx, nf), a linear layer with a transposed
     weight: nx MACs and one bias addition per output element."""
-    module, source, output = call.module, first_input(call, "x"), call.output
+    module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
+    source, output = first_input(call, "x"), call.output
     macs = output.numel() * module.weight.shape[0]
     dmas = source.numel() + module.weight.numel() + module.bias.numel() + output.numel()
-    return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE_SPATIAL}
+    return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE}
 
 
-def _same_pad(call: ModuleCall) -> ModuleEstimates:
+def _same_pad(call: ModuleCall) -> Estimates:
     """Drops the last time step after a convolution with an even kernel: a view, nothing read or written."""
     source = first_input(call, "hidden_states")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE_SPATIAL}
+    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}
 
 
 def _qualified(module: str, names: dict[str, ThirdPartyHandler]) -> dict[str, ThirdPartyHandler]:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from ...handlers import ModuleCall
 from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
-from ..estimates import Count, Estimates, Spatial
+from ..estimates import Count, Estimates, Spatial, every_field
 from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
@@ -105,7 +105,7 @@ def token_fields(width: Callable[[], tuple[int, bool]]) -> Estimates:
 
 def nothing_known() -> Estimates:
     """Every field unavailable (``None``)."""
-    return cast(Estimates, dict.fromkeys(METRIC_UNITS))
+    return every_field(None)
 
 
 def _dropout_active(module: nn.Module) -> bool:

@@ -10,6 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Literal
 
@@ -17,8 +18,8 @@ import torch
 from torch import nn
 
 from . import __version__
-from .diagnostics import diagnostic, sort_key
 from .builtin_handlers import builtin_for
+from .diagnostics import Diagnostic, diagnostic, sort_key
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
     call_metadata,
@@ -85,7 +86,7 @@ def crawl_module(
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = _resolve_call(model, input_shape, dtype, args, kwargs, device)
-    report = _analyze(model, call_args, call_kwargs, source, handlers, mapping, mode)
+    report = _analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode))
     if strict:
         _raise_if_incomplete(report)
     return report
@@ -121,20 +122,36 @@ def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
     return tuple(args or ()), dict(kwargs or {})
 
 
-def _analyze(model: nn.Module, args: tuple, kwargs: dict[str, Any], source: str,
-             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
-    inputs = {"source": source, **call_metadata(args, kwargs)}
+@dataclass(frozen=True)
+class Analysis:
+    """One requested analysis, validated: the model, the call (and whether its inputs were generated or provided),
+    the caller's module handlers and operator formulas, and the mode."""
+
+    model: nn.Module
+    args: tuple
+    kwargs: dict[str, Any]
+    source: str
+    handlers: dict[type, ModuleHandler]
+    mapping: dict[Any, Any]
+    mode: Mode
+
+    @property
+    def full(self) -> bool:
+        return self.mode == "full"
+
+
+def _analyze(analysis: Analysis) -> dict[str, Any]:
+    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs)}
     with cyclic_gc_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
-        return _traced_report(model, args, kwargs, inputs, handlers, mapping, mode)
+        return _traced_report(analysis, inputs)
 
 
-def _traced_report(model: nn.Module, args: tuple, kwargs: dict[str, Any], inputs: dict[str, Any],
-                   handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], mode: Mode) -> dict[str, Any]:
+def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]:
     """Run the forward under the tracer (and the recorder in a full analysis), then assemble the report."""
-    full = mode == "full"
-    recorder = new_recorder(build_formula_table(mapping)) if full else None
-    tracer = CallTracer(model, handlers, recorder, builtin_for)
+    model = analysis.model
+    recorder = new_recorder(build_formula_table(analysis.mapping)) if analysis.full else None
+    tracer = CallTracer(model, analysis.handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
     try:
         if any(_recorded_flags(training_flags)):
@@ -144,14 +161,11 @@ def _traced_report(model: nn.Module, args: tuple, kwargs: dict[str, Any], inputs
             stack.enter_context(torch.no_grad())
             if recorder is not None:
                 stack.enter_context(recorder)
-            model(*args, **kwargs)
+            model(*analysis.args, **analysis.kwargs)
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
-    kinds: set[tuple[str, str]] = set()
-    statistics = tensor_statistics(tracer.facts.modules_after_forward(model), kinds)  # lazy ones have materialized
-    context = _context(model, training_flags, mode, handlers, mapping, kinds)
-    return _assemble(statistics, tracer, recorder, mapping, context, inputs, full)
+    return _assemble(analysis, tracer, recorder, inputs)
 
 
 @contextmanager
@@ -174,9 +188,14 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], tracer: CallTracer,
-              recorder: OperatorRecorder | None, mapping: dict[Any, Any], context: dict[str, Any],
-              inputs: dict[str, Any], full: bool) -> dict[str, Any]:
+def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder | None, inputs: dict[str, Any]
+              ) -> dict[str, Any]:
+    """The report of a finished forward: parameter statistics (lazy modules have materialized now), records,
+    totals, operator FLOPs and diagnostics."""
+    kinds: set[tuple[str, str]] = set()
+    statistics = tensor_statistics(tracer.facts.modules_after_forward(analysis.model), kinds)
+    context = _context(analysis, tracer.facts.training_flags, kinds)
+    mapping, full = analysis.mapping, analysis.full
     layers = tracer.records
     for layer in layers:  # a module called twice: each record has its own statistics
         parameters, buffers = statistics[layer["path"]]
@@ -192,12 +211,7 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
                      "custom_formulas": []}
     totals = _totals(statistics, layers, operators["total"], full)
     if tracer.foreign_thread_calls:
-        diagnostics.append(diagnostic(
-            "unobserved_thread", f"{tracer.foreign_thread_calls} module call(s) ran in other threads, where "
-            "neither hooks nor dispatch observe work; every total is a lower bound"))
-        for name in (*SUMMABLE_METRICS, "operator_flops"):
-            totals[name] = as_lower_bound(totals[name])
-        operators["total"] = dict(totals["operator_flops"])
+        diagnostics.append(_as_unobserved_threads(tracer.foreign_thread_calls, totals, operators))
     return {
         "schema_version": SCHEMA_VERSION,
         "context": context,
@@ -207,6 +221,15 @@ def _assemble(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], trac
         "operator_flops": operators,
         "diagnostics": sorted(diagnostics, key=sort_key),
     }
+
+
+def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[str, Any]) -> Diagnostic:
+    """Module calls ran in other threads, unobserved: every total becomes a lower bound, and a diagnostic says why."""
+    for name in (*SUMMABLE_METRICS, "operator_flops"):
+        totals[name] = as_lower_bound(totals[name])
+    operators["total"] = dict(totals["operator_flops"])
+    return diagnostic("unobserved_thread", f"{calls} module call(s) ran in other threads, where neither hooks nor "
+                      "dispatch observe work; every total is a lower bound")
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
@@ -244,10 +267,10 @@ def _sum_of(key: str, statistics: list[dict[str, int]]) -> int:
     return sum(map(itemgetter(key), statistics))
 
 
-def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mode: Mode,
-             handlers: dict[type, ModuleHandler], mapping: dict[Any, Any], kinds: set[tuple[str, str]]
+def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], kinds: set[tuple[str, str]]
              ) -> dict[str, Any]:
     """The conditions of the analysis; ``kinds`` holds the (device type, dtype) of every parameter and buffer."""
+    model, handlers, mapping = analysis.model, analysis.handlers, analysis.mapping
     kind = type(model)
     return {
         "torchscan": __version__,
@@ -260,7 +283,7 @@ def _context(model: nn.Module, training_flags: list[tuple[nn.Module, bool]], mod
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
-        "analysis_mode": mode,
+        "analysis_mode": analysis.mode,
         "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.caller_label,
                                    "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),
                                  key=lambda row: row["type"]),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from itertools import chain
 from operator import attrgetter, itemgetter, methodcaller
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -19,15 +19,33 @@ from .inputs import PLAIN_TENSORS, device_type, dtype_name
 BuiltinLookup = Callable[[type], "ModuleHandler | None"]
 
 
-class ModuleInfo:
-    """Per-module facts computed once before the forward, so the hooks stay cheap.
+class TypeFacts(NamedTuple):
+    """What the hooks need to know of a module type, looked up once per type and analysis (`type_facts`)."""
 
-    Besides path, name, type and handlers, four flags the hooks would otherwise derive on every call:
-    ``may_own`` (some handler owns fields for the subtree), ``observes`` (a third-party formula checks the
-    operators the call runs), ``prices_direct_work`` (no built-in formula alone prices the call, so the
-    operators it runs directly may need estimating) and ``memoizes`` (only a memoizing built-in formula estimates
-    the call, see `torchscan.estimate_memo`). The type's facts come from `type_facts`, once per type.
-    """
+    type_name: str
+    caller: ModuleHandler | None  # the caller's registration, through the MRO
+    builtin: ModuleHandler | None  # the built-in handler (`torchscan.builtin_handlers.builtin_for`)
+    may_own: bool  # some handler owns fields for the subtree
+    observes: bool  # the built-in formula checks the operators the call runs directly
+    prices_direct_work: bool  # no built-in formula alone prices the call: its direct operators may need estimating
+    memoizes: bool  # only a memoizing built-in formula estimates the call (see `torchscan.estimate_memo`)
+
+
+def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
+    """The `TypeFacts` of a module type."""
+    caller = closest_handler(kind, custom)
+    found = builtin(kind) if builtin is not None else None
+    return TypeFacts(
+        type_name=f"{kind.__module__}.{kind.__qualname__}", caller=caller, builtin=found,
+        may_own=caller is not None or (found is not None and bool(found.subtree_metrics)),
+        observes=found is not None and found.checks_operators,
+        prices_direct_work=caller is not None or found is None,
+        memoizes=caller is None and found is not None and found.memoize)
+
+
+class ModuleInfo:
+    """Per-module facts computed once before the forward, so the hooks stay cheap: path, name, leafness, the
+    calls made so far, and its type's `TypeFacts` as attributes of their own (the hooks read them on every call)."""
 
     __slots__ = ("builtin", "caller", "calls", "leaf", "may_own", "memoizes", "name", "observes", "path",
                  "prices_direct_work", "type_name")
@@ -37,21 +55,13 @@ class ModuleInfo:
         self.name = path.rpartition(".")[2]
         self.calls = 0  # calls of the module so far in this analysis: the next call's call_index
         self.leaf = leaf
-        (self.type_name, self.caller, self.builtin, self.may_own, self.observes, self.prices_direct_work,
-         self.memoizes) = facts
-
-
-#: What `ModuleInfo` takes from a module's type: type name, caller and built-in handlers, and the four flags.
-TypeFacts = tuple[str, "ModuleHandler | None", "ModuleHandler | None", bool, bool, bool, bool]
-
-
-def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
-    """The `TypeFacts` of a module type: its handlers are looked up once per type and analysis."""
-    caller = closest_handler(kind, custom)
-    found = builtin(kind) if builtin is not None else None
-    may_own = caller is not None or (found is not None and bool(found.subtree_metrics))
-    return (f"{kind.__module__}.{kind.__qualname__}", caller, found, may_own, found is not None and found.checks_operators,
-            caller is not None or found is None, caller is None and found is not None and found.memoize)
+        self.type_name = facts.type_name
+        self.caller = facts.caller
+        self.builtin = facts.builtin
+        self.may_own = facts.may_own
+        self.observes = facts.observes
+        self.prices_direct_work = facts.prices_direct_work
+        self.memoizes = facts.memoizes
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .diagnostics import Diagnostic, diagnostic
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
-from .results import MODEL, MetricResult, complete, lower_bound, plain_number
+from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, complete, lower_bound, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
@@ -69,15 +69,18 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
 
 class OperatorScope:
     """The operator FLOPs of one module call (or of everything outside any call): counted FLOPs, and whether some
-    operator went uncounted (the FLOPs are then a lower bound). Calls by operator are counted on the outcomes, once
-    per analysis (`OperatorTotals`), not per call: a record reports only its FLOPs."""
+    operator went uncounted (the FLOPs are then a lower bound), of the operators run directly in the call and of
+    those run under it (its closed descendants' included). Calls by operator are counted on the outcomes, once per
+    analysis (`OperatorTotals`), not per call: a record reports only its FLOPs."""
 
-    __slots__ = ("direct_work", "flops", "uncounted")
+    __slots__ = ("direct_work", "flops", "inclusive_flops", "inclusive_uncounted", "uncounted")
 
-    def __init__(self) -> None:
+    def __init__(self, direct_work: Any = None) -> None:
         self.flops = 0
         self.uncounted = False
-        self.direct_work: Any = None  # a DirectWork when the module view estimates this call's own operators
+        self.inclusive_flops = 0  # of closed descendants, until `close` adds the direct FLOPs
+        self.inclusive_uncounted = False
+        self.direct_work = direct_work  # a DirectWork when the module view estimates this call's own operators
 
     def add(self, outcome: Outcome) -> None:
         """One call with ``outcome``: its FLOPs here, the call on the outcome."""
@@ -85,6 +88,16 @@ class OperatorScope:
         outcome.calls += 1
         if outcome.uncounted:
             self.uncounted = True
+
+    def close(self, parent: OperatorScope | None) -> dict[str, MetricResult]:
+        """The call's operator FLOPs, direct and inclusive; the inclusive ones also count for ``parent``."""
+        inclusive = self.inclusive_flops + self.flops
+        uncounted = self.inclusive_uncounted or self.uncounted
+        if parent is not None:
+            parent.inclusive_flops += inclusive
+            parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
+        return {DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
+                INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)}
 
 
 class OperatorTotals:
@@ -220,10 +233,7 @@ class OperatorRecorder(TorchDispatchMode):
             return out
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
-        scope.flops += outcome.flops
-        outcome.calls += 1
-        if outcome.uncounted:
-            scope.uncounted = True
+        scope.add(outcome)
         work = scope.direct_work
         if work is not None:
             work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out))

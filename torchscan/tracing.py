@@ -39,13 +39,8 @@ from .estimation import (
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
-from .operators import OperatorRecorder, OperatorScope, flops_result
-from .results import (
-    DIRECT,
-    INCLUSIVE,
-    SUMMABLE_METRICS,
-    is_incomplete,
-)
+from .operators import OperatorRecorder, OperatorScope
+from .results import SUMMABLE_METRICS, is_incomplete
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
@@ -93,13 +88,12 @@ def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]
         is_incomplete(result) for result in estimate.metrics.values())
 
 
-class Frame(OperatorScope):
+class Frame:
     """One open module call: in ``mode="structure"`` only its module, record and positional arguments (`open`
-    adds the state of a full analysis, in which the frame is also the operator scope the recorder counts the
-    call's operators into)."""
+    adds the state of a full analysis, with the operator scope the recorder counts the call's operators into)."""
 
-    __slots__ = ("args", "covered", "expanded", "inclusive_flops", "inclusive_uncounted", "index", "info",
-                 "module_id", "needed", "opened_by", "overlay", "owned_maybe", "owned_sure", "pending", "record")
+    __slots__ = ("args", "covered", "expanded", "index", "info", "module_id", "needed", "opened_by", "operators",
+                 "overlay", "owned_maybe", "owned_sure", "pending", "record")
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
@@ -116,11 +110,6 @@ class Frame(OperatorScope):
         self.owned_maybe: frozenset[str] = NO_FIELDS
         self.expanded = False
         self.opened_by: str | None = None
-        self.flops = 0  # the operator scope's state (see OperatorScope)
-        self.uncounted = False
-        self.direct_work = None
-        self.inclusive_flops = 0
-        self.inclusive_uncounted = False
         self.pending: list[CallOutcome] | None = None  # a list while this call's ownership is undecided
         # the innermost enclosing frame whose ownership is undecided: where this call's outcome waits
         self.overlay: Frame | None = None if parent is None else (
@@ -238,10 +227,12 @@ class CallTracer:
         if frame.info.may_own:
             self._open_ownership(frame)
         if _observes_operators(frame):
-            frame.direct_work = ObservedWork()
+            frame.operators = OperatorScope(ObservedWork())
         elif _needs_direct_work(frame):
-            frame.direct_work = DirectWork()
-        self.recorder.enter(frame)
+            frame.operators = OperatorScope(DirectWork())
+        else:
+            frame.operators = OperatorScope()
+        self.recorder.enter(frame.operators)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
@@ -271,7 +262,7 @@ class CallTracer:
         self.recorder.leave()
         estimate = self._estimate(frame, call)
         owners = self._owners(frame)
-        operator_flops = self._close_operators(frame)
+        operator_flops = frame.operators.close(self.stack[-1].operators if self.stack else None)
         if frame.pending is None and frame.overlay is None:  # the common case
             self._write(frame.record, estimate, owners, operator_flops)
         else:
@@ -350,7 +341,7 @@ class CallTracer:
 
     def _estimate(self, frame: Frame, call: Finished | None) -> CallEstimate | None:
         info, record, needed = frame.info, frame.record, frame.needed
-        direct, frame.direct_work = frame.direct_work, None  # released with the call's objects
+        direct, frame.operators.direct_work = frame.operators.direct_work, None  # released with the call's objects
         if not needed:
             return None
         if call is not None and delegates_everything(info.caller, info.builtin, info.leaf, direct):
@@ -378,17 +369,3 @@ class CallTracer:
                 with torch.no_grad():
                     return estimate_call(context, call)
             return estimate_call(context, call)
-
-    def _close_operators(self, frame: Frame) -> dict[str, Any]:
-        """The call's operator FLOPs, direct and inclusive; its inclusive count goes to its parent."""
-        flops = frame.flops
-        frame.inclusive_flops = inclusive_flops = frame.inclusive_flops + flops
-        partial = frame.uncounted  # a lower bound: uncounted operators
-        uncounted = frame.inclusive_uncounted or partial
-        direct = flops_result(flops, DIRECT, partial)
-        inclusive = flops_result(inclusive_flops, INCLUSIVE, uncounted)
-        if self.stack:
-            parent = self.stack[-1]
-            parent.inclusive_flops += inclusive_flops
-            parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
-        return {DIRECT: direct, INCLUSIVE: inclusive}

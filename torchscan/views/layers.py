@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, add_results
+from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
 from .breakdown import PartRow, part_rows
 from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
 from .values import shape_text
@@ -162,17 +162,19 @@ def _problems(diagnostics: list[dict[str, Any]]) -> dict[tuple[str, int], list[s
     return found
 
 
-def _subtree_sums(layers: list[dict[str, Any]], parents: list[int | None], name: str) -> list[dict[str, Any] | None]:
+def _subtree_sums(layers: list[dict[str, Any]], parents: list[int | None], name: str) -> list[MetricResult | None]:
     """Per row, the sum of the retained estimates of ``name`` in its call and every call inside it."""
-    parts: list[list[dict[str, Any]]] = [[] for _ in layers]
-    sums: list[dict[str, Any] | None] = [None] * len(layers)
+    parts: list[list[MetricResult]] = [[] for _ in layers]
+    sums: list[MetricResult | None] = [None] * len(layers)
     for index in range(len(layers) - 1, -1, -1):
         own = layers[index]["metrics"].get(name)
         found = parts[index] + ([own] if own else [])
         if found:
-            sums[index] = add_results(found, METRIC_UNITS[name], SUBTREE, "sum_of_layer_estimates")
-            if parents[index] is not None:
-                parts[parents[index]].append(sums[index])
+            total = add_results(found, METRIC_UNITS[name], SUBTREE, "sum_of_layer_estimates")
+            sums[index] = total
+            parent = parents[index]
+            if parent is not None:
+                parts[parent].append(total)
     return sums
 
 

@@ -183,7 +183,7 @@ def tree_items(rows: list[LayerRow]) -> list[TreeItem]:
         starts.append(position)
         position += 1 + len(parts)
     items = []
-    for row, start, parts in zip(rows, starts, hosted):
+    for row, start, parts in zip(rows, starts, hosted, strict=True):
         end = starts[row.end] if row.end < len(rows) else position
         items.append(TreeItem(start, end, row.depth, "" if row.parent is None else starts[row.parent], row))
         items += [TreeItem(start + 1 + offset, start + 2 + offset, row.depth + 1, start, row, part)
@@ -211,7 +211,7 @@ def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]
         for owner in {(ref["path"], ref["call_index"]) for ref in layer.get("metric_owners", {}).values()}:
             covered.setdefault(owner, []).append(layer_label(layer["path"], layer["call_index"]))
     views = []
-    for layer, row in zip(report["layers"], rows):
+    for layer, row in zip(report["layers"], rows, strict=True):  # rows: layer_rows(report), one per layer
         owned = owned_metrics(layer)
         if owned:
             views.append(OwnerView(row.label, row.type_name, ", ".join(owned),

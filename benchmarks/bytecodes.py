@@ -30,10 +30,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
-import overhead
-from selection import selected
+import overhead  # noqa: E402
+from selection import selected  # noqa: E402
 
-from torchscan import crawl_module
+from torchscan import crawl_module  # noqa: E402
 
 SITE_PACKAGES = str(Path(torch.__file__).parents[1]) + "/"
 

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torchscan.report.cluster import DaskSession
-from torchscan.report.executor import IsolatedProcessExecutor
+from torchscan.report.cluster import DaskSession  # noqa: E402
+from torchscan.report.executor import IsolatedProcessExecutor  # noqa: E402
 
 TRIVIAL = {"entry": "identity", "variant": None, "stem": "identity", "folder": str(ROOT), "factory":
            "torch.nn:Identity", "kwargs": {}, "inputs": {"shapes": [[4]], "dtypes": None}, "device": "cpu"}

@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PATHS = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 sys.path[:0] = PATHS
 
-import overhead
-from selection import selected
+import overhead  # noqa: E402
+from selection import selected  # noqa: E402
 
 VARIANTS = ("plain", "hooks", "floor", "crawl", "structure")
 
@@ -144,11 +144,11 @@ def main() -> None:
     variants = (*VARIANTS, "around") if options.around else VARIANTS
     jobs = [(name, variant) for name in names for variant in variants]
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
-        counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs)))
+        counts = dict(zip(jobs, pool.map(lambda job: instructions(*job), jobs), strict=True))
     columns = (*VARIANTS[1:], "own", "structure own", *(("around", "own - around") if options.around else ()))
     widths = [max(11, len(column) + 2) for column in columns]
     print(f"{'model':<17}{'calls':>7}{'plain M':>10}"
-          + "".join(f"{column:>{width}}" for column, width in zip(columns, widths))
+          + "".join(f"{column:>{width}}" for column, width in zip(columns, widths, strict=True))
           + "   (thousand instructions per layer call over plain)")
     for name in names:
         plain, printed, _ = counts[(name, "plain")]
@@ -160,7 +160,7 @@ def main() -> None:
             extra["around"] = counts[(name, "around")][0] / calls / 1e3
             extra["own - around"] = extra["own"] - extra["around"]
         print(f"{name:<17}{calls:>7}{plain / 1e6:>10.1f}"
-              + "".join(f"{extra[column]:>{width}.1f}" for column, width in zip(columns, widths)))
+              + "".join(f"{extra[column]:>{width}.1f}" for column, width in zip(columns, widths, strict=True)))
         if options.objects:
             print_objects(name, calls, {variant: counts[(name, variant)][2] for variant in VARIANTS})
 

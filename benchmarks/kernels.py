@@ -40,10 +40,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
-import overhead
-from selection import selected
+import overhead  # noqa: E402
+from selection import selected  # noqa: E402
 
-from torchscan import crawl_module, crawler, operator_cache, operators, tracing
+from torchscan import crawl_module, crawler, operator_cache, operators, tracing  # noqa: E402
 
 #: Seconds since the last reset: inside kernels, and (--split) in crawl's model forward, hook bodies, dispatch,
 #: set-up and assembly.

@@ -49,12 +49,12 @@ from torch.utils.flop_counter import FlopCounterMode
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 
-import native_transformer
-import third_party
-from selection import selected
-from zoo import bert, llama, lstm, mobilenet, resnet
+import native_transformer  # noqa: E402
+import third_party  # noqa: E402
+from selection import selected  # noqa: E402
+from zoo import bert, llama, lstm, mobilenet, resnet  # noqa: E402
 
-from torchscan import crawl_module, measure_flops
+from torchscan import crawl_module, measure_flops  # noqa: E402
 
 Case = tuple[nn.Module, tuple, dict]
 

@@ -423,7 +423,7 @@ def test_decoder_stack_and_transformer_are_sums_of_their_parts():
     memory = model.encoder.eval()(src)
     encoder = counts(estimate(model.encoder, src))
     decoder = counts(estimate(model.decoder, tgt, memory, tgt_mask=causal))
-    assert counts(result) == tuple(a + b for a, b in zip(encoder, decoder))
+    assert counts(result) == tuple(a + b for a, b in zip(encoder, decoder, strict=True))
     layer = counts(estimate(model.decoder.layers[0], tgt, memory, tgt_mask=causal))
     norm_flops, norm_dmas = layer_norm_counts(model.decoder.norm, ROWS)
     assert decoder == (layer[0] + norm_flops, layer[1], layer[2] + norm_dmas)
@@ -460,7 +460,7 @@ def test_add_bias_kv_and_zero_attn_are_lower_bounds():
     plain = counts(estimate(nn.MultiheadAttention(E, H), query, key, key))
     for options in ({"add_bias_kv": True}, {"add_zero_attn": True}):
         result = estimate(nn.MultiheadAttention(E, H, **options), query, key, key)
-        for name, known in zip(("module_flops", "macs", "dmas"), plain):
+        for name, known in zip(("module_flops", "macs", "dmas"), plain, strict=True):
             assert result[name]["status"] == "partial", options
             assert result[name]["known_value"] > known      # one more attended key position is counted
         assert value(result["macs"]) is None

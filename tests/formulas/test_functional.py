@@ -52,7 +52,7 @@ def estimate(function, *args, **kwargs) -> tuple[int, int, int]:
 def total(function, *args, **kwargs) -> tuple[int, int, int]:
     estimates = [call[1] for call in record(function, *args, **kwargs)]
     assert None not in estimates
-    return tuple(sum(values) for values in zip(*estimates))
+    return tuple(sum(values) for values in zip(*estimates, strict=True))
 
 
 X = torch.randn(2, 3, 4)

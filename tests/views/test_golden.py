@@ -94,7 +94,7 @@ def terminal_cells(text: str) -> list[dict[str, str]]:
     """The layer rows of the terminal table: left columns start under their header, numbers end under theirs."""
     lines = text.splitlines()
     header = lines[0]
-    spans = {key: match.span() for key, match in zip(TERMINAL_COLUMNS, re.finditer(r"\S+", header))}
+    spans = {key: match.span() for key, match in zip(TERMINAL_COLUMNS, re.finditer(r"\S+", header), strict=False)}
     rows = []
     for line in lines[2:lines.index(lines[1], 2)]:
         if line.startswith("…"):
@@ -115,7 +115,7 @@ def markdown_cells(text: str) -> list[dict[str, str]]:
     for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("| "))]:
         parts = [html.unescape(part.replace("&nbsp;", "")).replace("\\", "").strip()
                  for part in line.strip("|").split(" | ")]
-        cells = dict(zip(MARKDOWN_COLUMNS, parts))
+        cells = dict(zip(MARKDOWN_COLUMNS, parts, strict=False))
         cells["layer"] = cells["layer"].removesuffix(" ⚠")
         rows.append(cells)
     return rows
@@ -159,7 +159,7 @@ class TreeCells(HTMLParser):
 def html_cells(text: str) -> list[dict[str, str]]:
     parser = TreeCells()
     parser.feed(text)
-    return [dict(zip((column.key for column in LAYER_COLUMNS), row)) for row in parser.rows if row]
+    return [dict(zip((column.key for column in LAYER_COLUMNS), row, strict=False)) for row in parser.rows if row]
 
 
 def expected(item: TreeItem, key: str) -> str:
@@ -173,7 +173,7 @@ def test_terminal_markdown_and_html_agree_on_every_cell(report: dict, view: Repo
                 "html": (html_cells(texts["report.html"]), tuple(column.key for column in LAYER_COLUMNS))}
     for name, (rows, columns) in readings.items():
         assert len(rows) == len(view.tree), name
-        for item, cells in zip(view.tree, rows):
+        for item, cells in zip(view.tree, rows, strict=True):
             assert {key: cells[key] for key in columns} == {key: expected(item, key) for key in columns}, (
                 name, item.row.label)
     # The model has what the check is about: an owned subtree, sums, lower bounds, a repeated call, a full path.

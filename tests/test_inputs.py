@@ -11,8 +11,9 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchscan import crawl_module, summary
-from torchscan.inputs import generate_inputs, require_available, value_metadata
+from torchscan.inputs import generate_inputs, require_available
 from torchscan.schema import validate_report
+from torchscan.values import describe
 
 
 def analyze(model, *args, **kwargs):
@@ -420,6 +421,6 @@ def test_non_identifier_keyword_names_are_withheld():
 
 def test_tensor_metadata_records_gradient_requirement_and_device():
     tensor = torch.zeros(4, dtype=torch.float64, requires_grad=True)
-    assert value_metadata(tensor) == tensor_meta((4,), dtype="float64", requires_grad=True)
-    assert value_metadata(torch.empty(2, 0, device="meta")) == tensor_meta((2, 0), device="meta")
-    assert value_metadata(nn.Parameter(torch.zeros(1)))["kind"] == "tensor"
+    assert describe(tensor) == tensor_meta((4,), dtype="float64", requires_grad=True)
+    assert describe(torch.empty(2, 0, device="meta")) == tensor_meta((2, 0), device="meta")
+    assert describe(nn.Parameter(torch.zeros(1)))["kind"] == "tensor"

@@ -22,7 +22,6 @@ from .builtin_handlers import builtin_for
 from .diagnostics import Diagnostic, diagnostic, sort_key
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
-    call_metadata,
     generate_inputs,
     infer_device_and_dtype,
     normalize_device,
@@ -45,6 +44,7 @@ from .results import (
 )
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer
+from .values import call_metadata
 
 Mode = Literal["full", "structure"]
 TOTALS_METHOD = "sum_of_layer_estimates"

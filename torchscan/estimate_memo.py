@@ -23,10 +23,8 @@ attributes between its calls within one forward pass is outside what the memo de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from functools import lru_cache
-from itertools import chain
-from operator import attrgetter, itemgetter
 from typing import Any
 
 import torch
@@ -34,158 +32,44 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
-from .inputs import PLAIN_TENSORS, only_plain_tensor_types
 from .results import copied, plain_copy
-
-#: Values that describe themselves: their type and value are the key (``True``, ``1`` and ``1.0`` differ).
-SIMPLE_TYPES = (bool, int, float, complex, str, type(None), torch.dtype)
-_EXACTLY_SIMPLE = frozenset(SIMPLE_TYPES)
-_simple_only = _EXACTLY_SIMPLE.issuperset
-
-
-class NotMemoizable(Exception):
-    """The call holds a value whose influence on the estimate the key cannot capture."""
-
-
-def _plain(value: Any) -> Hashable:
-    """A module attribute as a key part (tuples and lists of plain values included)."""
-    kind = type(value)
-    if kind in _EXACTLY_SIMPLE or isinstance(value, SIMPLE_TYPES):
-        return kind, value
-    if isinstance(value, (tuple, list)):
-        return kind, tuple(_plain(item) for item in value)
-    raise NotMemoizable(kind.__name__)
+from .values import Unkeyable, call_key
 
 
 def module_configuration(module: nn.Module) -> tuple:
-    """The module's type, public plain attributes, and own parameters' and buffers' shapes and dtypes.
-
-    Read in C-level steps where the attributes allow: a layer's ``__dict__`` holds about thirty entries, two thirds
-    of them PyTorch's private registries, and this runs for most modules of a model. The tuple of the public
-    values' types selects (once per distinct tuple) a picker of the tuple-typed values, whose items' types are
-    then read with ``map``; anything that is neither a simple scalar nor a tuple is described value by value.
-    """
+    """The module's type, public plain attributes (names, and `torchscan.values.call_key` of the values without
+    tensors), and own parameters' and buffers' names, shapes and dtypes; `Unkeyable` when an attribute is anything
+    else (PyTorch's own state is underscored)."""
     state = module.__dict__
-    names = _public_names(tuple(state))
-    values = tuple(map(state.__getitem__, names))
-    kinds = tuple(map(type, values))
-    tuples_at = _tuples_picker(kinds)
-    if tuples_at is None:
-        attributes: tuple = names, tuple([_plain(value) for value in values])
-    else:  # tuples of scalars (kernel_size, stride, ...) also need their items' types: True, 1 and 1.0 differ
-        tuples = tuples_at(values)
-        items = tuple(map(type, chain.from_iterable(tuples))) if tuples else ()
-        attributes = names, kinds, values, items if _simple_only(items) else tuple([_plain(item) for item in tuples])
-    return type(module), attributes, _own_tensors(module._parameters), _own_tensors(module._buffers)
+    public = _public_names(tuple(state))
+    values = call_key(map(state.__getitem__, public), tensors=False)
+    return type(module), public, *values, _own_tensors(module._parameters), _own_tensors(module._buffers)
 
 
 @lru_cache(maxsize=4096)
-def _public_names(keys: tuple[str, ...]) -> tuple[str, ...]:
-    """The attribute names that describe a module's configuration (PyTorch's own state is underscored)."""
-    return tuple(name for name in keys if name[0] != "_")
-
-
-@lru_cache(maxsize=4096)
-def _tuples_picker(kinds: tuple[type, ...]) -> Callable[[tuple], tuple] | None:
-    """For attribute values of these types: a picker of the tuple-typed values (always as a tuple); None when some
-    value is neither a simple scalar nor a tuple."""
-    if not _simple_or_tuple(kinds):
-        return None
-    positions = [index for index, kind in enumerate(kinds) if kind is tuple]
-    if len(positions) == 1:
-        position = positions[0]
-        return lambda values: (values[position],)
-    return itemgetter(*positions) if positions else _no_values
-
-
-def _no_values(values: tuple) -> tuple:
-    return ()
-
-
-_simple_or_tuple = frozenset({*SIMPLE_TYPES, tuple}).issuperset
-_SHAPE_AND_DTYPE = attrgetter("shape", "dtype")
+def _public_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The attribute names that describe a module's configuration, once per distinct set of names (a layer's
+    ``__dict__`` holds about thirty entries, two thirds of them PyTorch's private registries)."""
+    return tuple(name for name in names if name[0] != "_")
 
 
 def _own_tensors(tensors: dict[str, Any]) -> tuple:
     """Names, shapes and dtypes of a module's own parameters or buffers (``None`` entries too)."""
-    if not tensors:
-        return ()
-    if only_plain_tensor_types(map(type, tensors.values())):  # the common case: no None entry, no lazy tensor
-        return tuple(zip(tensors, map(_SHAPE_AND_DTYPE, tensors.values())))
-    return tuple((name, None if tensor is None else _own_tensor(tensor)) for name, tensor in tensors.items())
+    return tuple([(name, None if tensor is None else _own_tensor(tensor)) for name, tensor in tensors.items()])
 
 
 def _own_tensor(tensor: torch.Tensor) -> Hashable:
-    if type(tensor) in PLAIN_TENSORS:  # not an uninitialized lazy parameter or buffer
-        return tensor.shape, tensor.dtype
     if is_lazy(tensor):
-        raise NotMemoizable("an uninitialized lazy parameter")
+        raise Unkeyable("an uninitialized lazy parameter")
     return tensor.shape, tensor.dtype
 
 
 def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple:
-    """The structure of one call (see the module docstring); raises `NotMemoizable` for what it cannot describe.
-
-    Flat, for speed (it runs at every call of a memoizing formula): the argument count and keyword names fix where
-    each value's entries start, and each value adds a run that its first entry identifies: a plain tensor its
-    ``torch.Size``, dtype and storage number; a scalar its type and value; anything else one nested description
-    (a tuple opened by a type). The most common call, one plain tensor in and one out, takes `_one_in_one_out`.
-    """
-    if len(args) == 1 and not kwargs:
-        structure = _one_in_one_out(args[0], output)
-        if structure is not None:
-            return structure
-    storages: dict[int, int] = {}
-    key: list[Any] = [len(args), tuple(kwargs) if kwargs else ()]
-    append = key.append
-    for value in (*args, *kwargs.values(), output) if kwargs else (*args, output):
-        kind = type(value)
-        if kind is torch.Tensor or kind is nn.Parameter:
-            append(_shape(value))
-            append(value.dtype)
-            base = value._base
-            append(storages.setdefault(id(value if base is None else base), len(storages)))
-        elif kind in _EXACTLY_SIMPLE:
-            append(kind)
-            append(value)
-        else:
-            append(_nested(value, storages))
-    return tuple(key)
-
-
-def _one_in_one_out(value: Any, output: Any) -> tuple | None:
-    """The structure of a call of one plain tensor that returns one (None for any other call): both shapes and
-    dtypes, and whether the output shares the input's storage (a view or the input itself, not a copy). It starts
-    with a ``torch.Size`` where every other structure starts with the argument count, so the two never meet."""
-    if type(value) not in PLAIN_TENSORS or type(output) not in PLAIN_TENSORS:
-        return None
-    base, output_base = value._base, output._base
-    shared = (value if base is None else base) is (output if output_base is None else output_base)
-    return _shape(value), value.dtype, _shape(output), output.dtype, shared
-
-
-def _shape(tensor: torch.Tensor) -> torch.Size:
-    try:
-        return tensor.shape
-    except RuntimeError:  # a strided nested tensor has no single shape
-        raise NotMemoizable("nested tensor") from None
-
-
-def _nested(value: Any, storages: dict[int, int]) -> tuple:
-    """Containers, tensor subclasses and subclasses of the simple types, each opened by a type; else NotMemoizable."""
-    kind = type(value)
-    if isinstance(value, torch.Tensor):
-        if value.is_nested:
-            raise NotMemoizable("nested tensor")
-        root = value._base if value._base is not None else value
-        return torch.Tensor, value.shape, value.dtype, storages.setdefault(id(root), len(storages))
-    if isinstance(value, SIMPLE_TYPES):
-        return kind, value
-    if isinstance(value, (tuple, list)):
-        return kind, tuple([_nested(item, storages) for item in value])
-    if isinstance(value, Mapping):
-        return kind, tuple([(key, _nested(item, storages)) for key, item in value.items()])
-    raise NotMemoizable(kind.__name__)
+    """The structure of one call (see the module docstring): the argument count and keyword names (they fix where
+    each value's run starts), then `torchscan.values.call_key` of the arguments and the output, with which storage
+    each tensor shares. Raises `Unkeyable` for what it cannot describe."""
+    values = (*args, *kwargs.values(), output) if kwargs else (*args, output)
+    return len(args), tuple(kwargs), *call_key(values, storages={})
 
 
 class _First:
@@ -218,7 +102,7 @@ class EstimateMemo:
         """The first part of the key of one call to ``handler``, or None when the call cannot be memoized."""
         try:
             return id(handler), needed, type(module), call_structure(args, kwargs, output)
-        except NotMemoizable:
+        except Unkeyable:
             return None
 
     def key(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple, kwargs: Mapping[str, Any],
@@ -235,7 +119,7 @@ class EstimateMemo:
         if identity not in self.configurations:
             try:
                 configuration = module_configuration(module)
-            except NotMemoizable:
+            except Unkeyable:
                 self.configurations[identity] = None
             else:
                 self.configurations[identity] = self.numbers.setdefault(configuration, len(self.numbers))

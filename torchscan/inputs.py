@@ -1,12 +1,9 @@
-"""Inputs of one analysis: generated tensors, device/dtype inference, and recursive value metadata.
-
-Metadata describes structure, never values: tensors give shape, dtype, device and gradient requirement; scalars
-give their type only; mapping keys are kept only when they are identifiers (a file path is not).
-"""
+"""Inputs of one analysis: the arguments that describe them (shapes, dtypes, device), checked, and the generated
+tensors. (How a call's values are described in the report is `torchscan.values`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -118,135 +115,6 @@ def _generate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) 
     generator = torch.Generator(device="cpu").manual_seed(0)
     values = torch.rand(full_shape, generator=generator, dtype=dtype if dtype.itemsize >= 4 else torch.float32)
     return values.to(device=device, dtype=dtype)
-
-
-MAX_DEPTH = 32
-
-
-_SCALAR_TYPES = frozenset({bool, int, float, complex, str, bytes})
-_SCALAR_NAMES = {kind: {"kind": "scalar", "type": kind.__name__} for kind in _SCALAR_TYPES}
-
-
-def value_metadata(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
-    """Recursive, value-free description of an argument or output.
-
-    A container that holds itself (directly or deeper) is described once and then marked ``recursive``; nesting
-    beyond ``MAX_DEPTH`` levels is marked ``truncated``, so no input can make the hooks fail. It runs twice per
-    layer call (inputs and output), so exact built-in types take the shortest path.
-    """
-    kind = type(value)
-    if kind is torch.Tensor or kind is nn.Parameter or isinstance(value, torch.Tensor):
-        return tensor_metadata(value)
-    if kind is tuple or kind is list:
-        return _container_metadata(value, kind.__name__, _enclosing)
-    if value is None:
-        return {"kind": "none"}
-    scalar = _SCALAR_NAMES.get(kind)
-    if scalar is not None:
-        return dict(scalar)
-    return _other_metadata(value, kind, _enclosing)
-
-
-def _other_metadata(value: Any, kind: type, _enclosing: tuple[int, ...]) -> dict[str, Any]:
-    """Subclasses of scalars and containers, mappings, and any other object (by its type name only)."""
-    if isinstance(value, (bool, int, float, complex, str, bytes)):
-        return {"kind": "scalar", "type": kind.__name__}
-    if not isinstance(value, (tuple, list, Mapping)):
-        return {"kind": "object", "type": _type_name(value)}
-    if isinstance(value, tuple) and hasattr(kind, "_fields"):
-        return _container_metadata(value, "namedtuple", _enclosing)
-    return _container_metadata(value, "sequence" if isinstance(value, (tuple, list)) else "mapping", _enclosing)
-
-
-def _container_metadata(value: Any, kind: str, _enclosing: tuple[int, ...]) -> dict[str, Any]:
-    """A tuple, list, other sequence, namedtuple or mapping: its items, unless it encloses itself or nests too deep."""
-    if id(value) in _enclosing:
-        return {"kind": "recursive", "type": _type_name(value)}
-    if len(_enclosing) >= MAX_DEPTH:
-        return {"kind": "truncated", "type": _type_name(value)}
-    inner = (*_enclosing, id(value))
-    if kind == "namedtuple":
-        return {"kind": kind, "type": type(value).__qualname__,
-                "items": [{"key": name, "value": value_metadata(item, inner)}
-                          for name, item in zip(value._fields, value)]}
-    if kind == "mapping":
-        return {"kind": kind, "items": [{"key": _safe_key(key), "value": value_metadata(item, inner)}
-                                        for key, item in value.items()]}
-    return {"kind": kind, "items": [value_metadata(item, inner) for item in value]}
-
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """``float32`` for ``torch.float32`` (cached: it runs for every tensor described)."""
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
-    return name
-
-
-def tensor_metadata(tensor: torch.Tensor) -> dict[str, Any]:
-    if type(tensor) in PLAIN_TENSORS and tensor.is_cpu and not tensor.is_nested:  # the common case, kept cheap
-        dtype = tensor.dtype
-        return {"kind": "tensor", "shape": list(tensor.shape), "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
-                "device": "cpu", "requires_grad": tensor.requires_grad}
-    if tensor.is_nested:  # a nested tensor has no single shape: record its rank and number of components
-        return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
-                "dtype": dtype_name(tensor.dtype), "device": device_type(tensor),
-                "requires_grad": bool(tensor.requires_grad)}
-    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype),
-            "device": device_type(tensor), "requires_grad": bool(tensor.requires_grad)}
-
-
-#: The exact types of plain tensors (subclasses may override attributes such as ``device``).
-PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
-#: Whether every type of an iterable is a plain tensor type (a C-level frozenset test, for tuples of values).
-only_plain_tensor_types = frozenset(PLAIN_TENSORS).issuperset
-
-
-def device_type(tensor: torch.Tensor) -> str:
-    """``tensor.device.type``; for plain tensors from the ``is_cpu``/``is_meta`` flags, as ``tensor.device`` builds
-    a new ``torch.device`` on every access (subclasses may override ``device``, so they are asked)."""
-    if type(tensor) in PLAIN_TENSORS:
-        if tensor.is_cpu:
-            return "cpu"
-        if tensor.is_meta:
-            return "meta"
-    return tensor.device.type
-
-
-def call_metadata(args: tuple, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """The metadata of a call's positional and keyword arguments (a loop: it runs for every layer call, and a
-    comprehension is one more function call)."""
-    described = []
-    for arg in args:
-        described.append(value_metadata(arg))
-    return {"args": described,
-            "kwargs": [{"key": _safe_key(key), "value": value_metadata(item)} for key, item in kwargs.items()]
-            if kwargs else []}
-
-
-def positional_metadata(args: tuple) -> dict[str, Any]:
-    """``call_metadata(args, {})``, as every layer call's pre-hook describes its input: a single plain tensor (the
-    common call) takes the shortest path."""
-    if len(args) == 1 and type(args[0]) in PLAIN_TENSORS:
-        return {"args": [tensor_metadata(args[0])], "kwargs": []}
-    return call_metadata(args, {})
-
-
-FAILED_OUTPUT = {"kind": "failed"}
-
-
-def _safe_key(key: Any) -> str | None:
-    """Identifier keys are structure; anything else (a path, a sentence) could be data and is withheld."""
-    return key if isinstance(key, str) and key.isidentifier() else None
-
-
-def _type_name(value: Any) -> str:
-    kind = type(value)
-    name = kind.__qualname__
-    return name if name.replace(".", "").replace("_", "").isalnum() else "object"
 
 
 def _describe(value: Any) -> str:

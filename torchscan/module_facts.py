@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
-from .inputs import PLAIN_TENSORS, device_type, dtype_name
+from .values import PLAIN_TENSORS, device_type, dtype_name
 
 #: The built-in handler of a module type, or None (see ``torchscan.builtin_handlers.builtin_for``).
 BuiltinLookup = Callable[[type], "ModuleHandler | None"]

@@ -21,85 +21,30 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from torch.nn import Parameter
 from torch.utils import flop_counter
 
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
 from .results import is_count
+from .values import Unkeyable, call_key
 
 COUNTED, IGNORED, UNCOUNTED = "counted", "ignored", "uncounted"
 #: A memo stops growing here (a model calling an operator with ever-new float arguments must not grow it forever).
 MAX_SIGNATURES = 1 << 16
 
-_PLAIN_TYPES = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
-                          torch.memory_format})
-_TENSOR_TYPES = frozenset({torch.Tensor, Parameter})
-_plain_only = _PLAIN_TYPES.issuperset
-_tensors_only = _TENSOR_TYPES.issuperset
 _BUILTIN_FORMULAS = frozenset(id(formula) for formula in OPERATOR_FORMULAS.values())
 _SHAPE_WRAPPED_CODE = flop_counter.shape_wrapper(lambda: 0).__code__
 
 
-class Unreadable(Exception):
-    """A call argument whose signature cannot be read: the call is priced directly."""
-
-
-def _describe(value: Any) -> Any:
-    """A hashable description of everything a formula can read from one argument (of a tensor: shape, dtype)."""
-    kind = type(value)
-    if kind in _TENSOR_TYPES:
-        return value.shape, value.dtype  # a strided nested tensor raises RuntimeError here
-    if isinstance(value, torch.Tensor):
-        if value.is_nested:
-            raise Unreadable
-        return value.shape, value.dtype
-    if kind in _PLAIN_TYPES:
-        return kind, value  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
-    if kind is list or kind is tuple:
-        return kind, tuple([_describe(item) for item in value])
-    raise Unreadable
-
-
-def _describe_items(kind: type, value: list | tuple, kinds: tuple[type, ...]) -> Any:
-    """`_describe` of a list or tuple that holds more than scalars: plain tensors alone (an operator's outputs,
-    such as a batch norm's) are read in one step."""
-    if _tensors_only(kinds):
-        return kind, tuple([(item.shape, item.dtype) for item in value])
-    return _describe(value)
-
-
 def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tuple | None:
-    """The call's signature (see the module docstring), or ``None`` when some argument has none.
-
-    Flat, for speed (it runs for every call of a formulated operator): the argument count and keyword names fix
-    where each value's entries start, and each value adds a run (tensor: shape, dtype; scalar: type, value; list or
-    tuple of scalars: its type, the element types, the values) or one nested description (anything else).
-    """
-    key = [id(func), len(args), tuple(kwargs) if kwargs else ()]
-    append = key.append
+    """The call's signature (see the module docstring), or ``None`` when some argument has none: the overload, the
+    argument count and keyword names (they fix where each value's run starts), then `torchscan.values.call_key` of
+    the arguments and the output."""
     try:
-        for value in (*args, *kwargs.values(), out) if kwargs else (*args, out):
-            kind = type(value)
-            if kind in _TENSOR_TYPES:
-                append(value.shape)  # a strided nested tensor raises RuntimeError here
-                append(value.dtype)
-            elif kind in _PLAIN_TYPES:
-                append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
-                append(value)
-            elif kind is list or kind is tuple:
-                kinds = tuple(map(type, value))
-                if _plain_only(kinds):
-                    append(kind)  # a list and a tuple of the same items are different arguments
-                    append(kinds)
-                    append(tuple(value))
-                else:
-                    append(_describe_items(kind, value, kinds))
-            else:
-                append(_describe(value))
-    except (Unreadable, RuntimeError):
+        key = call_key((*args, *kwargs.values(), out) if kwargs else (*args, out))
+    except Unkeyable:
         return None
-    return tuple(key)
+    return id(func), len(args), tuple(kwargs), *key
 
 
 class Outcome:

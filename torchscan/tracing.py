@@ -37,10 +37,10 @@ from .estimation import (
     forward_error,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
-from .inputs import FAILED_OUTPUT, call_metadata, positional_metadata, value_metadata
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import OperatorRecorder, OperatorScope
 from .results import SUMMABLE_METRICS, is_incomplete
+from .values import FAILED_OUTPUT, call_metadata, describe
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
@@ -212,7 +212,7 @@ class CallTracer:
             "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
             "type": info.type_name, "leaf": info.leaf,
             "parent": None if parent is None else parent.owner_reference(),
-            "input": positional_metadata(args), "output": None,
+            "input": call_metadata(args, {}), "output": None,
             "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
         }
         frame = Frame(id(module), info, record, args)
@@ -250,7 +250,7 @@ class CallTracer:
             kwargs, output, failed = {}, rest[0], True
         if args is not frame.args or kwargs:
             _describe_input(frame, args, kwargs)
-        frame.record["output"] = dict(FAILED_OUTPUT) if failed else value_metadata(output)
+        frame.record["output"] = dict(FAILED_OUTPUT) if failed else describe(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
         elif failed:

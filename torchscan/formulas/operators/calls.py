@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from ...values import operand_dtypes
 from .elementwise import dtype_kind
 
 aten = torch.ops.aten
@@ -98,51 +99,13 @@ def numel(value: Any) -> int:
 def operand_kind(args: tuple, kwargs: dict, out: Any) -> str | None:
     """The arithmetic of a call: ``complex`` if any operand is complex, else ``real`` if any is floating
     point, else ``integral``; ``None`` if some tensor has a dtype without a convention (quantized)."""
-    dtypes, complex_scalar = _operand_dtypes(args, kwargs, out)
+    dtypes, complex_scalar = operand_dtypes((*args, *kwargs.values(), out) if kwargs else (*args, out))
     kinds = {_dtype_kind(dtype) for dtype in dtypes}
     if None in kinds:
         return None
     if complex_scalar or "complex" in kinds:
         return "complex"
     return "real" if "real" in kinds else "integral"
-
-
-def _operand_dtypes(args: tuple, kwargs: dict, out: Any) -> tuple[set[torch.dtype], bool]:
-    """The dtypes of a call's tensors (also inside lists and tuples), each once (a call's operands mostly share
-    one), and whether some operand is a complex scalar. Exact types are told apart first: ``isinstance`` against
-    ``torch.Tensor`` costs several times a set lookup, and most operands are plain tensors, ints and int lists."""
-    dtypes: set[torch.dtype] = set()
-    complex_scalar = False
-    for value in (*args, *kwargs.values(), out) if kwargs else (*args, out):
-        kind = type(value)
-        if kind in _TENSOR_TYPES:
-            dtypes.add(value.dtype)
-        elif kind in _TENSORLESS_TYPES:
-            continue
-        elif isinstance(value, (tuple, list)):  # mostly sizes and strides: items read only if some is not plain
-            if not _tensorless_only(map(type, value)):
-                _add_item_dtypes(value, dtypes)
-        elif isinstance(value, torch.Tensor):
-            dtypes.add(value.dtype)
-        elif isinstance(value, complex):
-            complex_scalar = True
-    return dtypes, complex_scalar
-
-
-def _add_item_dtypes(items: tuple | list, dtypes: set[torch.dtype]) -> None:
-    for item in items:
-        kind = type(item)
-        if kind in _TENSOR_TYPES or (kind not in _TENSORLESS_TYPES and isinstance(item, torch.Tensor)):
-            dtypes.add(item.dtype)
-
-
-_TENSOR_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
-#: Exact types of operands that are neither tensors, containers nor complex numbers.
-_TENSORLESS_TYPES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
-                               torch.memory_format})
-
-
-_tensorless_only = _TENSORLESS_TYPES.issuperset
 
 
 _KIND_BY_DTYPE: dict[torch.dtype, str | None] = {}

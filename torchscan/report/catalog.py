@@ -184,7 +184,7 @@ def spec_inputs(run: Run, report: dict[str, Any] | None) -> str:
     if run.inputs.shapes is not None:
         dtypes = run.inputs.dtypes or [""] * len(run.inputs.shapes)
         return "; ".join(f"{dtype}[1, {', '.join(map(str, shape))}]".lstrip()
-                         for dtype, shape in zip(dtypes, run.inputs.shapes))
+                         for dtype, shape in zip(dtypes, run.inputs.shapes, strict=False))
     return f"{run.inputs.callable}({', '.join(f'{k}={v!r}' for k, v in sorted(run.inputs.kwargs.items()))})"
 
 

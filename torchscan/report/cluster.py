@@ -207,7 +207,7 @@ class DaskExecutor(Executor):
         self._placement = placement
         self._note = note
         self._expected = client_environment()
-        self._pending: dict[str, Any] = {}
+        self._pending: dict[tuple[str, str, str], Any] = {}  # task key (RUN_KEY, stem, unique) -> Dask future
         self._checked: set[tuple[str, float]] = set()
         self.placements: dict[str, str] = {}
 

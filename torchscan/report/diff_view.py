@@ -176,7 +176,7 @@ def _warnings(before: str, after: str) -> list[str]:
 def _budget_row(check: BudgetCheck) -> BudgetRow:
     budget = check.budget
     label = BUDGET_LABELS[budget.metric]
-    if check.status == "unknown":
+    if check.status == "unknown" or check.delta is None:  # an unknown status is a missing delta
         observed = f"{label}: the delta is unknown (a side is incomplete or was not requested)"
     else:
         percent = percent_text(check.before, check.delta)

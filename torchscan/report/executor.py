@@ -72,6 +72,10 @@ class NamedFunction:
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return import_callable, (self.path,)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The function called here (a run's process receives the function itself, imported when unpickled)."""
+        return import_callable(self.path)(*args, **kwargs)
+
 
 def _exit_with_parent() -> None:
     """End this process as soon as the one that started it is gone (a SIGKILLed build, a lost Dask worker).
@@ -100,6 +104,13 @@ class _Task:
     connection: Connection | None = None
     deadline: float = 0.0
     outcome: Any = field(default=None)
+
+    @property
+    def pipe(self) -> Connection:
+        """The reading end of the pipe from the task's process, which a started task has."""
+        if self.connection is None:
+            raise RuntimeError("the task has not started")
+        return self.connection
 
 
 class IsolatedProcessExecutor(Executor):
@@ -176,8 +187,9 @@ class IsolatedProcessExecutor(Executor):
                 if not task.future.set_running_or_notify_cancel():
                     continue
                 reader, writer = self._context.Pipe(duplex=False)
-                task.process = self._context.Process(target=_child, args=(writer, task.function, task.args,
-                                                                          task.kwargs), daemon=True)
+                # typeshed types get_context(str) as BaseContext, which lacks the Process every real context has
+                task.process = self._context.Process(  # type: ignore[attr-defined]
+                    target=_child, args=(writer, task.function, task.args, task.kwargs), daemon=True)
                 task.process.start()
                 writer.close()
                 task.connection = reader
@@ -191,9 +203,9 @@ class IsolatedProcessExecutor(Executor):
         return max(0.0, min(task.deadline for task in running) - time.monotonic())
 
     def _check(self, task: _Task, ready: list[Any]) -> None:
-        while task.outcome is None and task.connection in ready and task.connection.poll():
+        while task.outcome is None and task.connection in ready and task.pipe.poll():
             try:
-                message = task.connection.recv()
+                message = task.pipe.recv()
             except (EOFError, OSError):
                 message = ("died", None)
             if message[0] == "started":
@@ -206,7 +218,7 @@ class IsolatedProcessExecutor(Executor):
                 task.process.kill()
                 task.process.join()
             self._finish(task, task.outcome)
-        elif task.process.sentinel in ready and not task.connection.poll():
+        elif task.process.sentinel in ready and not task.pipe.poll():
             task.process.join()
             self._finish(task, ("died", None))
         elif time.monotonic() >= task.deadline:
@@ -218,7 +230,7 @@ class IsolatedProcessExecutor(Executor):
         kind, value = outcome
         with self._lock:
             self._running.remove(task)
-        task.connection.close()
+        task.pipe.close()
         if kind == "ok":
             task.future.set_result(value)
         elif kind == "raised":

@@ -76,9 +76,10 @@ class Run:
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
-        job = {"entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
-               "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device,
-               **self.extensions}
+        job: dict[str, Any] = {
+            "entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
+            "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device,
+            **self.extensions}
         if self.memory is not None:
             job["memory"] = self.memory
         return job
@@ -179,7 +180,8 @@ class _Checker:
             self.problem(f"{where}: strict", f"expected true or false, got {_describe(strict)}")
             strict = False
         description = self.string(f"{where}: description", item.get("description", ""))
-        base = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs") if key in item}
+        base: dict[str, Any] = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs")
+                                if key in item}
         variants = item.get("variants")
         common = {"entry": name, "factory": factory, "device": device, "strict": strict,
                   "memory": self.memory(f"{where}: memory", item.get("memory")),

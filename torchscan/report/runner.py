@@ -54,7 +54,9 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
             pending.append((run, job, key))
     if pending:
         if function is None:
-            from .worker import analyze_run as function
+            from .worker import analyze_run
+
+            function = analyze_run
         results.update(_execute(pending, cache, progress, executor_factory(min(jobs, len(pending)), timeout),
                                 function))
     progress.stop()

@@ -124,7 +124,7 @@ def _extensions(user: Any) -> list[Any]:
 
 def theme_safe(text: str) -> str:
     """The site name for the theme, which inserts it unescaped in places: markup characters become lookalikes."""
-    return text.translate(str.maketrans({"<": "‹", ">": "›", '"': "”", "&": "＆"}))
+    return text.translate(str.maketrans('<>"&', "‹›”＆"))
 
 
 def _standalone_config(content: SiteContent, methodology: list[str], docs: Path) -> dict[str, Any]:

@@ -23,8 +23,9 @@ def locate_module(module: str, folder: Path) -> Path | None:
     """
     search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]
     spec = None
-    for position, part in enumerate(module.split(".")):
-        name = ".".join(module.split(".")[: position + 1])
+    parts = module.split(".")
+    for position in range(len(parts)):
+        name = ".".join(parts[: position + 1])
         spec = PathFinder.find_spec(name, search)
         if spec is None:
             return None

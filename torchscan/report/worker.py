@@ -40,12 +40,12 @@ def _ignore_interrupts_in_spawned_workers() -> None:
 _ignore_interrupts_in_spawned_workers()
 
 # Imported here rather than per call: the executor starts a run's timeout once this module is loaded.
-import torch
+import torch  # noqa: E402
 
-from ..crawler import crawl_module
-from ..handlers import validate_handler_map
-from ..operators import validate_custom_mapping
-from .resources import require_device
+from ..crawler import crawl_module  # noqa: E402
+from ..handlers import validate_handler_map  # noqa: E402
+from ..operators import validate_custom_mapping  # noqa: E402
+from .resources import require_device  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).
 TRACEBACK_FRAMES = 12

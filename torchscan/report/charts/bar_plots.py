@@ -91,7 +91,10 @@ def add_boxes(canvas: Canvas, axes: Axes, spans: Sequence[tuple[float, float, fl
 
 def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, log: bool = False,
                   positions: Sequence[float] | None = None, rows: int = 0) -> None:
-    """Horizontal bars, largest at the top, each labelled with its value; an n/a row says so and has no bar."""
+    """Horizontal bars, largest at the top, each labelled with its value; an n/a row says so and has no bar.
+
+    ``positions`` (one per bar) places the bars; by default they follow one another.
+    """
     axes.spines["bottom"].set_visible(False)
     if not bars:
         canvas.text(0.5, 0.5, empty, axes.transAxes, anchor="middle")
@@ -101,7 +104,7 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
     axes.set_ylim(max(max(positions) + 0.5, rows - 0.5), min(positions) - 0.5)
     spans, colours, statuses, ends = _ranking_boxes(bars, positions, floor, stub)
     add_boxes(canvas, axes, spans, colours, statuses)
-    for position, bar in zip(positions, bars):
+    for position, bar in zip(positions, bars, strict=True):
         canvas.text(0, position, bar.label, axes.get_yaxis_transform(), dx=-5, anchor="end")
         if bar.amount.drawn:
             canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5)
@@ -134,7 +137,7 @@ def _ranking_boxes(bars: Sequence[Bar], positions: Sequence[float], floor: float
     colours: list[str] = []
     statuses: list[str] = []
     ends: dict[float, float] = {}
-    for position, bar in zip(positions, bars):
+    for position, bar in zip(positions, bars, strict=True):
         if not bar.amount.drawn:
             continue
         pieces = bar.segments or ((bar.colour, bar.amount),)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...formatting import format_parameters
 from .amounts import Amount, amount_of, shorten
@@ -24,7 +24,7 @@ CATALOG_BARS = 80
 def catalog_charts(view: CatalogView) -> list[Chart]:
     """Parameters against MACs for every model run (variants joined by a line), and MACs per model run."""
     runs = [(entry, run) for entry in view.entries for run in entry.runs]
-    colours = dict(zip((entry.name for entry in view.entries), distinct_colours(len(view.entries))))
+    colours = dict(zip((entry.name for entry in view.entries), distinct_colours(len(view.entries)), strict=True))
     return [draw(*scatter_chart(runs, colours)), draw(*macs_per_model_chart(runs, colours))]
 
 
@@ -132,7 +132,7 @@ def _variant_lines(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], x
                    ys: Sequence[float], colours: dict[str, str]) -> None:
     """The variants of one model joined by a line in the model's colour."""
     lines: dict[str, list[tuple[float, float]]] = {}
-    for (entry, _, _, _), x, y in zip(points, xs, ys):
+    for (entry, _, _, _), x, y in zip(points, xs, ys, strict=True):
         lines.setdefault(entry, []).append((x, y))
     for entry, line in lines.items():
         if len(line) > 1:
@@ -143,13 +143,16 @@ def _variant_lines(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], x
 def _markers(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float], ys: Sequence[float],
              colours: dict[str, str]) -> None:
     """Exact points as filled dots, lower bounds on MACs as hollow triangles."""
-    for status, style in (("complete", {"marker": "o", "s": 24, "linewidths": 0}),
-                          ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2})):
+    styles: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("complete", {"marker": "o", "s": 24, "linewidths": 0}),
+        ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
+    for status, style in styles:
         chosen = [index for index, (*_, macs) in enumerate(points) if macs.status == status]
         if chosen:
             key = "color" if status == "complete" else "edgecolors"
+            colour: dict[str, Any] = {key: [colours[points[index][0]] for index in chosen]}
             axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
-                         **{key: [colours[points[index][0]] for index in chosen]}, **style)
+                         **colour, **style)
 
 
 def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:

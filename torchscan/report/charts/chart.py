@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ class Chart:
     title: str
     summary: str
     headers: tuple[str, ...] = ()
-    rows: list[tuple[str, ...]] = field(default_factory=list)
+    rows: Sequence[tuple[str, ...]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     svg: str = ""
 

@@ -138,7 +138,7 @@ def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     size = max(1, math.ceil(len(calls) / PROFILE_BARS))
     starts = range(0, len(calls), size)
     bins = [total_of(amounts[start:start + size]) for start in starts]
-    colours = type_colours([(row.type_name, amount) for row, amount in zip(calls, amounts)])
+    colours = type_colours([(row.type_name, amount) for row, amount in zip(calls, amounts, strict=True)])
     bin_colours = [dominant_colour(calls[start:start + size], amounts[start:start + size], colours)
                    for start in starts]
     stages = stage_runs(view.layers, calls)
@@ -174,7 +174,7 @@ def paint_profile_chart(unit: str, bins: Sequence[Amount], bin_colours: Sequence
     legend = [("fill", colour, shorten(name, 22)) for name, colour in colours.items()]
     for kind, colour, label, present in (
             ("fill", NEUTRAL, "other types", any(colour == NEUTRAL and amount.known > 0
-                                                 for colour, amount in zip(bin_colours, bins))),
+                                                 for colour, amount in zip(bin_colours, bins, strict=True))),
             ("triangle", INK, "≥ lower bound", any(amount.status == "partial" for amount in bins)),
             ("cross", UNAVAILABLE, "n/a (not drawn)", any(not amount.drawn for amount in bins))):
         if present:

@@ -123,7 +123,7 @@ def _delta_bars(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], values:
     add_boxes(canvas, axes, [(min(0.0, value), max(0.0, value), position - 0.36, position + 0.36)
                              for position, value in enumerate(values)],
               [INCREASE if value > 0 else DECREASE for value in values], [delta.status for delta in shown])
-    for position, (delta, value) in enumerate(zip(shown, values)):
+    for position, (delta, value) in enumerate(zip(shown, values, strict=True)):
         canvas.text(value, position, delta_text(delta, short=True), axes.transData, dx=3 if value > 0 else -3,
                     anchor="start" if value > 0 else "end", size=FONT - 0.5)
 

@@ -13,12 +13,16 @@ import html
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from .chart import Chart, Painter
 from .style import INK
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
 #: A fixed salt for the ids matplotlib derives from hashes (marker definitions): the same bytes every build.
-SVG_RC = {"svg.hashsalt": "torchscan", "svg.fonttype": "none", "svg.id": None}
+SVG_RC: dict[RcKeyType, Any] = {"svg.hashsalt": "torchscan", "svg.fonttype": "none", "svg.id": None}
 MISSING_MATPLOTLIB = "Chart not drawn: matplotlib is not installed (pip install 'torchscan[site]')."
 
 

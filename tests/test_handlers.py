@@ -323,11 +323,10 @@ def test_a_missing_argument_without_a_default_is_a_clear_error():
 # -- the call context ----------------------------------------------------------------------------------------------
 
 
-def test_the_call_context_is_keyword_only_and_immutable():
+def test_the_call_context_is_a_named_immutable_record_with_defaults():
     context = CallContext(path="a", call_index=0, type_name="T", leaf=True, caller=None, builtin=None,
                           needed=frozenset({"macs"}))
     assert context.where == {"path": "a", "call_index": 0} and context.direct is None and not context.expanded
-    with pytest.raises(TypeError):
-        CallContext("a", 0, "T", True, None, None, frozenset())  # type: ignore[misc]
+    assert context.opened_by is None and context._replace(expanded=True).expanded
     with pytest.raises(AttributeError):
         context.leaf = False  # type: ignore[misc]

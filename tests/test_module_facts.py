@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from torchscan.module_facts import model_facts, named_modules, tensor_statistics
+from torchscan.module_facts import model_facts, tensor_statistics
 
 
 def _tree() -> nn.Module:
@@ -17,12 +17,6 @@ def _tree() -> nn.Module:
     tree = nn.Sequential(inner, shared, nn.Sequential(inner))
     tree.add_module("missing", None)
     return tree
-
-
-def test_the_walk_lists_modules_as_named_modules_does():
-    tree = _tree()
-    assert named_modules(tree) == list(tree.named_modules())
-    assert [path for path, _ in named_modules(tree)] == ["", "0", "0.0", "0.1", "0.2", "0.2.0", "2"]
 
 
 class _Renamed(nn.Sequential):
@@ -35,8 +29,7 @@ class _Renamed(nn.Sequential):
 
 def test_a_module_that_overrides_named_modules_is_walked_by_its_own_method():
     model = nn.Sequential(_Renamed(nn.ReLU()), nn.Tanh())
-    assert named_modules(model) == list(model.named_modules())
-    assert [path for path, _ in named_modules(model)] == ["", "first", "first.first", "1"]
+    assert [path for path, _ in model_facts(model, {}, None).modules] == ["", "first", "first.first", "1"]
 
 
 def test_model_facts_follow_the_walk_and_record_leaves_and_training_flags():
@@ -55,7 +48,7 @@ def test_statistics_count_a_shared_tensor_once_and_collect_its_device_and_dtype(
     model = nn.Sequential(first, second)
     model.register_buffer("steps", torch.zeros((), dtype=torch.int64))
     kinds: set[tuple[str, str]] = set()
-    statistics = tensor_statistics(named_modules(model), kinds)
+    statistics = tensor_statistics(list(model.named_modules()), kinds)
     assert statistics["0"][0] == {"count": 6, "bytes": 24, "trainable": 2, "frozen": 4}
     assert statistics["1"][0] == {"count": 2, "bytes": 8, "trainable": 2, "frozen": 0}
     assert statistics[""] == ({"count": 0, "bytes": 0, "trainable": 0, "frozen": 0}, {"count": 1, "bytes": 8})

@@ -11,7 +11,6 @@ import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter, methodcaller
 from typing import Any, Literal
 
 import torch
@@ -154,7 +153,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     tracer = CallTracer(model, analysis.handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
     try:
-        if any(_recorded_flags(training_flags)):
+        if any(flag for _, flag in training_flags):
             model.eval()
         tracer.attach()
         with ExitStack() as stack:
@@ -245,26 +244,23 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
             operator_total: dict[str, Any], full: bool) -> dict[str, Any]:
     """Model totals: every tensor once (the per-module statistics already attribute shared ones once), and the
     module-view sums of the retained layer estimates."""
-    own_parameters = [pair[0] for pair in statistics.values()]
-    own_buffers = [pair[1] for pair in statistics.values()]
-    parameters = {"total": _sum_of("count", own_parameters), "trainable": _sum_of("trainable", own_parameters),
-                  "frozen": _sum_of("frozen", own_parameters), "bytes": _sum_of("bytes", own_parameters)}
-    buffers = {"total": _sum_of("count", own_buffers), "bytes": _sum_of("bytes", own_buffers)}
+    parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
+    buffers = {"total": 0, "bytes": 0}
+    for own_parameters, own_buffers in statistics.values():
+        for key in parameters:
+            parameters[key] += own_parameters["count" if key == "total" else key]
+        for key in buffers:
+            buffers[key] += own_buffers["count" if key == "total" else key]
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
-    layer_metrics = [layer["metrics"] for layer in layers] if full else []
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
-        if full:  # the layers that have a result for the field (a filter on get: results are non-empty mappings)
-            totals[name] = add_results(list(filter(None, map(methodcaller("get", name), layer_metrics))), unit,
-                                       MODEL, TOTALS_METHOD)
+        if full:  # the layers that have a result for the field
+            totals[name] = add_results([layer["metrics"][name] for layer in layers if name in layer["metrics"]],
+                                       unit, MODEL, TOTALS_METHOD)
         else:
             totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = dict(operator_total)
     return totals
-
-
-def _sum_of(key: str, statistics: list[dict[str, int]]) -> int:
-    return sum(map(itemgetter(key), statistics))
 
 
 def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], kinds: set[tuple[str, str]]
@@ -279,7 +275,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": {"mode": "eval", "grad": "no_grad", "forward_passes": 1},
         "prior_training": {"root": bool(model.training),
-                           "training_modules": sum(_recorded_flags(training_flags)),
+                           "training_modules": sum(flag for _, flag in training_flags),
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
@@ -298,28 +294,14 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
     cache): assigning ``training`` would skip that. The flags are in ``model.modules()`` order, parents first:
     ``train(mode)`` on the root sets the whole tree, then each module whose flag still differs is switched, which
     also switches its descendants before they are visited. An override that ignores ``mode`` is corrected last,
-    by assignment, so that every flag ends as it was. (Nothing to do when every flag is already as it was, as after
-    the analysis of a model in eval mode: that is checked first, in C-level steps.)
+    by assignment, so that every flag ends as it was.
     """
-    if _flags_now(training_flags) == _recorded_flags(training_flags):
-        return
     for module, flag in training_flags:
         if module.training != flag:
             module.train(flag)
     for module, flag in training_flags:
         if module.training != flag:
             module.training = flag
-
-
-_MODULE, _FLAG, _TRAINING = itemgetter(0), itemgetter(1), attrgetter("training")
-
-
-def _recorded_flags(training_flags: list[tuple[nn.Module, bool]]) -> list[bool]:
-    return list(map(_FLAG, training_flags))
-
-
-def _flags_now(training_flags: list[tuple[nn.Module, bool]]) -> list[bool]:
-    return list(map(_TRAINING, map(_MODULE, training_flags)))
 
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:

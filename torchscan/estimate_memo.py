@@ -89,13 +89,12 @@ class EstimateMemo:
     class changes, as a lazy module's does when it materializes).
     """
 
-    __slots__ = ("configurations", "entries", "hits", "numbers")
+    __slots__ = ("configurations", "entries", "numbers")
 
     def __init__(self) -> None:
         self.entries: dict[Hashable, _First | dict[int, CallEstimate]] = {}
         self.configurations: dict[tuple[int, type], int | None] = {}  # (module id, class) -> number
         self.numbers: dict[tuple, int] = {}  # configuration -> number
-        self.hits = 0
 
     def structure(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple,
                   kwargs: Mapping[str, Any], output: Any) -> Hashable | None:
@@ -140,7 +139,6 @@ class EstimateMemo:
         stored = None if number is None else entry.get(number)
         if stored is None:
             return None
-        self.hits += 1
         return _copied(stored, {"path": path, "call_index": call_index})
 
     def _by_configuration(self, first: _First) -> dict[int, CallEstimate]:

@@ -7,7 +7,7 @@ metrics) or are delegated to descendants (composites) or unavailable (unsupporte
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Self
+from typing import Any, NamedTuple
 
 from .breakdown import BreakdownError, validate_breakdown
 from .diagnostics import Diagnostic, diagnostic
@@ -46,7 +46,9 @@ class CallEstimate:
         self.breakdown = [] if breakdown is None else breakdown  # the parts of the estimate (torchscan.breakdown)
 
 
-class _CallContextFields(NamedTuple):
+class CallContext(NamedTuple):
+    """What the estimator needs to know about a call besides its objects (built by keyword)."""
+
     path: str
     call_index: int
     type_name: str
@@ -54,25 +56,9 @@ class _CallContextFields(NamedTuple):
     caller: ModuleHandler | None
     builtin: ModuleHandler | None
     needed: frozenset[str]
-    expanded: bool  # a registered descendant opened this built-in inclusive owner
-    direct: DirectWork | None  # the operators the call ran directly, when the module view needs them
-    opened_by: str | None  # the caller-registered descendant type that opened a built-in owner
-
-
-class CallContext(_CallContextFields):
-    """What the estimator needs to know about a call besides its objects: immutable, built by keyword.
-
-    A named tuple rather than a frozen dataclass: one is built for every computed estimate, and a frozen
-    dataclass sets each of its ten fields through ``object.__setattr__`` (twice the cost of the whole tuple).
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *, path: str, call_index: int, type_name: str, leaf: bool, caller: ModuleHandler | None,
-                builtin: ModuleHandler | None, needed: frozenset[str], expanded: bool = False,
-                direct: DirectWork | None = None, opened_by: str | None = None) -> Self:
-        return tuple.__new__(cls, (path, call_index, type_name, leaf, caller, builtin, needed, expanded, direct,
-                                   opened_by))
+    expanded: bool = False  # a registered descendant opened this built-in inclusive owner
+    direct: DirectWork | None = None  # the operators the call ran directly, when the module view needs them
+    opened_by: str | None = None  # the caller-registered descendant type that opened a built-in owner
 
     @property
     def where(self) -> dict[str, Any]:
@@ -81,13 +67,10 @@ class CallContext(_CallContextFields):
 
 def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
     """Estimates for the ``needed`` fields of one call; ``call`` is None when the forward raised."""
+    estimate = CallEstimate()
     if call is None:
-        estimate = CallEstimate()
         _mark_failed(context, estimate)
-    elif delegates_everything(context.caller, context.builtin, context.leaf, context.direct):
-        estimate = delegated_estimate(context.needed)
     else:
-        estimate = CallEstimate()
         _estimate_fields(context, call, estimate)
     return estimate
 
@@ -104,26 +87,6 @@ def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstim
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
     estimate.metrics = _in_field_order(estimate.metrics)
-
-
-def delegates_everything(caller: ModuleHandler | None, builtin: ModuleHandler | None, leaf: bool,
-                         direct: DirectWork | None) -> bool:
-    """Whether a completed call is a container that no handler covers and that ran no operator itself (the common
-    composite): every field is its descendants' work, with nothing to report (what the field-by-field choice below
-    concludes, cheaply; the tracer asks first, before it builds a context)."""
-    return (caller is None and builtin is None and not leaf
-            and (direct is None or (direct.operators == 0 and not direct.unestimated)))
-
-
-def delegated_estimate(needed: frozenset[str]) -> CallEstimate:
-    """The estimate of a call that `delegates_everything`: each needed field, in field order, delegated."""
-    fields = _DELEGATED.get(needed)
-    if fields is None:
-        fields = _DELEGATED[needed] = tuple(name for name in FIELD_ORDER if name in needed)
-    return CallEstimate(delegated=list(fields))
-
-
-_DELEGATED: dict[frozenset[str], tuple[str, ...]] = {}  # needed fields -> them in field order
 
 
 def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]:

@@ -87,7 +87,7 @@ class ModelFacts:
         module tree (added, removed, replaced or reordered a child of some module), which walks it again."""
         if _children(self.modules) == self.children:
             return self.modules
-        return named_modules(model)
+        return list(model.named_modules())
 
 
 def _children(modules: list[tuple[str, nn.Module]]) -> tuple:
@@ -103,7 +103,7 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
     by_type: dict[type, TypeFacts] = {}
     facts = ModelFacts()
     infos, flags = facts.infos, facts.training_flags
-    facts.modules = modules = named_modules(model)
+    facts.modules = modules = list(model.named_modules())
     for path, module in modules:
         kind = type(module)
         known = by_type.get(kind)
@@ -115,31 +115,6 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
             facts.fused_path_owners.append(module)
     facts.children = _children(modules)
     return facts
-
-
-_NAMED_MODULES = nn.Module.named_modules
-
-
-def named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``list(model.named_modules())``, walked with a stack instead of PyTorch's nested generators (which cost a
-    step per level of depth for every module); a model with a module type that overrides ``named_modules`` is
-    walked by its own method."""
-    found: list[tuple[str, nn.Module]] = []
-    memo: set[nn.Module] = set()
-    stack: list[tuple[str, nn.Module]] = [("", model)]
-    while stack:
-        prefix, module = stack.pop()
-        if type(module).named_modules is not _NAMED_MODULES:
-            return list(model.named_modules())
-        if module in memo:
-            continue
-        memo.add(module)
-        found.append((prefix, module))
-        children = module._modules
-        if children:
-            head = f"{prefix}." if prefix else ""
-            stack.extend([(head + name, child) for name, child in reversed(children.items()) if child is not None])
-    return found
 
 
 def _is_leaf(module: nn.Module) -> bool:

@@ -10,7 +10,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Real
-from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypedDict
 
@@ -210,10 +209,6 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: 
     ``not_applicable`` and ``not_requested`` parts contribute nothing. A sum with no known part at all is
     unavailable rather than a made-up zero, unless there were no parts to add (an empty sum is an exact zero).
     """
-    results = results if type(results) is list else list(results)
-    exact = _exact_sum(results)
-    if exact is not None:
-        return complete(exact, unit, scope, method)
     known: float = 0
     any_known = any_incomplete = False
     seen = 0
@@ -238,18 +233,6 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: 
     if any_known:
         return lower_bound(plain_number(known), unit, scope, method)
     return unavailable(unit, scope, method)
-
-
-def _exact_sum(results: list[MetricResult]) -> int | None:
-    """The sum of complete integer results, in C-level steps (the common sum); None when some part is anything else."""
-    knowns = list(map(_KNOWN_VALUE, results))
-    if _complete_only(map(_STATUS, results)) and _ints_only(map(type, knowns)):
-        return sum(knowns)
-    return None
-
-
-_KNOWN_VALUE, _STATUS = itemgetter("known_value"), itemgetter("status")
-_complete_only, _ints_only = frozenset({"complete"}).issuperset, frozenset({int}).issuperset
 
 
 def is_incomplete(result: Mapping[str, Any]) -> bool:

@@ -29,8 +29,7 @@ TENSOR_TYPES = frozenset(PLAIN_TENSORS)
 SCALAR_TYPES = (bool, int, float, complex, str, bytes)
 #: Values that a formula reads by type and value: scalars, ``None`` and PyTorch's enumerations.
 PLAIN_TYPES = frozenset({*SCALAR_TYPES, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format})
-#: Whether every type of an iterable is a plain tensor type, or a plain value type (C-level frozenset tests).
-only_plain_tensor_types = TENSOR_TYPES.issuperset
+#: Whether every type of an iterable is a plain value type (a C-level frozenset test).
 only_plain_value_types = PLAIN_TYPES.issuperset
 #: Nesting beyond this many levels is described as ``truncated``, so that no value can make the hooks fail.
 MAX_DEPTH = 32

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
-from .documents import build_documents, site_pages
+from .documents import BuildCharts, build_charts, build_documents, site_pages
 from .progress import Progress
 from .registry import Registry
 from .runner import ExecutorFactory, isolated_executor, run_all
@@ -81,10 +81,12 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
                           timeout=options.timeout, executor_factory=executor_factory)
         catalog = catalog_view(registry, results, options.strict)
         progress.note("rendering reports")
-        documents = build_documents(catalog, options.templates)
+        charts = build_charts(catalog)
+        documents = build_documents(catalog, charts, options.templates)
         progress.note("building the site")
         staged = work / "site"
-        warnings = build_site(site_content(registry, catalog, documents, options), registry.mkdocs, work, staged)
+        warnings = build_site(site_content(registry, catalog, documents, charts, options), registry.mkdocs, work,
+                              staged)
         for relative, text in sorted(documents.items()):
             if relative.startswith("markdown/"):
                 _write(staged / relative, text)
@@ -97,7 +99,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
     return BuildResult(output=output, catalog=catalog, warnings=warnings)
 
 
-def site_content(registry: Registry, catalog: CatalogView, documents: dict[str, str],
+def site_content(registry: Registry, catalog: CatalogView, documents: dict[str, str], charts: BuildCharts,
                  options: BuildOptions) -> SiteContent:
     """The catalog's pages: joined under ``models/`` to an existing site, or a standalone site with the catalog home."""
     content = SiteContent(title=registry.title, section=registry.section)
@@ -105,7 +107,7 @@ def site_content(registry: Registry, catalog: CatalogView, documents: dict[str, 
         if relative.startswith("reports/"):
             content.files[relative] = text.encode("utf-8")
     content.catalog_page = "index.md" if registry.mkdocs is None else "models/catalog.md"
-    content.pages.update(site_pages(catalog, content.catalog_page, options.templates))
+    content.pages.update(site_pages(catalog, content.catalog_page, charts, options.templates))
     content.model_pages = [(entry.name, f"models/{entry.name}.md") for entry in catalog.entries]
     return content
 

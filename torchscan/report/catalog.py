@@ -120,8 +120,6 @@ class CatalogView:
     title: str
     description: str
     entries: list[EntrySummary]
-    #: The catalog charts (``torchscan.report.charts.Chart``), drawn once on demand by the pages that show them.
-    charts: list[Any] | None = None
 
     @property
     def failed(self) -> list[EntrySummary]:

@@ -88,8 +88,6 @@ class DiffView:
     changed: list[LayerChange]
     #: Per summable metric, every layer call whose own estimate changed (added, removed, changed), for the charts.
     cost_deltas: dict[str, list[LayerDelta]] = field(default_factory=dict)
-    #: The charts (``torchscan.report.charts.Chart``), drawn once on demand by the documents that show them.
-    charts: list[Any] | None = None
     #: The model types of both sides (``context.model_type``), and whether they are the same model.
     models: tuple[str, str] = ("", "")
     #: What a reviewer must know before reading the numbers (two different models, for one).

@@ -8,6 +8,7 @@ what only that site can show (status badges, the collapsible layer tree, sort ke
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from markupsafe import Markup
 
 from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
-from .charts import catalog_charts, diff_charts, report_charts
+from .charts import Chart, catalog_charts, diff_charts, report_charts
 from .diff_view import DiffView, diff_view
 from .render import render
 
@@ -33,20 +34,28 @@ def open_depth(view: ReportView) -> int:
     return deepest if len(view.tree) <= OPEN_ALL_ROWS else min(deepest, 1)
 
 
-def with_charts(view: ReportView) -> ReportView:
-    """The view with its cost charts drawn (once: the HTML report and the model page share them)."""
-    if view.charts is None:
-        view.charts = report_charts(view)
-    return view
+@dataclass(frozen=True)
+class BuildCharts:
+    """Every chart of a build, drawn once: a run's HTML report and its model page show the same ones."""
+
+    runs: dict[str, list[Chart]]  # by run stem
+    catalog: list[Chart]
 
 
-def report_html(view: ReportView, templates: Path | None = None) -> str:
-    return render("report.html.j2", templates, view=with_charts(view), open_depth=open_depth(view),
-                  columns=LAYER_COLUMNS)
+def build_charts(catalog: CatalogView) -> BuildCharts:
+    runs = {run.stem: report_charts(run.view) for entry in catalog.entries for run in entry.runs
+            if run.view is not None}
+    return BuildCharts(runs=runs, catalog=catalog_charts(catalog))
+
+
+def report_html(view: ReportView, templates: Path | None = None, charts: list[Chart] | None = None) -> str:
+    """The standalone HTML report, with the view's cost charts (drawn here unless given)."""
+    return render("report.html.j2", templates, view=view, charts=report_charts(view) if charts is None else charts,
+                  open_depth=open_depth(view), columns=LAYER_COLUMNS)
 
 
 def report_markdown(view: ReportView, templates: Path | None = None) -> str:
-    return render("report.md.j2", templates, view=view, site=False, tree=None, named=f": {view.title}")
+    return render("report.md.j2", templates, view=view, charts=[], site=False, tree=None, named=f": {view.title}")
 
 
 def tree_html(view: ReportView, templates: Path | None = None) -> Markup:
@@ -68,8 +77,8 @@ def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, t
 
 def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> str:
     """A review view as ``html`` or ``md`` (the ``diff`` command, which also reads the view's budget verdicts)."""
-    view.charts = diff_charts(view, drawn=kind == "html")
-    return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view)
+    charts = diff_charts(view, drawn=kind == "html")
+    return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view, charts=charts)
 
 
 def failure_html(run: RunSummary, templates: Path | None = None) -> str:
@@ -99,47 +108,53 @@ def _incomplete_groups(runs: list[RunSummary]) -> list[list[RunSummary]]:
     return list(groups.values())
 
 
-def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False
-                   ) -> str:
-    """A model's page: the site's (``site``) or the portable snippet file under ``markdown/``."""
+def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False,
+                   charts: list[Chart] | None = None) -> str:
+    """A model's page: the site's (``site``) or the portable snippet file under ``markdown/``, with the primary
+    run's cost charts (drawn here unless given)."""
     view = entry.primary.view
-    if view is not None:
-        with_charts(view)
+    if charts is None:
+        charts = [] if view is None else report_charts(view)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
-                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}",
-                  view_charts=bool(view is not None and view.charts))
+                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}", charts=charts)
 
 
 def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None,
-                     site: bool = False) -> str:
-    if catalog.charts is None:
-        catalog.charts = catalog_charts(catalog)
+                     site: bool = False, charts: list[Chart] | None = None) -> str:
+    """The catalog page, with its charts (drawn here unless given)."""
     return render("catalog.md.j2", templates, catalog=catalog, page_prefix=page_prefix, report_prefix=report_prefix,
-                  site=site)
+                  site=site, charts=catalog_charts(catalog) if charts is None else charts)
 
 
-def build_documents(catalog: CatalogView, templates: Path | None = None) -> dict[str, str]:
+def build_documents(catalog: CatalogView, charts: BuildCharts, templates: Path | None = None) -> dict[str, str]:
     """Every file of a build except the site pages, by path relative to the output folder."""
     files: dict[str, str] = {}
     for entry in catalog.entries:
         for run in entry.runs:
             if run.view is not None and run.report is not None:
                 files[f"reports/{run.stem}.json"] = report_json(run.report)
-                files[f"reports/{run.stem}.html"] = report_html(run.view, templates)
+                files[f"reports/{run.stem}.html"] = report_html(run.view, templates, charts.runs[run.stem])
             else:
                 files[f"reports/{run.stem}.html"] = failure_html(run, templates)
-        files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates)
-    files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates)
+        files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates,
+                                                            charts=_primary_charts(entry, charts))
+    files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates, charts=charts.catalog)
     return files
 
 
-def site_pages(catalog: CatalogView, catalog_page: str, templates: Path | None = None) -> dict[str, str]:
+def site_pages(catalog: CatalogView, catalog_page: str, charts: BuildCharts, templates: Path | None = None
+               ) -> dict[str, str]:
     """The generated site's Markdown pages: one per entry under ``models/``, and the catalog at ``catalog_page``
     (``index.md`` of a standalone site, or ``models/catalog.md`` beside an existing site's pages)."""
-    pages = {f"models/{entry.name}.md": entry_markdown(entry, "../reports/", templates, site=True)
+    pages = {f"models/{entry.name}.md": entry_markdown(entry, "../reports/", templates, site=True,
+                                                      charts=_primary_charts(entry, charts))
              for entry in catalog.entries}
     at_root = "/" not in catalog_page
     pages[catalog_page] = catalog_markdown(catalog, "models/" if at_root else "", "reports/" if at_root else
-                                           "../reports/", templates, site=True)
+                                           "../reports/", templates, site=True, charts=charts.catalog)
     return pages
+
+
+def _primary_charts(entry: EntrySummary, charts: BuildCharts) -> list[Chart]:
+    return charts.runs.get(entry.primary.stem, [])

@@ -97,8 +97,6 @@ class ReportView:
     #: What is incomplete, in one sentence ("" for a complete report).
     incomplete: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
-    #: The cost charts (``torchscan.report.charts.Chart``), drawn once on demand by the documents that show them.
-    charts: list[Any] | None = None
 
     @property
     def causes(self) -> list[Finding]:

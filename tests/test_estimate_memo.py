@@ -9,9 +9,9 @@ from torch import nn
 from torchscan_testing import analyze_call
 
 from torchscan import ModuleCall, ModuleHandler
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.estimate_memo import EstimateMemo, module_configuration
 from torchscan.estimation import CallEstimate
-from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.results import Incomplete, complete
 
 NEEDED = frozenset({"macs"})

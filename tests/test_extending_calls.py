@@ -54,7 +54,7 @@ def test_registrations_belong_to_that_analysis_only():
     assert metric(custom, "", "module_flops")["value"] == 123
     assert metric(plain, "", "module_flops")["method"] == "formula:activation"
     assert metric(plain, "", "module_flops")["value"] != 123
-    assert DEFAULT_HANDLERS == builtins_before
+    assert builtins_before == DEFAULT_HANDLERS
 
 
 def test_custom_mapping_is_per_analysis_and_leaves_torch_registry_alone():

@@ -26,6 +26,7 @@ from .results import (
     SUMMABLE_METRICS,
     Incomplete,
     MetricResult,
+    Value,
     complete,
     is_count,
     lower_bound,
@@ -128,17 +129,22 @@ def _result(where: str, metric: str, value: Any, method: str) -> MetricResult:
         problem = validation_error(value, unit=unit, statuses=PART_STATUSES)
         if problem:
             raise BreakdownError(f"{where}: {problem}")
-        return {**normalized(value), "scope": PART_SCOPE, "method": method}  # type: ignore[typeddict-item]
+        return {**normalized(value), "scope": PART_SCOPE, "method": method}
     if is_count(value):
         return complete(plain_number(value), unit, PART_SCOPE, method)
     raise BreakdownError(f"{where} must be a finite non-negative number, None, Incomplete or a MetricResult, "
                          f"got {type(value).__name__}")
 
 
+def _count(value: Value) -> int | float:
+    """A summable result's known value, 0 when nothing is known."""
+    return value if isinstance(value, int | float) else 0
+
+
 def _check_sum(name: str, parts: list[MetricResult], estimate: MetricResult) -> None:
     """The parts' known values add up to the estimate's, and an exact estimate has exact parts."""
-    known = sum(part["known_value"] or 0 for part in parts)
-    total = estimate["known_value"] or 0
+    known = sum(_count(part["known_value"]) for part in parts)
+    total = _count(estimate["known_value"])
     if not math.isclose(known, total, rel_tol=1e-9, abs_tol=1e-9):
         raise BreakdownError(f"the parts of {name} add up to {known}, not to the estimate's {total}")
     if estimate["status"] == "complete" and any(part["status"] != "complete" for part in parts):

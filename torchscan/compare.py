@@ -7,6 +7,7 @@ tool annotating rows, say) can never change a report or another row.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .results import SUMMABLE_METRICS, MetricResult, plain_number
@@ -57,7 +58,7 @@ def _checked_layers(name: str, report: Any) -> dict[LayerKey, dict[str, Any]]:
     return layers
 
 
-def _check_same_measure(name: str, before: MetricResult, after: MetricResult) -> None:
+def _check_same_measure(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
     requested = before["status"] != "not_requested" and after["status"] != "not_requested"
     for key in MEASURE_KEYS if requested else ("unit",):
         if before[key] != after[key]:
@@ -93,20 +94,21 @@ def metric_delta(before: MetricResult | None, after: MetricResult | None) -> dic
     A difference involving a lower bound has no bound of its own, so it is never shown as a number. Per-dimension
     values subtract element-wise; values of different dimensionality have no difference (``not_applicable``).
     """
-    unit = (after or before or {}).get("unit", "")
+    known = after or before
+    unit = known["unit"] if known is not None else ""
     if before is None or after is None or before["status"] != "complete" or after["status"] != "complete":
         return {"status": "unavailable", "value": None, "unit": unit}
     old, new = before["value"], after["value"]
-    if isinstance(old, list) or isinstance(new, list):
-        return _per_dimension_delta(old, new, unit)
-    return {"status": "complete", "value": plain_number(new - old), "unit": unit}
+    if isinstance(old, int | float) and isinstance(new, int | float):
+        return {"status": "complete", "value": plain_number(new - old), "unit": unit}
+    return _per_dimension_delta(old, new, unit)
 
 
 def _per_dimension_delta(old: Any, new: Any, unit: str) -> dict[str, Any]:
     """Per-dimension values (receptive fields) differ element-wise, when both have the same dimensionality."""
     if not (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)):
         return {"status": "not_applicable", "value": None, "unit": unit}
-    return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new)], "unit": unit}
+    return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new, strict=True)], "unit": unit}
 
 
 def _compare_layers(old: dict[LayerKey, dict[str, Any]], new: dict[LayerKey, dict[str, Any]]

@@ -11,6 +11,7 @@ import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from operator import itemgetter, methodcaller
 from typing import Any, Literal
 
 import torch
@@ -36,6 +37,7 @@ from .results import (
     MODEL,
     MODULE_CALL,
     SUMMABLE_METRICS,
+    MetricResult,
     add_results,
     as_lower_bound,
     incomplete_metrics,
@@ -234,33 +236,42 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
     """``mode="structure"``: every compute metric of every call explicitly not requested."""
     metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+    operator_flops: dict[str, MetricResult] = {DIRECT: not_requested("FLOPs", DIRECT),
+                                               INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
-        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
+        layer["metrics"] = _copies(metrics)
+        layer["operator_flops"] = _copies(operator_flops)
+
+
+def _copies(results: Mapping[str, MetricResult]) -> dict[str, MetricResult]:
+    """The results, each a copy of its own (copied in C steps: a structure analysis is mostly this)."""
+    return dict(zip(results, map(methodcaller("copy"), results.values()), strict=True))
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
             operator_total: dict[str, Any], full: bool) -> dict[str, Any]:
     """Model totals: every tensor once (the per-module statistics already attribute shared ones once), and the
     module-view sums of the retained layer estimates."""
-    parameters = {"total": 0, "trainable": 0, "frozen": 0, "bytes": 0}
-    buffers = {"total": 0, "bytes": 0}
-    for own_parameters, own_buffers in statistics.values():
-        for key in parameters:
-            parameters[key] += own_parameters["count" if key == "total" else key]
-        for key in buffers:
-            buffers[key] += own_buffers["count" if key == "total" else key]
+    own_parameters = [pair[0] for pair in statistics.values()]
+    own_buffers = [pair[1] for pair in statistics.values()]
+    parameters = {"total": _sum_of("count", own_parameters), "trainable": _sum_of("trainable", own_parameters),
+                  "frozen": _sum_of("frozen", own_parameters), "bytes": _sum_of("bytes", own_parameters)}
+    buffers = {"total": _sum_of("count", own_buffers), "bytes": _sum_of("bytes", own_buffers)}
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
+    layer_metrics = [layer["metrics"] for layer in layers]
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
-        if full:  # the layers that have a result for the field
-            totals[name] = add_results([layer["metrics"][name] for layer in layers if name in layer["metrics"]],
-                                       unit, MODEL, TOTALS_METHOD)
+        if full:  # the layers that have a result for the field (results are non-empty mappings)
+            totals[name] = add_results(filter(None, map(methodcaller("get", name), layer_metrics)), unit, MODEL,
+                                       TOTALS_METHOD)
         else:
             totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = dict(operator_total)
     return totals
+
+
+def _sum_of(key: str, statistics: list[dict[str, int]]) -> int:
+    return sum(map(itemgetter(key), statistics))
 
 
 def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], kinds: set[tuple[str, str]]

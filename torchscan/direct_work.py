@@ -46,7 +46,8 @@ class DirectWork:
 
     def known(self, field: str) -> int | float:
         """What the estimated operators add up to for ``field``: exact, or a lower bound if some had no formula."""
-        return plain_number(self.totals[SUMMABLE_METRICS.index(field)])
+        total: int | float = plain_number(self.totals[SUMMABLE_METRICS.index(field)])  # type: ignore[assignment]
+        return total
 
     def result(self, field: str) -> MetricResult:
         value = self.known(field)

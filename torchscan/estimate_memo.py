@@ -133,7 +133,7 @@ class EstimateMemo:
         entry = self.entries.get(structure)
         if entry is None:
             return None
-        if type(entry) is _First:
+        if isinstance(entry, _First):
             entry = self.entries[structure] = self._by_configuration(entry)
         number = self.configuration(module)
         stored = None if number is None else entry.get(number)
@@ -168,6 +168,6 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
     copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
                         list(estimate.delegated), breakdown=plain_copy(estimate.breakdown))
     if estimate.diagnostics:
-        copy.diagnostics = ([{**item, **where} for item in estimate.diagnostics] if where is not None
-                            else list(estimate.diagnostics))
+        copy.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
+                            if where is not None else list(estimate.diagnostics))
     return copy

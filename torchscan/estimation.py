@@ -77,6 +77,9 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
 
 def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstimate) -> None:
     """Field by field: the caller's handler, then the built-in one, then observed direct work or delegation."""
+    if _plain_container(context):  # each field is its descendants' work
+        estimate.delegated = [name for name in FIELD_ORDER if name in context.needed]
+        return
     if context.caller is not None:
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys() if estimate.metrics else context.needed
@@ -87,6 +90,13 @@ def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstim
         unsupported = _choose_unhandled(context, unhandled, estimate)
         _report_unhandled(context, unhandled, unsupported, estimate)
     estimate.metrics = _in_field_order(estimate.metrics)
+
+
+def _plain_container(context: CallContext) -> bool:
+    """A composite that no formula covers and that ran no operator directly (the common composite)."""
+    direct = context.direct
+    return (context.caller is None and context.builtin is None and not context.leaf
+            and (direct is None or (direct.operators == 0 and not direct.unestimated)))
 
 
 def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]:
@@ -121,10 +131,12 @@ def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[s
             _set(estimate, handler, name, unavailable(METRIC_UNITS[name], handler.scope(name), label))
         return
     validated = validate_estimates(raw, handler, needed, builtin=builtin)
-    for name, problem in validated.problems:
-        estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=name, **where))
+    for field_name, problem in validated.problems:
+        estimate.diagnostics.append(diagnostic("invalid_handler_result", f"{label}: {problem}", metric=field_name,
+                                               **where))
     for name, result in validated.metrics.items():
-        _set(estimate, handler, name, result)
+        estimate.metrics[name] = result
+        estimate.ownership[name] = result["scope"]  # the handler's scope of the field
         if is_incomplete(result) and not validated.invalid_whole and not _rejected(validated, name):
             estimate.diagnostics.append(_incomplete_result(label, name, result, builtin, where,
                                                            validated.reasons.get(name)))
@@ -209,16 +221,6 @@ def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: Ca
 # -- fields no handler supplied ----------------------------------------------------------------------------------
 
 
-def _unsupported_leaf(context: CallContext) -> bool:
-    """A leaf module that no formula covers at all (its own work is unknown)."""
-    return context.leaf and context.builtin is None
-
-
-def _observed_direct_work(context: CallContext, name: str) -> bool:
-    """Dispatch observed operators run directly in the call, which the module view can price for ``name``."""
-    return name in SUMMABLE_METRICS and context.direct is not None and context.direct.operators > 0
-
-
 def _choose_unhandled(context: CallContext, unhandled: list[str], estimate: CallEstimate) -> list[str]:
     """The result of each field no handler supplied; returns the fields left unsupported on a leaf.
 
@@ -227,15 +229,17 @@ def _choose_unhandled(context: CallContext, unhandled: list[str], estimate: Call
     summable fields come from its observed direct work; its other fields are delegated to its descendants.
     """
     unsupported = []
+    unsupported_leaf = context.leaf and context.builtin is None  # no formula covers it at all
+    direct = context.direct if context.direct is not None and context.direct.operators > 0 else None
     for name in unhandled:
         unit = METRIC_UNITS[name]
-        if _unsupported_leaf(context):
-            estimate.metrics[name] = (lower_bound(context.direct.known(name), unit, MODULE_CALL, "unsupported_module")
-                                      if _observed_direct_work(context, name)
-                                      else unavailable(unit, MODULE_CALL, "unsupported_module"))
+        observed = direct if name in SUMMABLE_METRICS else None  # the module view can price its operators
+        if unsupported_leaf:
+            estimate.metrics[name] = (lower_bound(observed.known(name), unit, MODULE_CALL, "unsupported_module")
+                                      if observed is not None else unavailable(unit, MODULE_CALL, "unsupported_module"))
             unsupported.append(name)
-        elif _observed_direct_work(context, name):
-            estimate.metrics[name] = context.direct.result(name)  # type: ignore[union-attr]
+        elif observed is not None:
+            estimate.metrics[name] = observed.result(name)
         elif context.leaf:
             estimate.metrics[name] = unavailable(unit, MODULE_CALL, "unsupported_module")
             unsupported.append(name)

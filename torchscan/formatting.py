@@ -19,7 +19,7 @@ def format_count(value: float, digits: int = 3) -> str:
 
 
 def format_parameters(count: int) -> str:
-    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``: three significant digits, as model cards print them."""
+    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``: three significant digits, as model cards do."""
     for scale, suffix in PARAMETER_SCALES:
         if abs(count) >= scale * 0.9995:  # 999.6M rounds to 1B, not to "1e+03M"
             return f"{count / scale:.3g}{suffix}"

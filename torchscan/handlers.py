@@ -22,6 +22,7 @@ from .results import (
     SUBTREE,
     Incomplete,
     MetricResult,
+    Scope,
     complete,
     is_count,
     is_spatial_value,
@@ -136,7 +137,7 @@ class ModuleHandler:
         qualname = getattr(callback, "__qualname__", None) or type(callback).__qualname__
         return f"custom_module_handler:{module}.{qualname}"
 
-    def scope(self, metric: str) -> str:
+    def scope(self, metric: str) -> Scope:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
 
     @property
@@ -215,11 +216,21 @@ def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[st
     if unknown:
         reason = f"handler returned unsupported field names {unknown}; expected a subset of {sorted(METRIC_FIELDS)}"
         return _whole_invalid(handler, requested, label, reason)
+    return _validated_fields(raw, handler.subtree_metrics, requested, label, builtin)
+
+
+def _validated_fields(raw: Mapping[str, Any], subtree: frozenset[str], requested: frozenset[str], label: str,
+                      builtin: bool) -> ValidatedEstimates:
+    """Each requested field of a result with known field names, as a MetricResult (or unavailable, and why)."""
     validated = ValidatedEstimates({}, [], breakdown=raw.get(BREAKDOWN_KEY))
     for name, value in raw.items():
         if name not in requested:  # the breakdown key included
             continue
-        result, problem = _estimate_to_result(name, value, handler, label, builtin)
+        scope = SUBTREE if name in subtree else MODULE_CALL
+        if type(value) is int and value >= 0:  # a complete count: what formulas return for most fields
+            validated.metrics[name] = complete(value, METRIC_UNITS[name], scope, label)
+            continue
+        result, problem = _estimate_to_result(name, value, scope, label, builtin)
         validated.metrics[name] = result
         if problem:
             validated.problems.append((name, problem))
@@ -240,12 +251,11 @@ def _whole_invalid(handler: ModuleHandler, requested: frozenset[str], label: str
     return ValidatedEstimates(metrics, [(None, reason)], invalid_whole=True)
 
 
-def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: str, builtin: bool
+def _estimate_to_result(name: str, value: Any, scope: Scope, label: str, builtin: bool
                         ) -> tuple[MetricResult, str | None]:
-    """One field's value as a MetricResult, or an unavailable result and why the value is invalid."""
-    unit, scope = METRIC_UNITS[name], handler.scope(name)
-    if type(value) is int and value >= 0:  # the common case first: it runs for every call of every layer
-        return complete(value, unit, scope, label), None
+    """One field's value as a MetricResult of the handler's ``scope``, or an unavailable result and why the value is
+    invalid."""
+    unit = METRIC_UNITS[name]
     spatial = name in SPATIAL_METRICS
     if spatial and type(value) is list and _natural_numbers(value):
         return complete(value.copy(), unit, scope, label), None
@@ -260,7 +270,7 @@ def _estimate_to_result(name: str, value: Any, handler: ModuleHandler, label: st
     return _other_to_result(name, value, scope, label, builtin)
 
 
-def _other_to_result(name: str, value: Any, scope: str, label: str, builtin: bool
+def _other_to_result(name: str, value: Any, scope: Scope, label: str, builtin: bool
                      ) -> tuple[MetricResult, str | None]:
     """A MetricResult mapping, any other number (a float, a numpy scalar), or an invalid value."""
     unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
@@ -280,7 +290,7 @@ def _natural_numbers(values: list[Any]) -> bool:
     return bool(values)
 
 
-def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: str, label: str
+def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: Scope, label: str
                           ) -> tuple[MetricResult, str | None]:
     """A lower bound (partial) or nothing known (unavailable)."""
     if value.known is None:
@@ -290,7 +300,7 @@ def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: str, l
     return unavailable(unit, scope, label), f"the known part of {name} must be a finite non-negative number"
 
 
-def _structured_to_result(name: str, value: Mapping[str, Any], scope: str, label: str, builtin: bool
+def _structured_to_result(name: str, value: Mapping[str, Any], scope: Scope, label: str, builtin: bool
                           ) -> tuple[MetricResult, str | None]:
     """A MetricResult mapping, checked; its scope becomes the handler's, a caller's method gets the caller label."""
     unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS

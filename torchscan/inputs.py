@@ -101,7 +101,7 @@ def infer_device_and_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]
 def generate_inputs(shapes: list[tuple[int, ...]], dtypes: list[torch.dtype], device: torch.device
                     ) -> tuple[torch.Tensor, ...]:
     """Batch-1 inputs; floats from a private generator so the global random state never advances."""
-    return tuple(_generate(shape, dtype, device) for shape, dtype in zip(shapes, dtypes))
+    return tuple(_generate(shape, dtype, device) for shape, dtype in zip(shapes, dtypes, strict=True))
 
 
 def _generate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

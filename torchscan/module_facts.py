@@ -119,10 +119,7 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
 
 def _is_leaf(module: nn.Module) -> bool:
     """No child module (as ``children()`` lists them: a child registered as ``None`` is none)."""
-    for child in module._modules.values():
-        if child is not None:
-            return False
-    return True
+    return all(child is None for child in module._modules.values())
 
 
 def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple[str, str]] | None = None

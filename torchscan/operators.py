@@ -19,10 +19,10 @@ from torch._ops import HigherOrderOperator
 from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .diagnostics import Diagnostic, diagnostic
+from .diagnostics import Diagnostic, Severity, diagnostic
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
-from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, complete, lower_bound, plain_number
+from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lower_bound, plain_number
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
@@ -76,9 +76,9 @@ class OperatorScope:
     __slots__ = ("direct_work", "flops", "inclusive_flops", "inclusive_uncounted", "uncounted")
 
     def __init__(self, direct_work: Any = None) -> None:
-        self.flops = 0
+        self.flops: int | float = 0
         self.uncounted = False
-        self.inclusive_flops = 0  # of closed descendants, until `close` adds the direct FLOPs
+        self.inclusive_flops: int | float = 0  # of closed descendants, until `close` adds the direct FLOPs
         self.inclusive_uncounted = False
         self.direct_work = direct_work  # a DirectWork when the module view estimates this call's own operators
 
@@ -140,11 +140,11 @@ class OperatorTotals:
                 rows[outcome.packet] = rows.get(outcome.packet, 0) + outcome.calls
         return rows
 
-    def result(self, scope: str) -> MetricResult:
+    def result(self, scope: Scope) -> MetricResult:
         return flops_result(self.flops, scope, any(outcome.uncounted for outcome in self.outcomes))
 
 
-def flops_result(flops: float, scope: str, partial: bool) -> MetricResult:
+def flops_result(flops: float, scope: Scope, partial: bool) -> MetricResult:
     """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
     return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, METHOD)
 
@@ -220,7 +220,8 @@ class OperatorRecorder(TorchDispatchMode):
         """A context in which nothing is counted (module estimates run there); pauses may nest."""
         return self._pause
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
+                           ) -> Any:
         kwargs = kwargs or {}
         cache = self.cache
         plan = cache.plans.get(id(func))
@@ -259,7 +260,7 @@ class OperatorRecorder(TorchDispatchMode):
 def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], recorder: OperatorRecorder
                     ) -> tuple[dict[str, Any], list[Diagnostic]]:
     """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
-    section = {
+    section: dict[str, Any] = {
         "total": total.result(MODEL),
         "by_operator": sorted(({"operator": operator_name(p), "calls": c, "flops": plain_number(f)}
                                for p, (c, f) in total.counted.items()), key=lambda row: row["operator"]),
@@ -282,7 +283,7 @@ def _uncounted_diagnostic(row: dict[str, Any], errors: dict[str, str], declined:
         return diagnostic("operator_formula_error", f"the FLOP formula of {name} failed ({errors[name]}); its "
                           f"{calls} call(s) are not counted", metric="operator_flops", operator=name)
     significant = row["significance"] == "significant"
-    severity = "error" if significant else "warning"
+    severity: Severity = "error" if significant else "warning"
     if name.startswith(HIGHER_ORDER_PREFIX):
         return diagnostic("higher_order_operator", f"{name} ran {calls} time(s) with the work inside it unobserved; "
                           "the operator FLOPs are a lower bound", metric="operator_flops", severity=severity,
@@ -303,7 +304,8 @@ class CompileSafeRecorder(OperatorRecorder):
     def _should_skip_dynamo(cls) -> bool:
         return True
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
+                           ) -> Any:
         return OperatorRecorder.__torch_dispatch__(self, func, types, args, kwargs)
 
 

@@ -19,6 +19,8 @@ Value = float | int | list[float | int] | None
 
 #: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
 INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
+#: The statuses whose results a sum counts (``not_applicable`` and ``not_requested`` contribute nothing).
+COUNTED_STATUSES = frozenset({"complete", "partial", "unavailable"})
 ALL_STATUSES = frozenset({"complete", "partial", "unavailable", "not_requested", "not_applicable"})
 
 #: Where a number applies: one module call, a call with its whole subtree (an inclusive owner), the operators run
@@ -84,32 +86,32 @@ class MetricResult(TypedDict):
     method: str
 
 
-def complete(value: Value, unit: str, scope: str, method: str) -> MetricResult:
+def complete(value: Value, unit: str, scope: Scope, method: str) -> MetricResult:
     """An exact count (a legitimate zero included); a per-dimension list is held twice, as two lists."""
     known = list(value) if type(value) is list else value
     return {"status": "complete", "value": value, "known_value": known, "unit": unit, "scope": scope,
             "method": method}
 
 
-def lower_bound(known_value: Value, unit: str, scope: str, method: str) -> MetricResult:
+def lower_bound(known_value: Value, unit: str, scope: Scope, method: str) -> MetricResult:
     """A lower bound: the true value is at least ``known_value``."""
     return {"status": "partial", "value": None, "known_value": known_value, "unit": unit, "scope": scope,
             "method": method}
 
 
-def unavailable(unit: str, scope: str, method: str) -> MetricResult:
+def unavailable(unit: str, scope: Scope, method: str) -> MetricResult:
     """Nothing is known; never read as zero."""
     return {"status": "unavailable", "value": None, "known_value": None, "unit": unit, "scope": scope,
             "method": method}
 
 
-def not_requested(unit: str, scope: str, method: str = "not_requested") -> MetricResult:
+def not_requested(unit: str, scope: Scope, method: str = "not_requested") -> MetricResult:
     """The analysis mode did not ask for this metric (``mode="structure"``)."""
     return {"status": "not_requested", "value": None, "known_value": None, "unit": unit, "scope": scope,
             "method": method}
 
 
-def not_applicable(unit: str, scope: str, method: str) -> MetricResult:
+def not_applicable(unit: str, scope: Scope, method: str) -> MetricResult:
     """The metric has no meaning for this call (a receptive field through ``Flatten``, for instance)."""
     return {"status": "not_applicable", "value": None, "known_value": None, "unit": unit, "scope": scope,
             "method": method}
@@ -138,7 +140,7 @@ def copied(result: MetricResult) -> MetricResult:
 
 def is_count(value: Any) -> bool:
     """A finite, non-negative real number that is not a boolean."""
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value) and float(value) >= 0
 
 
 def is_spatial_value(value: Any) -> bool:
@@ -203,36 +205,22 @@ def normalized(result: Mapping[str, Any]) -> MetricResult:
     return out  # type: ignore[return-value]
 
 
-def add_results(results: Iterable[MetricResult], unit: str, scope: str, method: str) -> MetricResult:
+def add_results(results: Iterable[MetricResult], unit: str, scope: Scope, method: str) -> MetricResult:
     """Sum results: complete only if every part is; a lower bound if any part is incomplete.
 
     ``not_applicable`` and ``not_requested`` parts contribute nothing. A sum with no known part at all is
     unavailable rather than a made-up zero, unless there were no parts to add (an empty sum is an exact zero).
     """
-    known: float = 0
-    any_known = any_incomplete = False
-    seen = 0
-    requested = True
-    for result in results:
-        status = result["status"]
-        if status == "not_requested":
-            requested = False
-            continue
-        if status == "not_applicable":
-            continue
-        seen += 1
-        if result["known_value"] is not None:
-            known += result["known_value"]  # type: ignore[operator]
-            any_known = True
-        if status != "complete":
-            any_incomplete = True
-    if not requested and seen == 0:
+    results = list(results)
+    statuses = {result["status"] for result in results}
+    counted = [result for result in results if result["status"] in COUNTED_STATUSES]
+    if not counted and "not_requested" in statuses:
         return not_requested(unit, scope)
-    if not any_incomplete:
-        return complete(plain_number(known), unit, scope, method)
-    if any_known:
-        return lower_bound(plain_number(known), unit, scope, method)
-    return unavailable(unit, scope, method)
+    known: list[Any] = [result["known_value"] for result in counted if result["known_value"] is not None]
+    total = plain_number(sum(known))
+    if not statuses & INCOMPLETE_STATUSES:
+        return complete(total, unit, scope, method)
+    return lower_bound(total, unit, scope, method) if known else unavailable(unit, scope, method)
 
 
 def is_incomplete(result: Mapping[str, Any]) -> bool:

@@ -46,7 +46,7 @@ def render_table(report: dict[str, Any], max_depth: int | None = None, max_rows:
     shown, notes = _visible(view.tree, max_depth, max_rows)
     rows = [_cells(item) for item in shown]
     headers = tuple(COLUMNS_BY_KEY[key].header for key in COLUMNS)
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
     rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
     lines = [_line(headers, widths), rule, *(_line(row, widths) for row in rows), *notes, rule]
     lines += _totals_lines(view) + _legend_lines(view, [item.row for item in shown]) + _finding_lines(view)
@@ -75,7 +75,7 @@ def _cells(item: TreeItem) -> tuple[str, ...]:
 
 def _line(cells: tuple[str, ...], widths: list[int]) -> str:
     parts = [cell.rjust(width) if COLUMNS_BY_KEY[key].numeric else cell.ljust(width)
-             for key, cell, width in zip(COLUMNS, cells, widths)]
+             for key, cell, width in zip(COLUMNS, cells, widths, strict=True)]
     return "  ".join(parts).rstrip()
 
 

@@ -92,12 +92,13 @@ class Frame:
 
     __slots__ = ("args", "covered", "expanded", "index", "info", "module_id", "needed", "opened_by", "operators",
                  "overlay", "owned_maybe", "owned_sure", "pending", "record")
+    operators: OperatorScope  # set by the tracer when a full analysis opens the call
 
     def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
         self.module_id = module_id
         self.info = info
         self.record = record
-        self.args = args  # the positional arguments the pre-hook saw (described then; again only if a hook replaced them)
+        self.args = args  # the positional arguments the pre-hook saw (described again only if a hook replaced them)
 
     def open(self, index: int, parent: Frame | None) -> None:
         """The state of a full analysis: coverage inherited from owning ancestors, operator counts, overlay."""
@@ -144,13 +145,13 @@ def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
 def _needs_direct_work(frame: Frame) -> bool:
     """Whether the module view must estimate the operators this call runs directly: some summable field is not
     covered by an owner, and no built-in formula alone prices the call (a caller handler may omit fields)."""
-    return frame.info.prices_direct_work and not SUMMABLE <= frame.covered.keys()
+    return frame.info.prices_direct_work and not frame.covered.keys() >= SUMMABLE
 
 
 def _observes_operators(frame: Frame) -> bool:
     """Whether this call's built-in formula is a third-party one, trusted only while the operators the call runs
     directly match those it declares: the call then records them (`ObservedWork`, which also prices them)."""
-    return frame.info.observes and not METRIC_FIELDS <= frame.covered.keys()
+    return frame.info.observes and not frame.covered.keys() >= METRIC_FIELDS
 
 
 def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
@@ -175,6 +176,12 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
+
+    @property
+    def counting(self) -> OperatorRecorder:
+        """The recorder of a full analysis (only a full analysis estimates and counts)."""
+        assert self.recorder is not None
+        return self.recorder
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
@@ -230,7 +237,7 @@ class CallTracer:
             frame.operators = OperatorScope(DirectWork())
         else:
             frame.operators = OperatorScope()
-        self.recorder.enter(frame.operators)
+        self.counting.enter(frame.operators)
 
     def _post_hook(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Close the frame: ``rest`` is ``(kwargs, output)``, or ``(output,)`` exactly when the call failed (its
@@ -257,7 +264,7 @@ class CallTracer:
     def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
         """Estimate the closed call (``call`` is None when its forward raised), and write it, or settle it when an
         undecided owner is inside or around it."""
-        self.recorder.leave()
+        self.counting.leave()
         estimate = self._estimate(frame, call)
         owners = self._owners(frame)
         operator_flops = frame.operators.close(self.stack[-1].operators if self.stack else None)
@@ -360,7 +367,7 @@ class CallTracer:
     def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:
         """A new estimate, with operator counting paused: handlers may run tensor operations, which are not the
         model's work. (Memo keys and replays read only tensor metadata, which dispatches nothing.)"""
-        with self.recorder.paused():  # type: ignore[union-attr]
+        with self.counting.paused():
             if torch.is_grad_enabled():  # the model's forward enabled it; the analysis runs under no_grad
                 with torch.no_grad():
                     return estimate_call(context, call)

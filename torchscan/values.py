@@ -70,7 +70,8 @@ def _describe_container(value: Any, kind: str, _enclosing: tuple[int, ...]) -> d
     inner = (*_enclosing, id(value))
     if kind == "namedtuple":
         return {"kind": kind, "type": type(value).__qualname__,
-                "items": [{"key": name, "value": describe(item, inner)} for name, item in zip(value._fields, value)]}
+                "items": [{"key": name, "value": describe(item, inner)}
+                          for name, item in zip(value._fields, value, strict=False)]}
     if kind == "mapping":
         return {"kind": kind, "items": [{"key": safe_key(key), "value": describe(item, inner)}
                                         for key, item in value.items()]}
@@ -83,14 +84,15 @@ def describe_tensor(tensor: torch.Tensor) -> dict[str, Any]:
         return {"kind": "nested_tensor", "dim": tensor.dim(), "components": tensor.size(0),
                 "dtype": dtype_name(tensor.dtype), "device": device_type(tensor),
                 "requires_grad": bool(tensor.requires_grad)}
-    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype),
+    dtype = tensor.dtype
+    return {"kind": "tensor", "shape": list(tensor.shape), "dtype": _DTYPE_NAMES.get(dtype) or dtype_name(dtype),
             "device": device_type(tensor), "requires_grad": bool(tensor.requires_grad)}
 
 
 def call_metadata(args: Iterable[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The descriptions of a call's positional and keyword arguments."""
     return {"args": [describe(arg) for arg in args],
-            "kwargs": [{"key": safe_key(key), "value": describe(item)} for key, item in kwargs.items()]}
+            "kwargs": [{"key": safe_key(key), "value": describe(item)} for key, item in kwargs.items()] if kwargs else []}
 
 
 _DTYPE_NAMES: dict[torch.dtype, str] = {}
@@ -142,24 +144,27 @@ def call_key(values: Iterable[Any], storages: dict[int, int] | None = None, *, t
     """
     key: list[Any] = []
     append = key.append
-    for value in values:
-        kind = type(value)
-        if kind in TENSOR_TYPES:
-            if not tensors:
-                raise Unkeyable("tensor")
-            append(_shape(value))
-            append(value.dtype)
-            if storages is not None:
-                append(storage_number(value, storages))
-        elif kind in PLAIN_TYPES:
-            append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
-            append(value)
-        elif (kind is list or kind is tuple) and only_plain_value_types(kinds := tuple(map(type, value))):
-            append(kind)  # a list and a tuple of the same items are different arguments
-            append(kinds)
-            append(tuple(value))
-        else:
-            append(nested_key(value, storages) if tensors else plain_key(value))
+    try:
+        for value in values:
+            kind = type(value)
+            if kind in TENSOR_TYPES:
+                if not tensors:
+                    raise Unkeyable("tensor")
+                append(value.shape)  # a strided nested tensor has the plain type but no single shape: RuntimeError
+                append(value.dtype)
+                if storages is not None:
+                    append(storage_number(value, storages))
+            elif kind in PLAIN_TYPES:
+                append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
+                append(value)
+            elif (kind is list or kind is tuple) and only_plain_value_types(kinds := tuple(map(type, value))):
+                append(kind)  # a list and a tuple of the same items are different arguments
+                append(kinds)
+                append(tuple(value))
+            else:
+                append(nested_key(value, storages) if tensors else plain_key(value))
+    except RuntimeError:
+        raise Unkeyable("nested tensor") from None
     return key
 
 
@@ -195,13 +200,6 @@ def storage_number(tensor: torch.Tensor, storages: dict[int, int]) -> int:
     """The number of the tensor's storage among ``storages`` (a view shares its base's)."""
     base = tensor._base
     return storages.setdefault(id(tensor if base is None else base), len(storages))
-
-
-def _shape(tensor: torch.Tensor) -> torch.Size:
-    try:
-        return tensor.shape
-    except RuntimeError:  # a strided nested tensor has the plain tensor type but no single shape
-        raise Unkeyable("nested tensor") from None
 
 
 # -- operands ------------------------------------------------------------------------------------------------------

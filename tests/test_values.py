@@ -17,7 +17,6 @@ from torchscan.values import (
     describe,
     nested_key,
     operand_dtypes,
-    plain_key,
 )
 
 
@@ -108,8 +107,10 @@ def test_what_no_key_captures_is_unkeyable():
         with pytest.raises(Unkeyable):
             call_key((value,))
     with pytest.raises(Unkeyable):
-        plain_key((1, torch.zeros(1)))  # a configuration attribute may be read for its values
-    assert plain_key((1, "a", torch.float32)) == nested_key((1, "a", torch.float32))
+        nested_key((1, torch.zeros(1)), tensors=False)  # a configuration attribute may be read for its values
+    with pytest.raises(Unkeyable):
+        call_key([torch.zeros(1)], tensors=False)
+    assert nested_key((1, "a", torch.float32), tensors=False) == nested_key((1, "a", torch.float32))
 
 
 def test_operand_dtypes_read_tensors_one_level_into_lists_and_complex_scalars():

@@ -7,6 +7,7 @@ metrics) or are delegated to descendants (composites) or unavailable (unsupporte
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .breakdown import BreakdownError, validate_breakdown
@@ -30,20 +31,16 @@ from .results import (
 FIELD_ORDER = tuple(METRIC_UNITS)
 
 
+@dataclass(slots=True)
 class CallEstimate:
     """The outcome for one call: metrics by field, who supplied them, what was delegated, and diagnostics."""
 
-    __slots__ = ("breakdown", "builtin_owned", "delegated", "diagnostics", "metrics", "ownership")
-
-    def __init__(self, metrics: dict[str, MetricResult] | None = None, ownership: dict[str, str] | None = None,
-                 builtin_owned: frozenset[str] = frozenset(), delegated: list[str] | None = None,
-                 diagnostics: list[Diagnostic] | None = None, breakdown: list[dict[str, Any]] | None = None) -> None:
-        self.metrics = {} if metrics is None else metrics
-        self.ownership = {} if ownership is None else ownership
-        self.builtin_owned = builtin_owned  # fields a built-in inclusive formula covers
-        self.delegated = [] if delegated is None else delegated
-        self.diagnostics = [] if diagnostics is None else diagnostics
-        self.breakdown = [] if breakdown is None else breakdown  # the parts of the estimate (torchscan.breakdown)
+    metrics: dict[str, MetricResult] = field(default_factory=dict)
+    ownership: dict[str, str] = field(default_factory=dict)
+    builtin_owned: frozenset[str] = frozenset()  # fields a built-in inclusive formula covers
+    delegated: list[str] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    breakdown: list[dict[str, Any]] = field(default_factory=list)  # the parts of the estimate (torchscan.breakdown)
 
 
 class CallContext(NamedTuple):

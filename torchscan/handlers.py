@@ -165,19 +165,9 @@ def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") 
     return dict(custom_modules)
 
 
-def _closest_registration(module_type: type, handlers: HandlerMap) -> tuple[type, ModuleHandler] | None:
-    """The nearest registered class in ``module_type``'s MRO and its handler (mapping order never matters)."""
-    for klass in module_type.__mro__:
-        handler = handlers.get(klass)
-        if handler is not None:
-            return klass, handler
-    return None
-
-
 def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
     """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
-    found = _closest_registration(module_type, handlers)
-    return found[1] if found else None
+    return next((handlers[klass] for klass in module_type.__mro__ if klass in handlers), None)
 
 
 class ValidatedEstimates:

@@ -140,7 +140,7 @@ def call_key(values: Iterable[Any], storages: dict[int, int] | None = None, *, t
 
     With ``storages``, every tensor also adds the number of its storage (in the order first seen), so that a view
     of an argument and a copy of it differ. Raises `Unkeyable` for what no key captures, and with ``tensors=False``
-    for any tensor (values that must be plain, see `plain_key`).
+    for any tensor (values that must be plain).
     """
     key: list[Any] = []
     append = key.append
@@ -162,16 +162,18 @@ def call_key(values: Iterable[Any], storages: dict[int, int] | None = None, *, t
                 append(kinds)
                 append(tuple(value))
             else:
-                append(nested_key(value, storages) if tensors else plain_key(value))
+                append(nested_key(value, storages, tensors=tensors))
     except RuntimeError:
         raise Unkeyable("nested tensor") from None
     return key
 
 
-def nested_key(value: Any, storages: dict[int, int] | None = None) -> Hashable:
-    """The key of one value of any depth, opened by its type (see `call_key`)."""
+def nested_key(value: Any, storages: dict[int, int] | None = None, *, tensors: bool = True) -> Hashable:
+    """The key of one value of any depth, opened by its type (see `call_key`); with ``tensors=False`` only plain
+    values and containers of them have one (a module's configuration: a tensor attribute may be read for its
+    values)."""
     kind = type(value)
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) and tensors:
         if value.is_nested:
             raise Unkeyable("nested tensor")
         number = None if storages is None else storage_number(value, storages)
@@ -179,20 +181,9 @@ def nested_key(value: Any, storages: dict[int, int] | None = None) -> Hashable:
     if kind in PLAIN_TYPES or isinstance(value, SCALAR_TYPES):
         return kind, value
     if isinstance(value, (tuple, list)):
-        return kind, tuple([nested_key(item, storages) for item in value])
+        return kind, tuple([nested_key(item, storages, tensors=tensors) for item in value])
     if isinstance(value, Mapping):
-        return kind, tuple([(key, nested_key(item, storages)) for key, item in value.items()])
-    raise Unkeyable(kind.__name__)
-
-
-def plain_key(value: Any) -> Hashable:
-    """The key of a value made of plain values only (tuples and lists of them included), such as a module's
-    configuration attributes; `Unkeyable` for anything else (a tensor attribute may be read for its values)."""
-    kind = type(value)
-    if kind in PLAIN_TYPES or isinstance(value, SCALAR_TYPES):
-        return kind, value
-    if isinstance(value, (tuple, list)):
-        return kind, tuple([plain_key(item) for item in value])
+        return kind, tuple([(key, nested_key(item, storages, tensors=tensors)) for key, item in value.items()])
     raise Unkeyable(kind.__name__)
 
 

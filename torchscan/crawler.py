@@ -198,9 +198,11 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
     context = _context(analysis, tracer.facts.training_flags, kinds)
     mapping, full = analysis.mapping, analysis.full
     layers = tracer.records
-    for layer in layers:  # a module called twice: each record has its own statistics
+    for layer in layers:  # a module's later calls get copies of its first call's statistics
         parameters, buffers = statistics[layer["path"]]
-        layer["parameters"], layer["buffers"] = dict(parameters), dict(buffers)
+        if layer["call_index"]:
+            parameters, buffers = dict(parameters), dict(buffers)
+        layer["parameters"], layer["buffers"] = parameters, buffers
     if not full:
         _mark_not_requested(layers)
     diagnostics = list(tracer.diagnostics)
@@ -244,8 +246,8 @@ def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
 
 
 def _copies(results: Mapping[str, MetricResult]) -> dict[str, MetricResult]:
-    """The results, each a copy of its own (copied in C steps: a structure analysis is mostly this)."""
-    return dict(zip(results, map(methodcaller("copy"), results.values()), strict=True))
+    """The results, each a copy of its own."""
+    return {name: result.copy() for name, result in results.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

@@ -64,6 +64,8 @@ class CallContext(NamedTuple):
 
 def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
     """Estimates for the ``needed`` fields of one call; ``call`` is None when the forward raised."""
+    if call is not None and plain_container(context.caller, context.builtin, context.leaf, context.direct):
+        return delegated_estimate(context.needed)
     estimate = CallEstimate()
     if call is None:
         _mark_failed(context, estimate)
@@ -74,9 +76,6 @@ def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate
 
 def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstimate) -> None:
     """Field by field: the caller's handler, then the built-in one, then observed direct work or delegation."""
-    if _plain_container(context):  # each field is its descendants' work
-        estimate.delegated = [name for name in FIELD_ORDER if name in context.needed]
-        return
     if context.caller is not None:
         _apply_handler(context.caller, call, context.needed, estimate, context.where, builtin=False)
     remaining = context.needed - estimate.metrics.keys() if estimate.metrics else context.needed
@@ -89,11 +88,17 @@ def _estimate_fields(context: CallContext, call: ModuleCall, estimate: CallEstim
     estimate.metrics = _in_field_order(estimate.metrics)
 
 
-def _plain_container(context: CallContext) -> bool:
-    """A composite that no formula covers and that ran no operator directly (the common composite)."""
-    direct = context.direct
-    return (context.caller is None and context.builtin is None and not context.leaf
+def plain_container(caller: ModuleHandler | None, builtin: ModuleHandler | None, leaf: bool,
+                    direct: DirectWork | None) -> bool:
+    """Whether a completed call is a composite that no formula covers and that ran no operator directly (the
+    common composite): each of its fields is its descendants' work. The tracer asks before it builds a context."""
+    return (caller is None and builtin is None and not leaf
             and (direct is None or (direct.operators == 0 and not direct.unestimated)))
+
+
+def delegated_estimate(needed: frozenset[str]) -> CallEstimate:
+    """The estimate of a `plain_container`: each needed field, in field order, delegated."""
+    return CallEstimate(delegated=[name for name in FIELD_ORDER if name in needed])
 
 
 def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]:

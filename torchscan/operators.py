@@ -183,14 +183,12 @@ class OperatorRecorder(TorchDispatchMode):
         # PyTorch would otherwise wrap __torch_dispatch__ to import torch._dynamo on first use (about a second).
         return False
 
-    def __init__(self, formulas: Mapping[Any, Callable[..., Any]], root: OperatorScope | None = None) -> None:
+    def __init__(self, formulas: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()
         self.formulas = formulas
         self.cache = FormulaCache(formulas)
-        self.scopes: list[OperatorScope] = [root or OperatorScope()]  # the root, then one scope per open call
+        self.scopes: list[OperatorScope] = [OperatorScope()]  # the root, then one scope per open call
         self._pause = _Pause()
-        self.formula_errors = self.cache.formula_errors
-        self.declined = self.cache.declined  # operators whose formula had no convention for some call
 
     @property
     def root(self) -> OperatorScope:
@@ -210,11 +208,6 @@ class OperatorRecorder(TorchDispatchMode):
         if len(self.scopes) == 1:
             raise RuntimeError("OperatorRecorder.leave() without a matching enter(): only the root scope is open")
         return self.scopes.pop()
-
-    @property
-    def suspended(self) -> bool:
-        """Whether counting is paused (inside `paused`)."""
-        return self._pause.depth > 0
 
     def paused(self) -> _Pause:
         """A context in which nothing is counted (module estimates run there); pauses may nest."""
@@ -243,13 +236,13 @@ class OperatorRecorder(TorchDispatchMode):
     def _higher_order(self, func: HigherOrderOperator, args: tuple, kwargs: dict) -> Any:
         """``torch.cond`` runs its taken branch under this mode, so its operators count as executed; any other
         higher-order operator runs unobserved and is listed as uncounted (never as zero work)."""
-        if func is torch.ops.higher_order.cond and not self.suspended:
+        if func is torch.ops.higher_order.cond and not self._pause.depth:
             predicate, true_branch, false_branch, operands = args
             if not (isinstance(predicate, torch.Tensor) and predicate.device.type == "meta"):
                 with self:
                     return (true_branch if bool(predicate) else false_branch)(*operands)
         out = func(*args, **kwargs)
-        if not self.suspended:
+        if not self._pause.depth:
             scope = self.scopes[-1]
             scope.add(self.cache.uncounted(func))
             if scope.direct_work is not None:
@@ -270,8 +263,8 @@ def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], re
                            for p, c in total.ignored.items()), key=lambda row: row["operator"]),
         "custom_formulas": sorted(operator_name(p) for p in custom_mapping),
     }
-    errors = {operator_name(packet): error for packet, error in recorder.formula_errors.items()}
-    declined = {operator_name(packet) for packet in recorder.declined}
+    errors = {operator_name(packet): error for packet, error in recorder.cache.formula_errors.items()}
+    declined = {operator_name(packet) for packet in recorder.cache.declined}
     return section, [_uncounted_diagnostic(row, errors, declined) for row in section["uncounted"]]
 
 

@@ -31,8 +31,10 @@ from .estimate_memo import EstimateMemo
 from .estimation import (
     CallContext,
     CallEstimate,
+    delegated_estimate,
     estimate_call,
     forward_error,
+    plain_container,
 )
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
@@ -349,6 +351,8 @@ class CallTracer:
         direct, frame.operators.direct_work = frame.operators.direct_work, None  # released with the call's objects
         if not needed:
             return None
+        if call is not None and plain_container(info.caller, info.builtin, info.leaf, direct):
+            return delegated_estimate(needed)
         # the first part of the memo's key, for a call that only a memoizing built-in formula estimates
         structure = (None if call is None or not info.memoizes or frame.expanded
                      else self.memo.structure(info.builtin, needed, *call))

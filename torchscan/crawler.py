@@ -37,7 +37,6 @@ from .results import (
     MODEL,
     MODULE_CALL,
     SUMMABLE_METRICS,
-    MetricResult,
     add_results,
     as_lower_bound,
     incomplete_metrics,
@@ -46,6 +45,7 @@ from .results import (
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer
 from .values import call_metadata
+from .views.findings import incomplete_message
 
 Mode = Literal["full", "structure"]
 TOTALS_METHOD = "sum_of_layer_estimates"
@@ -236,18 +236,12 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested."""
+    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own)."""
     metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-    operator_flops: dict[str, MetricResult] = {DIRECT: not_requested("FLOPs", DIRECT),
-                                               INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = _copies(metrics)
-        layer["operator_flops"] = _copies(operator_flops)
-
-
-def _copies(results: Mapping[str, MetricResult]) -> dict[str, MetricResult]:
-    """The results, each a copy of its own."""
-    return {name: result.copy() for name, result in results.items()}
+        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
+        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
@@ -319,6 +313,4 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
 
 def _raise_if_incomplete(report: dict[str, Any]) -> None:
     if incomplete_metrics(report):
-        from .views.findings import incomplete_message  # names the layer types and operators behind it
-
         raise IncompleteAnalysisError(incomplete_message(report), report)

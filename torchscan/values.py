@@ -169,15 +169,15 @@ def call_key(values: Iterable[Any], storages: dict[int, int] | None = None, *, t
 
 
 def nested_key(value: Any, storages: dict[int, int] | None = None, *, tensors: bool = True) -> Hashable:
-    """The key of one value of any depth, opened by its type (see `call_key`); with ``tensors=False`` only plain
-    values and containers of them have one (a module's configuration: a tensor attribute may be read for its
-    values)."""
+    """The key of one value of any depth, opened by its type, for `call_key` (which also turns the ``RuntimeError``
+    of a strided nested tensor's shape into `Unkeyable`); with ``tensors=False`` only plain values and containers
+    of them have one (a module's configuration: a tensor attribute may be read for its values)."""
     kind = type(value)
-    if isinstance(value, torch.Tensor) and tensors:
-        if value.is_nested:
+    if tensors and (kind in TENSOR_TYPES or isinstance(value, torch.Tensor)):
+        if kind not in TENSOR_TYPES and value.is_nested:
             raise Unkeyable("nested tensor")
         number = None if storages is None else storage_number(value, storages)
-        return torch.Tensor, value.shape, value.dtype, number
+        return torch.Tensor, value.shape, value.dtype, number  # a strided nested tensor: RuntimeError (see call_key)
     if kind in PLAIN_TYPES or isinstance(value, SCALAR_TYPES):
         return kind, value
     if isinstance(value, (tuple, list)):

@@ -173,7 +173,7 @@ def nested_key(value: Any, storages: dict[int, int] | None = None, *, tensors: b
     of a strided nested tensor's shape into `Unkeyable`); with ``tensors=False`` only plain values and containers
     of them have one (a module's configuration: a tensor attribute may be read for its values)."""
     kind = type(value)
-    if tensors and (kind in TENSOR_TYPES or isinstance(value, torch.Tensor)):
+    if tensors and isinstance(value, torch.Tensor):
         if kind not in TENSOR_TYPES and value.is_nested:
             raise Unkeyable("nested tensor")
         number = None if storages is None else storage_number(value, storages)

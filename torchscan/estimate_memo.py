@@ -23,6 +23,7 @@ attributes between its calls within one forward pass is outside what the memo de
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Hashable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -32,7 +33,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
-from .results import copied, plain_copy
+from .results import copied
 from .values import Unkeyable, call_key
 
 
@@ -165,9 +166,9 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
     """The estimate of one more call: its own results and breakdown (a report shares no object between two
     records), and its diagnostics re-addressed to ``where`` when given."""
     metrics = {name: copied(result) for name, result in estimate.metrics.items()}
-    copy = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
-                        list(estimate.delegated), breakdown=plain_copy(estimate.breakdown))
+    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
+                          list(estimate.delegated), breakdown=copy.deepcopy(estimate.breakdown))
     if estimate.diagnostics:
-        copy.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
-                            if where is not None else list(estimate.diagnostics))
-    return copy
+        replay.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
+                              if where is not None else list(estimate.diagnostics))
+    return replay

@@ -119,7 +119,8 @@ def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: Bu
 
 def _is_leaf(module: nn.Module) -> bool:
     """No child module (as ``children()`` lists them: a child registered as ``None`` is none)."""
-    return all(child is None for child in module._modules.values())
+    children = module._modules
+    return not children or all(child is None for child in children.values())
 
 
 def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple[str, str]] | None = None

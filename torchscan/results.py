@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Real
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypedDict
 
@@ -117,17 +118,6 @@ def not_applicable(unit: str, scope: Scope, method: str) -> MetricResult:
             "method": method}
 
 
-def plain_copy(value: Any) -> Any:
-    """A copy of plain report data (dicts and lists of numbers, strings, booleans and ``None``) that shares no
-    dict or list with ``value``: a report hands out independent values, never one object in two places."""
-    kind = type(value)
-    if kind is dict:
-        return {key: plain_copy(item) for key, item in value.items()}
-    if kind is list:
-        return [plain_copy(item) for item in value]
-    return value
-
-
 def copied(result: MetricResult) -> MetricResult:
     """A result of its own, equal to ``result`` (per-dimension lists copied too)."""
     copy = result.copy()
@@ -212,7 +202,9 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: Scope, method
     unavailable rather than a made-up zero, unless there were no parts to add (an empty sum is an exact zero).
     """
     results = list(results)
-    statuses = {result["status"] for result in results}
+    statuses = set(map(_STATUS, results))
+    if statuses <= COMPLETE_ONLY:  # every part exact (or no part: an exact zero)
+        return complete(plain_number(sum(map(_KNOWN_VALUE, results))), unit, scope, method)
     counted = [result for result in results if result["status"] in COUNTED_STATUSES]
     if not counted and "not_requested" in statuses:
         return not_requested(unit, scope)
@@ -221,6 +213,10 @@ def add_results(results: Iterable[MetricResult], unit: str, scope: Scope, method
     if not statuses & INCOMPLETE_STATUSES:
         return complete(total, unit, scope, method)
     return lower_bound(total, unit, scope, method) if known else unavailable(unit, scope, method)
+
+
+_STATUS, _KNOWN_VALUE = itemgetter("status"), itemgetter("known_value")
+COMPLETE_ONLY = frozenset({"complete"})
 
 
 def is_incomplete(result: Mapping[str, Any]) -> bool:

@@ -254,7 +254,7 @@ def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers
                   "frozen": _sum_of("frozen", own_parameters), "bytes": _sum_of("bytes", own_parameters)}
     buffers = {"total": _sum_of("count", own_buffers), "bytes": _sum_of("bytes", own_buffers)}
     totals: dict[str, Any] = {"parameters": parameters, "buffers": buffers}
-    layer_metrics = [layer["metrics"] for layer in layers]
+    layer_metrics = [layer["metrics"] for layer in layers] if full else []
     for name in SUMMABLE_METRICS:
         unit = METRIC_UNITS[name]
         if full:  # the layers that have a result for the field (results are non-empty mappings)

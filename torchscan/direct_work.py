@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, MetricResult, complete, lower_bound, plain_number
 
 METHOD = "functional_ops"
@@ -24,10 +23,6 @@ class DirectWork:
         self.totals = [0, 0, 0]  # in the order of SUMMABLE_METRICS
         self.operators = 0
         self.unestimated: dict[Any, int] = {}
-
-    def add(self, packet: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        estimator = FUNCTIONAL_ESTIMATES.get(packet)
-        self.add_estimate(packet, estimator(args, kwargs, out) if estimator is not None else None)
 
     def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
         """One operator with its functional estimate ``(flops, macs, dmas)`` already made (``None``: none)."""

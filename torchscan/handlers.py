@@ -7,7 +7,7 @@ handler's callback with a `ModuleCall`, and validates the returned `ModuleEstima
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -23,6 +23,7 @@ from .results import (
     Incomplete,
     MetricResult,
     Scope,
+    _NotApplicable,
     complete,
     is_count,
     is_spatial_value,
@@ -74,20 +75,28 @@ class ModuleCall:
                         f"(neither positional argument {position} nor keyword {name!r})")
 
 
+#: A summable field's value: a count, a lower bound (`Incomplete`), a MetricResult, or ``None`` (unavailable).
+Count = float | Incomplete | MetricResult | None
+#: A spatial field's value: one number or one per spatial dimension, a lower bound, `NOT_APPLICABLE`, a
+#: MetricResult, or ``None``.
+Spatial = float | Sequence[float] | Incomplete | _NotApplicable | MetricResult | None
+
+
 class ModuleEstimates(TypedDict, total=False):
     """What a callback may return: any subset of the six fields, and optionally a ``breakdown``.
 
-    A number is a complete estimate (zero included), a MetricResult mapping keeps its own status, and ``None``
-    means explicitly unavailable. Receptive-field fields also accept one number per spatial dimension. A
-    ``breakdown`` lists the parts of the estimate (see `torchscan.breakdown`); they are never added again.
+    A number is a complete estimate (zero included), `Incomplete` a lower bound or nothing known, a MetricResult
+    mapping keeps its own status, and ``None`` means explicitly unavailable. Receptive-field fields also accept one
+    number per spatial dimension, or `NOT_APPLICABLE`. A ``breakdown`` lists the parts of the estimate (see
+    `torchscan.breakdown`); they are never added again.
     """
 
-    module_flops: float | MetricResult | None
-    macs: float | MetricResult | None
-    dmas: float | MetricResult | None
-    receptive_field: float | list[float] | MetricResult | None
-    effective_stride: float | list[float] | MetricResult | None
-    effective_padding: float | list[float] | MetricResult | None
+    module_flops: Count
+    macs: Count
+    dmas: Count
+    receptive_field: Spatial
+    effective_stride: Spatial
+    effective_padding: Spatial
     breakdown: list[dict[str, Any]]
 
 

@@ -14,19 +14,36 @@ from typing import Any
 import torch
 
 from ..formulas.conventions import FLOPS_PER_ELEMENT, GROUP_FLOPS, RMS_FLOPS
-from ..formulas.estimates import NO_SPATIAL_MEANING, POINTWISE, Estimates
+from ..formulas.estimates import NO_SPATIAL_MEANING, POINTWISE
 from ..formulas.modules.embedding import estimate_embedding
 from ..formulas.modules.linear import dense_work
 from ..formulas.modules.norm import estimate_group_norm, estimate_layer_norm
-from ..handlers import Callback, ModuleCall
+from ..handlers import Callback, ModuleCall, ModuleEstimates
 from ..operator_check import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
 from ..results import Incomplete
 
 __all__ = [
-    "FLOPS_PER_ELEMENT", "GROUP_FLOPS", "NO_OPERATOR", "NO_SPATIAL_MEANING", "POINTWISE", "RMS_FLOPS",
-    "Estimates", "FamilyRule", "as_positional", "dense_work", "elementwise", "estimate_embedding",
-    "estimate_group_norm", "estimate_layer_norm", "evaluation_identity", "first_input", "handler", "identity",
-    "movement_dmas", "real_flops", "signature",
+    "FLOPS_PER_ELEMENT",
+    "GROUP_FLOPS",
+    "NO_OPERATOR",
+    "NO_SPATIAL_MEANING",
+    "POINTWISE",
+    "RMS_FLOPS",
+    "FamilyRule",
+    "ModuleEstimates",
+    "as_positional",
+    "dense_work",
+    "elementwise",
+    "estimate_embedding",
+    "estimate_group_norm",
+    "estimate_layer_norm",
+    "evaluation_identity",
+    "first_input",
+    "handler",
+    "identity",
+    "movement_dmas",
+    "real_flops",
+    "signature",
 ]
 
 
@@ -61,9 +78,9 @@ def real_flops(flops: int, tensor: torch.Tensor) -> int | None:
     return None
 
 
-def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], Estimates]:
+def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
     """An elementwise activation: ``per_element`` FLOPs per output element, the input read, the output written."""
-    def estimate(call: ModuleCall) -> Estimates:
+    def estimate(call: ModuleCall) -> ModuleEstimates:
         source, result = first_input(call, *(names or ("input", "x"))), call.output
         return {"module_flops": real_flops(per_element * result.numel(), source), "macs": 0,
                 "dmas": source.numel() + result.numel(), **POINTWISE}
@@ -82,12 +99,12 @@ def movement_dmas(source: torch.Tensor, result: torch.Tensor) -> int:
     return source.numel() + result.numel()
 
 
-def identity(call: ModuleCall) -> Estimates:
+def identity(call: ModuleCall) -> ModuleEstimates:
     """Returns its input unchanged (a no-op in evaluation): no arithmetic, no element read or written."""
     return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE}
 
 
-def evaluation_identity(call: ModuleCall) -> Estimates:
+def evaluation_identity(call: ModuleCall) -> ModuleEstimates:
     """Stochastic depth and its kin: the input itself in evaluation (or at rate 0); in training the work depends on
     random masks no formula models, so it is unavailable, never zero."""
     if call.module.training and _drop_rate(call.module) > 0:

@@ -6,14 +6,14 @@ weight at every forward in a ``_WeightNorm`` child call, before the layer reads 
 
 from __future__ import annotations
 
-from ..handlers import ModuleCall
+from ..handlers import ModuleCall, ModuleEstimates
 from ..operator_check import ThirdPartyHandler
-from .common import NO_SPATIAL_MEANING, Estimates, FamilyRule, handler, real_flops, signature
+from .common import NO_SPATIAL_MEANING, FamilyRule, handler, real_flops, signature
 
 METHOD = "formula:torch.parametrization"
 
 
-def _weight_norm(call: ModuleCall) -> Estimates:
+def _weight_norm(call: ModuleCall) -> ModuleEstimates:
     """``w = v * (g / ||v||)`` with one 2-norm per slice along ``dim`` (a group of n elements): n squares, n - 1
     additions and a square root per norm (2n), one division per norm and one multiply per element. Reads ``g`` and
     ``v``, writes ``w``. A parameter transform has no spatial input: receptive fields do not apply."""

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from math import prod
 from typing import Any
 
-from ..handlers import ModuleCall
+from ..handlers import ModuleCall, ModuleEstimates
 from ..operator_check import OperatorSignature, ThirdPartyHandler
 from .common import (
     FLOPS_PER_ELEMENT,
     NO_SPATIAL_MEANING,
     POINTWISE,
-    Estimates,
     FamilyRule,
     as_positional,
     elementwise,
@@ -39,12 +38,12 @@ SHAPE = "formula:timm.shape"
 POOLING = "formula:timm.pooling"
 
 
-def _layer_norm(call: ModuleCall) -> Estimates:
+def _layer_norm(call: ModuleCall) -> ModuleEstimates:
     """LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm)."""
     return estimate_layer_norm(as_positional(call, "x"))
 
 
-def _group_norm(call: ModuleCall) -> Estimates:
+def _group_norm(call: ModuleCall) -> ModuleEstimates:
     return estimate_group_norm(as_positional(call, "x"))
 
 
@@ -57,10 +56,10 @@ def _swish_signature(call: ModuleCall) -> OperatorSignature:
     return signature("aten.sigmoid", "aten.mul_" if call.module.inplace else "aten.mul")
 
 
-def _scale(parameter: str) -> Callable[[ModuleCall], Estimates]:
+def _scale(parameter: str) -> Callable[[ModuleCall], ModuleEstimates]:
     """``x * gamma`` with one learned scale per channel: one multiply per element; input, scales and output
     accessed once each."""
-    def estimate(call: ModuleCall) -> Estimates:
+    def estimate(call: ModuleCall) -> ModuleEstimates:
         source, output = first_input(call, "x"), call.output
         scales = getattr(call.module, parameter).numel()
         return {"module_flops": real_flops(output.numel(), source), "macs": 0,
@@ -68,14 +67,14 @@ def _scale(parameter: str) -> Callable[[ModuleCall], Estimates]:
     return estimate
 
 
-def _flat(call: ModuleCall) -> Estimates:
+def _flat(call: ModuleCall) -> ModuleEstimates:
     """EfficientFormer's ``x.flatten(2).transpose(1, 2)``: image to tokens, a view; the spatial grid becomes one
     token axis, so receptive fields have no meaning here."""
     source = first_input(call, "x")
     return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **NO_SPATIAL_MEANING}
 
 
-def _levit_downsample(call: ModuleCall) -> Estimates:
+def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
     """LeViT's token subsampling on its ``resolution`` grid: every ``stride``-th token along both axes (or a 3x3
     average pool child, which counts its own work). The strided tokens are copied into a contiguous sequence:
     one read and one write per output element. Along each grid axis: window 1 (3 with the pool), stride
@@ -94,7 +93,7 @@ def _levit_downsample_signature(call: ModuleCall) -> OperatorSignature:
     return signature(optional=("aten.clone",))
 
 
-def _fast_adaptive_avg_pool(call: ModuleCall) -> Estimates:
+def _fast_adaptive_avg_pool(call: ModuleCall) -> ModuleEstimates:
     """``x.mean(spatial dims)``: global average pooling, m FLOPs per window of m elements (m - 1 additions, one
     division), the input read and the pooled output written; the window is the whole spatial extent."""
     source, output = first_input(call, "x"), call.output
@@ -105,7 +104,7 @@ def _fast_adaptive_avg_pool(call: ModuleCall) -> Estimates:
             "receptive_field": extent, "effective_stride": extent, "effective_padding": [0] * len(extent)}
 
 
-def _global_response_norm(call: ModuleCall) -> Estimates:
+def _global_response_norm(call: ModuleCall) -> ModuleEstimates:
     """ConvNeXt-V2's GRN, ``x + bias + weight * (x * n)`` with ``n = g / (mean_c(g) + eps)`` and ``g`` the 2-norm of
     every (sample, channel) over spatial positions: the norms (2 per element: square, accumulate, and a root),
     their channel mean (1 per norm), eps (1 per sample), the division (1 per norm), then multiply, multiply-add

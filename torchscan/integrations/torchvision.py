@@ -7,12 +7,11 @@ work their composites do directly (window attention, patch merging), which the f
 
 from __future__ import annotations
 
-from ..handlers import ModuleCall
+from ..handlers import ModuleCall, ModuleEstimates
 from ..operator_check import ThirdPartyHandler
 from .common import (
     NO_SPATIAL_MEANING,
     POINTWISE,
-    Estimates,
     FamilyRule,
     as_positional,
     estimate_layer_norm,
@@ -27,19 +26,19 @@ NORM = "formula:torchvision.norm"
 SHAPE = "formula:torchvision.shape"
 
 
-def _layer_norm_2d(call: ModuleCall) -> Estimates:
+def _layer_norm_2d(call: ModuleCall) -> ModuleEstimates:
     """LayerNorm over the channels of an NCHW tensor: permute, ``F.layer_norm``, permute back (views)."""
     return estimate_layer_norm(as_positional(call, "x"))
 
 
-def _axes_moved(call: ModuleCall) -> Estimates:
+def _axes_moved(call: ModuleCall) -> ModuleEstimates:
     """``Permute`` and MaxViT's ``SwapAxes``: a view with its dimensions reordered; each output element is one
     input element, so the call is pointwise and reads or writes nothing."""
     source = first_input(call, "x")
     return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}
 
 
-def _windows(call: ModuleCall) -> Estimates:
+def _windows(call: ModuleCall) -> ModuleEstimates:
     """MaxViT's ``WindowPartition`` / ``WindowDepartition``: reshape, permute, reshape. The last reshape copies
     (one read and one write per element) unless the permuted tensor is already contiguous. Spatial positions are
     regrouped into windows, so receptive fields have no meaning here."""

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ..formulas.estimates import every_field
-from ..handlers import ModuleCall
+from ..handlers import ModuleCall, ModuleEstimates
 from ..operator_check import OperatorSignature, ThirdPartyHandler
 from ..results import Incomplete
 from .common import (
@@ -23,7 +23,6 @@ from .common import (
     GROUP_FLOPS,
     POINTWISE,
     RMS_FLOPS,
-    Estimates,
     FamilyRule,
     as_positional,
     dense_work,
@@ -56,7 +55,7 @@ GELU_TANH_SIGNATURE = signature("aten.pow", "aten.mul", "aten.mul", "aten.mul", 
 
 def _activation(variant: Callable[[Any], tuple[int, OperatorSignature]]) -> ThirdPartyHandler:
     """A handler whose per-element FLOPs and operators depend on how the module was configured."""
-    def estimate(call: ModuleCall) -> Estimates:
+    def estimate(call: ModuleCall) -> ModuleEstimates:
         return elementwise(variant(call.module)[0], "input", "x")(call)
     return handler(estimate, ACTIVATION, lambda call: variant(call.module)[1])
 
@@ -79,7 +78,7 @@ def _gelu_tanh_variant(module: Any) -> tuple[int, OperatorSignature]:
     return GELU_TANH_WRITTEN_OUT, GELU_TANH_SIGNATURE
 
 
-def _linear_activation(call: ModuleCall) -> Estimates:
+def _linear_activation(call: ModuleCall) -> ModuleEstimates:
     return identity(call)
 
 
@@ -107,7 +106,7 @@ ACTIVATIONS: dict[str, ThirdPartyHandler] = {
 # --- RMS normalization ------------------------------------------------------------------------------------------
 
 
-def _rms_norm(call: ModuleCall, weight_offset: bool) -> Estimates:
+def _rms_norm(call: ModuleCall, weight_offset: bool) -> ModuleEstimates:
     """``weight * (x * rsqrt(mean(x^2) + eps))`` over the last dimension; ``(1 + weight)`` for Gemma's form.
 
     Per element: square, accumulate, normalize, scale (4); per group: add eps, rsqrt (2); Gemma's ``1 + weight``
@@ -134,7 +133,7 @@ GEMMA_RMS_NORM = handler(functools.partial(_rms_norm, weight_offset=True), NORM,
 # --- positions: rotary tables, learned positions, scaled word embeddings ------------------------------------------
 
 
-def _rotary(call: ModuleCall) -> Estimates:
+def _rotary(call: ModuleCall) -> ModuleEstimates:
     """``cos, sin`` tables of rotary embedding from ``position_ids`` and ``inv_freq`` (d/2 frequencies).
 
     Per table element (N = positions x d): the outer product of positions and frequencies (N/2 multiplies,
@@ -152,7 +151,7 @@ def _rotary(call: ModuleCall) -> Estimates:
 ROTARY = handler(_rotary, POSITION, signature("aten.mul", "aten.mul", "aten.mul", "aten.cat", "aten.cos", "aten.sin"))
 
 
-def _learned_positions(call: ModuleCall) -> Estimates:
+def _learned_positions(call: ModuleCall) -> ModuleEstimates:
     """Whisper's position table: rows selected by ``position_ids`` (a gather: the ids read, one row element read
     per output element, the output written), or a slice of the table (a view: nothing read or written)."""
     position_ids = call.argument(2, "position_ids", None)
@@ -184,7 +183,7 @@ SCALED_WORD_EMBEDDING = handler(_scaled_word_embedding, POSITION, signature("ate
 # --- dense and shape blocks ------------------------------------------------------------------------------------
 
 
-def _conv1d(call: ModuleCall) -> Estimates:
+def _conv1d(call: ModuleCall) -> ModuleEstimates:
     """GPT-2's ``Conv1D``: ``addmm(bias, x, W)`` with ``W`` of shape (nx, nf), a linear layer with a transposed
     weight: nx MACs and one bias addition per output element."""
     module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
@@ -194,7 +193,7 @@ def _conv1d(call: ModuleCall) -> Estimates:
     return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE}
 
 
-def _same_pad(call: ModuleCall) -> Estimates:
+def _same_pad(call: ModuleCall) -> ModuleEstimates:
     """Drops the last time step after a convolution with an even kernel: a view, nothing read or written."""
     source = first_input(call, "hidden_states")
     return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}

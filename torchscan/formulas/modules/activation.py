@@ -14,9 +14,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleHandler
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
-from ..estimates import POINTWISE, Estimates
+from ..estimates import POINTWISE
 from .linear import own_parameter_elements
 
 METHOD = "formula:activation"
@@ -75,7 +75,7 @@ def elementwise_key(module: nn.Module) -> str:
     return _closest_key(module, ELEMENTWISE_KEYS)
 
 
-def estimate_elementwise(call: ModuleCall) -> Estimates:
+def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
     """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
     source, result = call.argument(0, "input"), call.output
     parameters = own_parameter_elements(call.module)
@@ -97,7 +97,7 @@ def softmax_dim(module: SoftmaxModule, ndim: int) -> int:
     return module.dim % max(ndim, 1)
 
 
-def estimate_softmax(call: ModuleCall) -> Estimates:
+def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
     """Per slice along the reduced dimension, the `FLOPS_PER_SLICE` formula of its family."""
     source = call.argument(0, "input")
     shape = tuple(source.shape)

@@ -12,14 +12,14 @@ from typing import cast
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleHandler
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ..conventions import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
-from ..estimates import POINTWISE, Estimates
+from ..estimates import POINTWISE
 
 METHOD = "formula:linear"
 
 
-def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> Estimates:
+def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> ModuleEstimates:
     """FLOPs, MACs and DMAs of ``macs`` multiply-accumulates plus ``bias_adds`` bias additions in ``dtype``.
 
     Real floating point: 1 MAC = 2 FLOPs, 1 bias add = 1 FLOP. Complex: one complex MAC is 4 real MACs
@@ -51,7 +51,7 @@ def own_parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in own.values())  # as parameters(recurse=False) lists them, faster
 
 
-def estimate_linear(call: ModuleCall) -> Estimates:
+def estimate_linear(call: ModuleCall) -> ModuleEstimates:
     """y = x W^T + b over any number of leading dimensions: in_features MACs per output element."""
     module = cast(nn.Linear, call.module)  # HANDLERS registers each formula here for its own class only
     inputs, output = call.argument(0, "input"), call.output
@@ -61,7 +61,7 @@ def estimate_linear(call: ModuleCall) -> Estimates:
     return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE}
 
 
-def estimate_bilinear(call: ModuleCall) -> Estimates:
+def estimate_bilinear(call: ModuleCall) -> ModuleEstimates:
     """y_k = x1^T A_k x2 + b_k, evaluated like PyTorch: x1 contracted with A first, then with x2.
 
     Per output element: in1 * in2 MACs for the first contraction and in2 for the second.
@@ -74,7 +74,7 @@ def estimate_bilinear(call: ModuleCall) -> Estimates:
     return {**dense_work(macs, bias_adds, output.dtype, dmas), **POINTWISE}
 
 
-def estimate_identity(call: ModuleCall) -> Estimates:
+def estimate_identity(call: ModuleCall) -> ModuleEstimates:
     """Returns its input object itself: no arithmetic and no element is read or written."""
     return {"module_flops": 0, "macs": 0, "dmas": 0, **POINTWISE}
 

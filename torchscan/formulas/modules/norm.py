@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.instancenorm import _InstanceNorm
 
-from ...handlers import ModuleCall, ModuleHandler
+from ...handlers import Count, ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import Incomplete
 from ..conventions import (
     GROUP_FLOPS,
@@ -30,7 +30,7 @@ from ..conventions import (
     RUNNING_UPDATE_FLOPS,
     VARIANCE_FLOPS,
 )
-from ..estimates import POINTWISE, Count, Estimates
+from ..estimates import POINTWISE
 from .linear import registered
 
 METHOD = "formula:norm"
@@ -77,7 +77,7 @@ def _groups(elements: int, group_size: int) -> int:
     return elements // group_size if group_size else 0
 
 
-def _estimates(work: NormWork, source: torch.Tensor) -> Estimates:
+def _estimates(work: NormWork, source: torch.Tensor) -> ModuleEstimates:
     """The six fields; FLOPs need a real floating-point input, a lower bound where work is left out."""
     flops: Count = work.flops() if work.exact else Incomplete(work.flops())
     dmas: Count = work.dmas() if work.exact else Incomplete(work.dmas())
@@ -92,7 +92,7 @@ def _syncs_across_processes(module: nn.Module) -> bool:
             and dist.is_initialized())
 
 
-def estimate_batch_norm(call: ModuleCall) -> Estimates:
+def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
     """Running statistics in eval; batch statistics in training or without buffers (then also counted)."""
     # HANDLERS registers each formula of this module for the classes it names only.
     module, source = cast(_BatchNorm, call.module), call.argument(0, "input")
@@ -127,7 +127,7 @@ def _spatial_dims(module: nn.Module) -> int:
     raise KeyError(f"{type(module).__qualname__} is not an instance norm")
 
 
-def estimate_instance_norm(call: ModuleCall) -> Estimates:
+def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics per (sample, channel) over spatial positions; running statistics only if tracked, in eval.
 
     A training-mode running-statistics update (track_running_stats=True) is not counted: a lower bound.
@@ -147,7 +147,7 @@ def estimate_instance_norm(call: ModuleCall) -> Estimates:
     return _estimates(work, source)
 
 
-def estimate_layer_norm(call: ModuleCall) -> Estimates:
+def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics over the trailing ``normalized_shape`` dimensions; optional weight and bias."""
     module, source = cast(nn.LayerNorm, call.module), call.argument(0, "input")
     work = NormWork(
@@ -159,7 +159,7 @@ def estimate_layer_norm(call: ModuleCall) -> Estimates:
     return _estimates(work, source)
 
 
-def estimate_group_norm(call: ModuleCall) -> Estimates:
+def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics per (sample, group of channels) over those channels and all spatial positions."""
     module, source = cast(nn.GroupNorm, call.module), call.argument(0, "input")
     shape = tuple(source.shape)
@@ -173,7 +173,7 @@ def estimate_group_norm(call: ModuleCall) -> Estimates:
     return _estimates(work, source)
 
 
-def estimate_rms_norm(call: ModuleCall) -> Estimates:
+def estimate_rms_norm(call: ModuleCall) -> ModuleEstimates:
     """x * rsqrt(mean(x^2) + eps) (* weight): no mean subtraction, no bias."""
     module, source = cast(nn.RMSNorm, call.module), call.argument(0, "x")
     work = NormWork(
@@ -185,7 +185,7 @@ def estimate_rms_norm(call: ModuleCall) -> Estimates:
     return _estimates(work, source)
 
 
-def estimate_local_response_norm(call: ModuleCall) -> Estimates:
+def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
     """x / (k + alpha * mean of squares over ``size`` neighbouring channels) ** beta.
 
     The window sum is charged size - 1 additions for every element, as PyTorch's zero-padded average computes it.

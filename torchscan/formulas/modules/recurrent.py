@@ -20,10 +20,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from ...handlers import ModuleCall, ModuleHandler
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import NOT_APPLICABLE, Incomplete
 from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
-from ..estimates import NO_SPATIAL_MEANING, Estimates
+from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:recurrent"
 
@@ -55,7 +55,7 @@ def _parameter_elements(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
 
-def estimate_sequence(call: ModuleCall) -> Estimates:
+def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
     """nn.RNN / nn.LSTM / nn.GRU over a padded, batch-first, unbatched or packed sequence.
 
     ``rows`` is the number of (step, sample) pairs processed: steps x batch, or the rows of a packed sequence's
@@ -77,7 +77,7 @@ def estimate_sequence(call: ModuleCall) -> Estimates:
     layer_macs = [step_macs(kind, size, hidden, output_size, proj) for size in layer_inputs]
     macs = rows * directions * sum(layer_macs)
     flops = rows * directions * sum(step_flops(kind, hidden, m, module.bias) for m in layer_macs)
-    estimates: Estimates = {
+    estimates: ModuleEstimates = {
         "module_flops": flops,
         "macs": macs,
         "dmas": tensor_elements(source) + tensor_elements(state) + _parameter_elements(module)
@@ -92,7 +92,7 @@ def estimate_sequence(call: ModuleCall) -> Estimates:
     return _real_floating_only(estimates, data)
 
 
-def estimate_cell(call: ModuleCall) -> Estimates:
+def estimate_cell(call: ModuleCall) -> ModuleEstimates:
     """nn.RNNCell / nn.LSTMCell / nn.GRUCell: one step; no time dimension, so no receptive field."""
     module = cast(nn.RNNCellBase, call.module)  # HANDLERS registers this formula for the three cells only
     source, state = _call_inputs(call)
@@ -100,7 +100,7 @@ def estimate_cell(call: ModuleCall) -> Estimates:
     kind = cell_kind(module)
     hidden = module.hidden_size
     row_macs = step_macs(kind, module.input_size, hidden, hidden)
-    estimates: Estimates = {
+    estimates: ModuleEstimates = {
         "module_flops": rows * step_flops(kind, hidden, row_macs, module.bias),
         "macs": rows * row_macs,
         "dmas": tensor_elements(source) + tensor_elements(state) + _parameter_elements(module)
@@ -110,7 +110,7 @@ def estimate_cell(call: ModuleCall) -> Estimates:
     return _real_floating_only(estimates, source)
 
 
-def _real_floating_only(estimates: Estimates, data: torch.Tensor) -> Estimates:
+def _real_floating_only(estimates: ModuleEstimates, data: torch.Tensor) -> ModuleEstimates:
     """FLOP and MAC formulas are stated for real floating-point data; other dtypes get no guessed count."""
     if not data.is_floating_point():
         estimates["module_flops"] = None

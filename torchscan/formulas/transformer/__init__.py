@@ -25,8 +25,7 @@ from collections.abc import Callable
 
 from torch import nn
 
-from ...handlers import ModuleCall, ModuleHandler
-from ..estimates import Estimates
+from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from .attention import (
     AttentionShape,
     attention_dmas,
@@ -46,12 +45,12 @@ __all__ = ["DEPENDENCY_BUDGET", "METHOD", "AttentionShape", "attention_dmas", "a
 DEPENDENCY_BUDGET = 1 << 27
 
 
-def _handler(callback: Callable[[ModuleCall], Estimates]) -> ModuleHandler:
+def _handler(callback: Callable[[ModuleCall], ModuleEstimates]) -> ModuleHandler:
     return ModuleHandler(callback, subtree_metrics=SUBTREE_METRICS, method=METHOD)
 
 
-def _configured(estimate: Callable[[ModuleCall, int, Children], Estimates], children: Children
-                ) -> Callable[[ModuleCall], Estimates]:
+def _configured(estimate: Callable[[ModuleCall, int, Children], ModuleEstimates], children: Children
+                ) -> Callable[[ModuleCall], ModuleEstimates]:
     """``estimate`` given `DEPENDENCY_BUDGET` as it stands when the call is estimated (so a change applies)."""
     return lambda call: estimate(call, DEPENDENCY_BUDGET, children)
 

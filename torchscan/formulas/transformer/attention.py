@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ...handlers import ModuleCall
+from ...handlers import ModuleCall, ModuleEstimates
 from ..conventions import FLOPS_PER_SLICE
-from ..estimates import Estimates
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
 from .token_dependencies import attention_allowed, widest, without_padding
 from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known, with_breakdown
@@ -155,7 +154,7 @@ def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, k
 # --- handler --------------------------------------------------------------------------------------------------
 
 
-def estimate_multihead_attention(call: ModuleCall) -> Estimates:
+def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
     """nn.MultiheadAttention: receptive field = most key positions one query position depends on."""
     mha = call.module
     if not is_native(mha, nn.MultiheadAttention):

@@ -16,8 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall
-from ..estimates import Estimates
+from ...handlers import ModuleCall, ModuleEstimates
 from .attention import attention_work
 from .blocks import Children, residual_work
 from .calls import Masks, NativeModule, Tokens, UnsupportedCall, call_arguments, is_native, tokens
@@ -125,7 +124,7 @@ def _dependency_width(layers: Layers, sequence: torch.Tensor, batch_first: bool,
 
 def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: EncoderWork,
               layers: Layers, budget: int, children: Children, parts_of: EncoderParts
-              ) -> Estimates:
+              ) -> ModuleEstimates:
     """An encoder layer or stack over src, whose attention mask is the argument ``mask_name``."""
     a = call_arguments(call)
     src, masks = a["src"], (a[mask_name], a["src_key_padding_mask"])
@@ -143,7 +142,7 @@ def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: Enco
 
 
 def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Layers,
-              budget: int, children: Children, parts_of: DecoderParts) -> Estimates:
+              budget: int, children: Children, parts_of: DecoderParts) -> ModuleEstimates:
     """A decoder layer or stack over tgt and memory; the receptive field is along tgt."""
     a = call_arguments(call)
     tgt, memory = a["tgt"], a["memory"]
@@ -166,7 +165,7 @@ def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers:
 # --- handlers -------------------------------------------------------------------------------------------------
 
 
-def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) -> Estimates:
+def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
     """nn.TransformerEncoderLayer: receptive field along src (attended positions and the residual position)."""
     layer = call.module
     if not is_native(layer, nn.TransformerEncoderLayer):
@@ -175,7 +174,7 @@ def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) ->
                      children, encoder_layer_parts)
 
 
-def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> Estimates:
+def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
     """nn.TransformerDecoderLayer: receptive field along tgt (memory dependencies are not in this number)."""
     layer = call.module
     if not is_native(layer, nn.TransformerDecoderLayer):
@@ -184,7 +183,7 @@ def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) ->
                      children, decoder_layer_parts)
 
 
-def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Estimates:
+def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
     """nn.TransformerEncoder: the layers' sum plus the final norm; receptive field composed across layers."""
     encoder = call.module
     if not is_native(encoder, nn.TransformerEncoder):
@@ -194,7 +193,7 @@ def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Estim
                      encoder_stack_parts)
 
 
-def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Estimates:
+def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
     """nn.TransformerDecoder: the layers' sum plus the final norm; receptive field along tgt, composed."""
     decoder = call.module
     if not is_native(decoder, nn.TransformerDecoder):
@@ -204,7 +203,7 @@ def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Estim
                      decoder_stack_parts)
 
 
-def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> Estimates:
+def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> ModuleEstimates:
     """nn.Transformer: encoder stack over src, decoder stack over tgt and the encoder's memory.
 
     A custom encoder or decoder is outside the formulas: a custom encoder leaves the memory shape unknown
@@ -244,7 +243,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> E
 
 
 #: Module type -> its estimate, given the call, the token-dependency budget and the children's formulas.
-TRANSFORMER_ESTIMATES: dict[type[nn.Module], Callable[[ModuleCall, int, Children], Estimates]] = {
+TRANSFORMER_ESTIMATES: dict[type[nn.Module], Callable[[ModuleCall, int, Children], ModuleEstimates]] = {
     nn.TransformerEncoderLayer: estimate_encoder_layer,
     nn.TransformerDecoderLayer: estimate_decoder_layer,
     nn.TransformerEncoder: estimate_encoder,

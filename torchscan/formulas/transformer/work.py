@@ -14,9 +14,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ...handlers import ModuleCall
+from ...handlers import Count, ModuleCall, ModuleEstimates, Spatial
 from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
-from ..estimates import Count, Estimates, Spatial, every_field
+from ..estimates import every_field
 from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
@@ -84,7 +84,7 @@ def _field(work: Work, name: str, value: int, reason: str | None) -> Count:
     return value
 
 
-def summable_fields(work: Work) -> Estimates:
+def summable_fields(work: Work) -> ModuleEstimates:
     """FLOPs, MACs and DMAs as handler values: a count, a lower bound or nothing known, naming what is missing."""
     reason = "; ".join(work.gaps) or None
     return {"module_flops": _field(work, "module_flops", work.flops, reason),
@@ -92,7 +92,7 @@ def summable_fields(work: Work) -> Estimates:
             "dmas": _field(work, "dmas", work.dmas, reason)}
 
 
-def token_fields(width: Callable[[], tuple[int, bool]]) -> Estimates:
+def token_fields(width: Callable[[], tuple[int, bool]]) -> ModuleEstimates:
     """Receptive field in tokens (exact, a lower bound, or unavailable without mask values); stride 1, padding 0."""
     try:
         value, exact = width()
@@ -103,7 +103,7 @@ def token_fields(width: Callable[[], tuple[int, bool]]) -> Estimates:
     return {"receptive_field": receptive, "effective_stride": 1, "effective_padding": 0}
 
 
-def nothing_known() -> Estimates:
+def nothing_known() -> ModuleEstimates:
     """Every field unavailable (``None``)."""
     return every_field(None)
 
@@ -129,7 +129,7 @@ def _bounded(work: Work, dtype: torch.dtype, dropout: bool) -> Work:
 
 
 def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tuple[int, bool]],
-              dtype: torch.dtype) -> Estimates:
+              dtype: torch.dtype) -> ModuleEstimates:
     """The six fields, with the call-wide boundaries applied to the formula's work."""
     try:
         counted = work()
@@ -143,8 +143,8 @@ def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tu
 PART_METRICS: tuple[Literal["module_flops", "macs"], ...] = ("module_flops", "macs")
 
 
-def with_breakdown(fields: Estimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
-                   dtype: torch.dtype) -> Estimates:
+def with_breakdown(fields: ModuleEstimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
+                   dtype: torch.dtype) -> ModuleEstimates:
     """``fields`` with the ``breakdown`` of its FLOPs and MACs: ``(module, part, work)`` triples whose work adds up
     to the estimate's, under the same call-wide boundaries (see `torchscan.breakdown`)."""
     try:

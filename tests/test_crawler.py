@@ -827,12 +827,16 @@ class LoRALinear(nn.Linear):
         return super().forward(x) + F.linear(F.linear(x, self.down), self.up)
 
 
-def test_a_subclass_that_overrides_forward_does_not_inherit_the_builtin_formula():
+def test_a_subclass_whose_forward_adds_work_does_not_keep_the_builtin_formula():
+    """The parent's formula is offered (verified inheritance) but the low-rank matmuls make the check fail."""
     report = crawl_module(LoRALinear(16, 4), (16,))
     macs = report["totals"]["macs"]
-    assert macs["status"] == "partial"  # observed operators are a lower bound for an unsupported leaf
+    assert macs["status"] == "partial"  # observed operators are a lower bound for a mismatched formula
     assert macs["known_value"] == 16 * 16 + 16 * 4 + 4 * 16  # every observed dot product is in the bound
-    assert [d["code"] for d in report["diagnostics"]] == ["unsupported_module"]
+    [finding] = report["diagnostics"]
+    assert (finding["code"], finding["severity"]) == ("handler_signature_mismatch", "error")
+    assert "torch.nn.modules.linear.Linear it inherits gives macs 256, but the operators the call ran come to 384" \
+        in finding["message"]
 
 
 def test_modules_called_from_other_threads_make_every_total_a_lower_bound():

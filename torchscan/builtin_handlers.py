@@ -17,9 +17,9 @@ from .integrations.lookup import find_builtin_handler
 
 def builtin_for(module_type: type) -> ModuleHandler | None:
     """The built-in handler of ``module_type``: the nearest class in its MRO with a ``torch.nn`` formula or a
-    third-party one (see `torchscan.integrations.lookup`), unless ``module_type`` overrides that class's ``forward``
-    (its formula would then describe work the module does not do)."""
-    return find_builtin_handler(module_type, DEFAULT_HANDLERS)
+    third-party one (see `torchscan.integrations.lookup`). When ``module_type`` overrides that class's ``forward``,
+    a leaf formula is offered as an inherited one, trusted call by call (`torchscan.inheritance`)."""
+    return find_builtin_handler(module_type, DEFAULT_HANDLERS, DESCRIBED_OPERATORS)
 
 
 def _default_handlers() -> dict[type[nn.Module], ModuleHandler]:
@@ -31,3 +31,6 @@ def _default_handlers() -> dict[type[nn.Module], ModuleHandler]:
 
 
 DEFAULT_HANDLERS: dict[type[nn.Module], ModuleHandler] = _default_handlers()
+#: The aten operators with arithmetic that each ``torch.nn`` leaf formula describes (its family's ``OPERATORS``).
+DESCRIBED_OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    klass: operators for family in MODULE_FAMILIES for klass, operators in family.OPERATORS.items()}

@@ -56,6 +56,12 @@ CODES: dict[str, tuple[Severity, str]] = {
         ("A registered descendant opened a built-in atomic module whose inclusive formula was dropped; the "
          "descendant counts are a lower bound of the module's work."),
     ),
+    "verified_inheritance": (
+        "info",
+        ("A class that overrides the forward of a built-in or third-party class keeps its parent's leaf formula for "
+         "this call, because the operators the call ran do the work the formula describes (see verified "
+         "inheritance in Model support)."),
+    ),
     "handler_signature_mismatch": (
         "warning",
         ("A third-party class ran other operators than its built-in formula describes (the library changed its "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, MetricResult, complete, lower_bound, plain_number
 
 METHOD = "functional_ops"
@@ -24,8 +26,9 @@ class DirectWork:
         self.operators = 0
         self.unestimated: dict[Any, int] = {}
 
-    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
-        """One operator with its functional estimate ``(flops, macs, dmas)`` already made (``None``: none)."""
+    def add_estimate(self, packet: Any, estimate: tuple | None, out: Any = None) -> None:
+        """One operator with its functional estimate ``(flops, macs, dmas)`` already made (``None``: none); its
+        output ``out`` is read only by `ObservedWork`."""
         self.operators += 1
         if estimate is None:
             self.unestimated[packet] = self.unestimated.get(packet, 0) + 1
@@ -53,19 +56,38 @@ class DirectWork:
 
 class ObservedWork(DirectWork):
     """`DirectWork` that also remembers every operator it was fed, for the check of a formula that declares its
-    operators (`torchscan.operator_check`)."""
+    operators (`torchscan.operator_check`, `torchscan.inheritance`): calls by packet, the packets that did
+    arithmetic (a priced FLOP or MAC), and those whose results were all integer or boolean tensors (index
+    arithmetic)."""
 
-    __slots__ = ("observed",)
+    __slots__ = ("arithmetic", "indices", "observed")
 
     def __init__(self) -> None:
         super().__init__()
         self.observed: dict[Any, int] = {}
+        self.arithmetic: set[Any] = set()
+        self.indices: set[Any] = set()
 
-    def add_estimate(self, packet: Any, estimate: tuple | None) -> None:
+    def add_estimate(self, packet: Any, estimate: tuple | None, out: Any = None) -> None:
         """One operator the call ran directly: remembered by packet, then priced as `DirectWork` prices it."""
+        first = packet not in self.observed
         self.observed[packet] = self.observed.get(packet, 0) + 1
+        if estimate is not None and (estimate[0] or estimate[1]):
+            self.arithmetic.add(packet)
+        if _integer_results(out):
+            if first:
+                self.indices.add(packet)
+        else:
+            self.indices.discard(packet)
         super().add_estimate(packet, estimate)
 
     def counts(self) -> dict[Any, int]:
         """Operator packet -> calls, higher-order operators (filed as unestimated only) included."""
         return {**self.observed, **{p: n for p, n in self.unestimated.items() if p not in self.observed}}
+
+
+def _integer_results(out: Any) -> bool:
+    """Whether every result of an operator is an integer or boolean tensor (and there is one)."""
+    results = out if isinstance(out, (tuple, list)) else (out,)
+    tensors = [item for item in results if isinstance(item, torch.Tensor)]
+    return bool(tensors) and not any(item.is_floating_point() or item.is_complex() for item in tensors)

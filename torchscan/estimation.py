@@ -15,6 +15,7 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
+from .inheritance import InheritedHandler, verify_inheritance
 from .operator_check import verify_operators
 from .operators import operator_name
 from .results import (
@@ -115,7 +116,10 @@ def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCal
         _mark_expanded(context, remaining, estimate)
         return
     _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
-    verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
+    if isinstance(builtin, InheritedHandler):
+        verify_inheritance(builtin, call, context.direct, remaining, estimate, context.where)
+    else:
+        verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
     if builtin.subtree_metrics:
         estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
                                            if name in builtin.subtree_metrics)

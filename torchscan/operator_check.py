@@ -148,15 +148,28 @@ def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: 
     if found is None:
         return
     detail, significant = found
+    mark_mismatch(call, observed, supplied, estimate, where, f"the built-in formula of {_class_name(call)} {detail}",
+                  significant)
+
+
+def mark_mismatch(call: ModuleCall, observed: DirectWork | None, supplied: Iterable[str], estimate: Any,
+                  where: dict[str, Any], detail: str, significant: bool) -> None:
+    """Replace the ``supplied`` fields of a call whose operators do not match its formula: counts become lower
+    bounds priced from the observed operators, receptive fields unavailable, and a ``handler_signature_mismatch``
+    diagnostic says what differs (an error when dot-product work differs)."""
     work = observed if isinstance(observed, ObservedWork) else None
     for name in supplied:
         estimate.metrics[name] = _fallback(name, work)
         estimate.ownership[name] = MODULE_CALL
-    kind = type(call.module)
     estimate.diagnostics.append(diagnostic(
-        "handler_signature_mismatch", f"the built-in formula of {kind.__module__}.{kind.__qualname__} {detail}: its "
-        "estimates are not trusted for this call; counts are lower bounds priced from the observed operators and "
-        "receptive fields are unavailable", severity="error" if significant else None, **where))
+        "handler_signature_mismatch", f"{detail}: its estimates are not trusted for this call; counts are lower "
+        "bounds priced from the observed operators and receptive fields are unavailable",
+        severity="error" if significant else None, **where))
+
+
+def _class_name(call: ModuleCall) -> str:
+    kind = type(call.module)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWork | None
@@ -175,7 +188,7 @@ def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWo
     parts = [f"it also ran {_counted(unexpected)}" if unexpected else "",
              f"it did not run {_counted(missing)}" if missing else ""]
     detail = f"describes {expected.describe()}, but {'; '.join(part for part in parts if part)}"
-    return detail, any(_significant(operator) for operator in unexpected)
+    return detail, any(significant_operator(operator) for operator in unexpected)
 
 
 def _by_name(counts: Mapping[Any, int]) -> dict[str, int]:
@@ -194,7 +207,7 @@ def _fallback(name: str, observed: DirectWork | None) -> Any:
     return unavailable(unit, MODULE_CALL, MISMATCH_METHOD)
 
 
-def _significant(name: str) -> bool:
+def significant_operator(name: str) -> bool:
     namespace, _, op = name.partition(".")
     packet = getattr(getattr(torch.ops, namespace, None), op, None)
     return packet is not None and operator_significance(packet) == "significant"

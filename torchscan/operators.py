@@ -230,7 +230,7 @@ class OperatorRecorder(TorchDispatchMode):
         scope.add(outcome)
         work = scope.direct_work
         if work is not None:
-            work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out))
+            work.add_estimate(plan.packet, cache.functional_estimate(plan, outcome, args, kwargs, out), out)
         return out
 
     def _higher_order(self, func: HigherOrderOperator, args: tuple, kwargs: dict) -> Any:

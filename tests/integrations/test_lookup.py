@@ -16,6 +16,7 @@ from torch import nn
 
 from torchscan import ModuleHandler, crawl_module
 from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
+from torchscan.inheritance import InheritedHandler
 from torchscan.integrations import lookup, timm, transformers
 from torchscan.integrations.lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS, find_builtin_handler, qualified_name
 from torchscan.results import SUMMABLE_METRICS
@@ -94,7 +95,9 @@ def test_builtin_for_is_the_one_lookup_and_sees_third_party_handlers() -> None:
     assert builtin_for(silu) is transformers.HANDLERS[qualified_name(silu)]
     assert builtin_for(named("timm.layers.norm", "LayerNorm", nn.LayerNorm)) is timm.LAYER_NORM
     assert builtin_for(nn.LayerNorm) is DEFAULT_HANDLERS[nn.LayerNorm]
-    assert builtin_for(named("other.norms", "LayerNorm", nn.LayerNorm)) is None
+    inherited = builtin_for(named("other.norms", "LayerNorm", nn.LayerNorm))
+    assert isinstance(inherited, InheritedHandler)  # checked call by call (tests/test_inheritance.py)
+    assert inherited.parent is nn.LayerNorm and inherited.callback is DEFAULT_HANDLERS[nn.LayerNorm].callback
 
 
 def _layer_norm(self: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:

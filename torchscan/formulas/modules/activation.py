@@ -117,3 +117,20 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **{klass: ModuleHandler(estimate_elementwise, method=METHOD, memoize=True) for klass in ELEMENTWISE_KEYS},
     **{klass: ModuleHandler(estimate_softmax, method=METHOD, memoize=True) for klass in SOFTMAX_KEYS},
 }
+
+
+#: The aten operators that each formula describes (see `torchscan.inheritance`): the kernel of
+#: each activation, in place or not, and the elementwise steps of those that decompose.
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    nn.ReLU: ("aten.relu", "aten.relu_"), nn.ReLU6: ("aten.hardtanh", "aten.hardtanh_"),
+    nn.Hardtanh: ("aten.hardtanh", "aten.hardtanh_"), nn.Threshold: ("aten.threshold", "aten.threshold_"),
+    nn.LeakyReLU: ("aten.leaky_relu", "aten.leaky_relu_"), nn.PReLU: ("aten._prelu_kernel", "aten.prelu"),
+    nn.ELU: ("aten.elu", "aten.elu_"), nn.SELU: ("aten.elu", "aten.elu_"), nn.CELU: ("aten.celu", "aten.celu_"),
+    nn.Sigmoid: ("aten.sigmoid", "aten.sigmoid_"), nn.Tanh: ("aten.tanh", "aten.tanh_"),
+    nn.SiLU: ("aten.silu", "aten.silu_"), nn.GELU: ("aten.gelu", "aten.gelu_"), nn.Mish: ("aten.mish", "aten.mish_"),
+    nn.Hardswish: ("aten.hardswish", "aten.hardswish_"), nn.Hardsigmoid: ("aten.hardsigmoid", "aten.hardsigmoid_"),
+    nn.Softplus: ("aten.softplus",), nn.Softsign: ("aten.abs", "aten.add", "aten.div"),
+    nn.Tanhshrink: ("aten.tanh", "aten.sub"), nn.LogSigmoid: ("aten.log_sigmoid_forward",), nn.GLU: ("aten.glu",),
+    nn.Softmax: ("aten._softmax",), nn.Softmax2d: ("aten._softmax",), nn.LogSoftmax: ("aten._log_softmax",),
+    nn.Softmin: ("aten._softmax", "aten.neg"),
+}

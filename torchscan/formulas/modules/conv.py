@@ -108,3 +108,7 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **{conv: ModuleHandler(estimate_conv_transpose, method=METHOD, memoize=True)
        for conv in (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)},
 }
+
+
+#: The aten operators that each formula describes (see `torchscan.inheritance`).
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {conv: ("aten.convolution", "aten._convolution") for conv in HANDLERS}

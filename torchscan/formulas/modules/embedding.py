@@ -99,3 +99,10 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     nn.Embedding: ModuleHandler(estimate_embedding, method=METHOD, memoize=True),
     nn.EmbeddingBag: ModuleHandler(estimate_embedding_bag, method=METHOD, memoize=True),
 }
+
+
+#: The aten operators that each formula describes (see `torchscan.inheritance`).
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    nn.Embedding: ("aten.embedding", "aten.embedding_renorm_"),
+    nn.EmbeddingBag: ("aten._embedding_bag", "aten._embedding_bag_forward_only"),
+}

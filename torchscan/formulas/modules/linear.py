@@ -84,3 +84,12 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     nn.Bilinear: ModuleHandler(estimate_bilinear, method=METHOD, memoize=True),
     nn.Identity: ModuleHandler(estimate_identity, method=METHOD, memoize=True),
 }
+
+
+#: The aten operators that each formula describes, for verified inheritance (see
+#: `torchscan.inheritance`): a linear layer runs ``addmm``, or ``mm``/``bmm`` and its bias ``add``.
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    nn.Linear: ("aten.addmm", "aten.mm", "aten.bmm", "aten.add", "aten.add_"),
+    nn.Bilinear: ("aten._trilinear", "aten.add"),
+    nn.Identity: (),
+}

@@ -205,3 +205,17 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     nn.RMSNorm: ModuleHandler(estimate_rms_norm, method=METHOD, memoize=True),
     nn.LocalResponseNorm: ModuleHandler(estimate_local_response_norm, method=METHOD, memoize=True),
 }
+
+
+_BATCH_NORM = ("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten._native_batch_norm_legit_no_training",
+               "aten.cudnn_batch_norm", "aten.batch_norm")
+#: The aten operators that each formula describes (see `torchscan.inheritance`); RMS and local
+#: response norms decompose into elementwise steps on CPU and meta.
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    **{klass: _BATCH_NORM for klass in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)},
+    **{klass: _BATCH_NORM for klass in INSTANCE_NORM_SPATIAL_DIMS},
+    nn.LayerNorm: ("aten.native_layer_norm",),
+    nn.GroupNorm: ("aten.native_group_norm",),
+    nn.RMSNorm: ("aten._fused_rms_norm", "aten.pow", "aten.mean", "aten.add", "aten.add_", "aten.rsqrt", "aten.mul"),
+    nn.LocalResponseNorm: ("aten.pow", "aten.avg_pool2d", "aten.avg_pool3d", "aten.mul", "aten.add", "aten.div"),
+}

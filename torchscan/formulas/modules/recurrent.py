@@ -123,3 +123,14 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **{klass: ModuleHandler(estimate_cell, method=METHOD, memoize=True)
        for klass in (nn.RNNCell, nn.LSTMCell, nn.GRUCell)},
 }
+
+
+#: The aten operators that each formula describes (see `torchscan.inheritance`): the fused layer kernels, and
+#: the gate arithmetic and state stacking they decompose into on CPU and meta.
+_RECURRENT = ("aten.lstm", "aten.gru", "aten.rnn_tanh", "aten.rnn_relu", "aten.mkldnn_rnn_layer", "aten.lstm_cell",
+              "aten.gru_cell", "aten.rnn_tanh_cell", "aten.rnn_relu_cell", "aten._thnn_fused_lstm_cell",
+              "aten._thnn_fused_gru_cell", "aten.addmm", "aten.add", "aten.add_", "aten.sub", "aten.mul",
+              "aten.mul_", "aten.sigmoid", "aten.sigmoid_", "aten.tanh", "aten.tanh_", "aten.relu", "aten.relu_",
+              "aten.stack", "aten.unbind", "aten.select", "aten.unsafe_split", "aten.unsafe_chunk", "aten.cat",
+              "aten.chunk", "aten.split", "aten.slice")
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {klass: _RECURRENT for klass in HANDLERS}

@@ -97,3 +97,12 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
 }
 if hasattr(nn, "ChannelShuffle"):
     HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True)
+
+
+#: The aten operators that each formula describes (see `torchscan.inheritance`): none but views, except the
+#: scaling of training-mode dropout (whose formula says its counts are unavailable) and the channel shuffle.
+OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
+    klass: ("aten.native_dropout", "aten.bernoulli_", "aten.mul", "aten.mul_", "aten.div_", "aten.add", "aten.add_")
+    if klass in DROPOUT_TYPES else () for klass in HANDLERS}
+if hasattr(nn, "ChannelShuffle"):
+    OPERATORS[nn.ChannelShuffle] = ("aten.channel_shuffle", "aten.native_channel_shuffle")

@@ -1,0 +1,169 @@
+"""Verified inheritance: a subclass that overrides ``forward`` keeps its parent's leaf formula when the operators
+its call ran prove that it did the parent's work.
+
+Libraries subclass ``torch.nn`` layers and override ``forward`` to do the same work another way (a positional
+embedding that computes its position ids first, a linear layer written as ``input @ weight.T + bias``, a
+convolution that pads its input to "same" size first). The built-in lookup refuses the parent's formula for such a
+class (it would describe work the class may not do) and offers it here instead, as an `InheritedHandler`: the
+parent's formula, applied to each call, and trusted for that call only when the operators the call ran directly
+match what the formula describes. Only leaf formulas are inherited (a formula that owns its subtree would be
+checked against its own direct operators alone); caller registrations never go through this check.
+
+Each built-in leaf formula declares the aten operators with arithmetic it describes (``OPERATORS`` in each family
+of `torchscan.formulas.modules`; a third-party formula's `OperatorSignature` names its own). A call is verified
+when
+
+* every operator it ran that did arithmetic (a priced FLOP or MAC), or that no functional formula prices, is one
+  the parent's formula describes, and
+* the FLOPs and MACs of the operators it ran, priced by the functional cost table, equal the formula's: the same
+  work, counted the same way (``addmm`` or ``mm`` plus its bias ``add`` alike; a second ``add`` is a mismatch).
+
+Everything else it may run is a documented equivalence, free of arithmetic: views and metadata, casts and copies,
+padding copies, and index arithmetic (operators whose results are all integer or boolean tensors, such as position
+ids). What the equivalences change is accounted metric by metric:
+
+* ``module_flops`` and ``macs``: the formula's values;
+* ``dmas``: the DMAs of the operators that ran (the functional convention), since the subclass's own kernels
+  (a padding copy, a cast, a split bias add) decide its memory traffic; they equal the formula's when the call
+  ran the parent's kernel alone;
+* ``receptive_field`` and ``effective_stride``: the formula's, unless the call moved elements in a way that can
+  change which inputs an output sees (anything but reshaping views, casts, copies, padding and index arithmetic):
+  then unavailable; ``effective_padding`` is also unavailable after a padding copy (the copy adds padding the
+  formula does not know).
+
+A call that is not verified gets what a third-party formula gets on a mismatch (`torchscan.operator_check`):
+lower bounds priced from the observed operators, unavailable receptive fields, and a
+``handler_signature_mismatch`` diagnostic naming the class and the operators that differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .diagnostics import diagnostic
+from .direct_work import METHOD as FUNCTIONAL_METHOD
+from .direct_work import DirectWork, ObservedWork
+from .handlers import ModuleCall, ModuleHandler
+from .operator_check import ThirdPartyHandler, mark_mismatch, significant_operator
+from .operators import operator_name
+from .results import METRIC_UNITS, MODULE_CALL, complete, unavailable
+
+#: The method label prefix of inherited results: ``inherited:<parent class>:<parent's method>``.
+INHERITED_PREFIX = "inherited"
+#: Views that only reshape (each output element is the input element at the same logical position).
+RESHAPING = frozenset({
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.t", "aten.transpose", "aten.permute", "aten.alias",
+    "aten.unsqueeze", "aten.squeeze", "aten.flatten", "aten.unflatten", "aten.expand", "aten.detach",
+    "aten.lift_fresh", "aten.view_as",
+})
+#: Casts and copies (the same elements, in another dtype, device or layout) and fresh allocations (they read no
+#: input element).
+COPIES = frozenset({"aten._to_copy", "aten.clone", "aten.contiguous", "aten.copy_", "aten.to", "aten.zeros",
+                    "aten.ones", "aten.empty", "aten.full", "aten.zeros_like", "aten.ones_like", "aten.empty_like",
+                    "aten.full_like", "aten.new_zeros", "aten.new_empty", "aten.new_ones", "aten.new_full"})
+#: Padding copies: the input with a border, which shifts the effective padding.
+PADDING = frozenset({
+    "aten.constant_pad_nd", "aten.pad", "aten.reflection_pad1d", "aten.reflection_pad2d", "aten.reflection_pad3d",
+    "aten.replication_pad1d", "aten.replication_pad2d", "aten.replication_pad3d", "aten._pad_circular",
+})
+SPATIAL_FIELDS = ("receptive_field", "effective_stride", "effective_padding")
+
+
+@dataclass(frozen=True)
+class InheritedHandler(ModuleHandler):
+    """The leaf formula of ``parent`` (a ``torch.nn`` or third-party class) offered to a subclass that overrides
+    its ``forward``, with the aten operators with arithmetic that the formula describes (``operators``)."""
+
+    parent: type = object
+    formula: ModuleHandler | None = None
+    operators: frozenset[str] = frozenset()
+
+    @property
+    def checks_operators(self) -> bool:
+        return True
+
+    @property
+    def parent_name(self) -> str:
+        return f"{self.parent.__module__}.{self.parent.__qualname__}"
+
+    def described(self, call: ModuleCall) -> frozenset[str]:
+        """The operators the parent's formula describes for this call (a third-party signature may depend on it)."""
+        if isinstance(self.formula, ThirdPartyHandler):
+            expected = self.formula.expected(call)
+            return frozenset(expected.required) | expected.optional
+        return self.operators
+
+
+def inherit(parent: type, formula: ModuleHandler, operators: Iterable[str]) -> InheritedHandler | None:
+    """The `InheritedHandler` offering ``parent``'s ``formula`` to its subclasses, or ``None`` for a formula that
+    owns its subtree (never inherited)."""
+    if formula.subtree_metrics:
+        return None
+    label = f"{INHERITED_PREFIX}:{parent.__module__}.{parent.__qualname__}:{formula.label}"
+    return InheritedHandler(formula.callback, method=label, parent=parent, formula=formula,
+                            operators=frozenset(operators))
+
+
+def verify_inheritance(handler: InheritedHandler, call: ModuleCall, observed: DirectWork | None,
+                       fields: Iterable[str], estimate: Any, where: dict[str, Any]) -> None:
+    """Keep, adjust or distrust the inherited formula's ``fields`` of this call (see the module docstring);
+    ``estimate`` is the call's `CallEstimate`, changed in place."""
+    supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
+    if not supplied:
+        return
+    problem = _unverified(handler, call, observed, estimate.metrics)
+    if problem is not None:
+        detail, significant = problem
+        mark_mismatch(call, observed, supplied, estimate, where, f"the formula of {handler.parent_name} it "
+                      f"inherits {detail}", significant)
+        return
+    assert isinstance(observed, ObservedWork)  # _unverified returns a problem otherwise
+    _account_equivalences(observed, handler.described(call), supplied, estimate)
+    kind = type(call.module)
+    estimate.diagnostics.append(diagnostic(
+        "verified_inheritance", f"{kind.__module__}.{kind.__qualname__} overrides forward; the formula of "
+        f"{handler.parent_name} applies because the operators of this call do the work it describes", **where))
+
+
+def _unverified(handler: InheritedHandler, call: ModuleCall, observed: DirectWork | None,
+                metrics: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """Why the call does not prove the parent's work (and whether dot-product work differs), or ``None``."""
+    if not isinstance(observed, ObservedWork):
+        return "cannot be checked: the call's operators were not observed", False
+    described = handler.described(call)
+    work = {operator_name(packet): calls for packet, calls in observed.counts().items()
+            if packet in observed.arithmetic or packet in observed.unestimated}
+    unexpected = {name: calls for name, calls in sorted(work.items()) if name not in described}
+    if unexpected:
+        ran = ", ".join(name if calls == 1 else f"{name} x{calls}" for name, calls in unexpected.items())
+        return f"does not describe {ran}, which the call also ran", any(map(significant_operator, unexpected))
+    if observed.unestimated:
+        return "cannot be checked: some of the call's operators have no functional formula", False
+    for name in ("macs", "module_flops"):  # dot-product work first: a difference there is an error
+        claimed = metrics.get(name)
+        if claimed is not None and claimed["status"] == "complete" and claimed["value"] != observed.known(name):
+            return (f"gives {name} {claimed['value']}, but the operators the call ran come to "
+                    f"{observed.known(name)}", name == "macs")
+    return None
+
+
+def _account_equivalences(observed: ObservedWork, described: frozenset[str], supplied: list[str], estimate: Any
+                          ) -> None:
+    """DMAs from the operators that ran; receptive fields unavailable where the equivalences can change them."""
+    if "dmas" in supplied and estimate.metrics["dmas"]["status"] == "complete":
+        estimate.metrics["dmas"] = complete(observed.known("dmas"), METRIC_UNITS["dmas"], MODULE_CALL,
+                                            FUNCTIONAL_METHOD)
+    moved = {operator_name(packet) for packet in observed.observed
+             if packet not in observed.arithmetic and packet not in observed.indices} - described
+    unknown_movement = any(name not in RESHAPING | COPIES | PADDING and not _metadata(name) for name in moved)
+    padded = bool(moved & PADDING)
+    for name in SPATIAL_FIELDS:
+        if name in supplied and (unknown_movement or (padded and name == "effective_padding")):
+            estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, estimate.metrics[name]["method"])
+
+
+def _metadata(name: str) -> bool:
+    """Operators that read no element (sizes, strides)."""
+    return name.startswith("aten.sym_") or name == "aten.is_same_size"

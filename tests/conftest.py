@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-for entry in (ROOT, ROOT / "site_models", ROOT / "tests"):
+for entry in (ROOT, ROOT / "site_models", ROOT / "tests", ROOT / "tests" / "integrations"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 

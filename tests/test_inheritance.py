@@ -230,3 +230,21 @@ def test_caller_registrations_still_match_through_the_mro_without_a_check() -> N
                           custom_modules={nn.Linear: ModuleHandler(lambda call: {"macs": 1})})
     macs = layer(report)["metrics"]["macs"]
     assert (macs["status"], macs["value"]) == ("complete", 1) and macs["method"].startswith("custom_module_handler:")
+
+
+def test_a_subclass_with_child_modules_stays_a_composite_priced_operator_by_operator() -> None:
+    """timm's ``BatchNormAct2d`` is a ``BatchNorm2d`` that calls an activation child: the norm's leaf formula would
+    describe only part of the call, so none is inherited and the direct work is priced as for any composite."""
+
+    class NormAct(nn.BatchNorm2d):
+        def __init__(self, channels: int) -> None:
+            super().__init__(channels)
+            self.act = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.act(super().forward(x))
+
+    report = analyze_call(NormAct(4).eval(), x(2, 4, 3, 3), strict=True)
+    root = report["layers"][0]
+    assert root["metrics"]["module_flops"]["method"] == "functional_ops"
+    assert "verified_inheritance" not in [finding["code"] for finding in report["diagnostics"]]

@@ -46,7 +46,7 @@ from .diagnostics import diagnostic
 from .direct_work import METHOD as FUNCTIONAL_METHOD
 from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
-from .operator_check import ThirdPartyHandler, mark_mismatch, significant_operator
+from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator
 from .operators import operator_name
 from .results import METRIC_UNITS, MODULE_CALL, complete, unavailable
 
@@ -121,10 +121,9 @@ def verify_inheritance(handler: InheritedHandler, call: ModuleCall, observed: Di
         return
     assert isinstance(observed, ObservedWork)  # _unverified returns a problem otherwise
     _account_equivalences(observed, handler.described(call), supplied, estimate)
-    kind = type(call.module)
     estimate.diagnostics.append(diagnostic(
-        "verified_inheritance", f"{kind.__module__}.{kind.__qualname__} overrides forward; the formula of "
-        f"{handler.parent_name} applies because the operators of this call do the work it describes", **where))
+        "verified_inheritance", f"{class_name(call)} overrides forward; the formula of {handler.parent_name} "
+        "applies because the operators of this call do the work it describes", **where))
 
 
 def _unverified(handler: InheritedHandler, call: ModuleCall, observed: DirectWork | None,
@@ -132,20 +131,34 @@ def _unverified(handler: InheritedHandler, call: ModuleCall, observed: DirectWor
     """Why the call does not prove the parent's work (and whether dot-product work differs), or ``None``."""
     if not isinstance(observed, ObservedWork):
         return "cannot be checked: the call's operators were not observed", False
-    described = handler.described(call)
-    work = {operator_name(packet): calls for packet, calls in observed.counts().items()
-            if packet in observed.arithmetic or packet in observed.unestimated}
-    unexpected = {name: calls for name, calls in sorted(work.items()) if name not in described}
+    unexpected = _undescribed_work(observed, handler.described(call))
     if unexpected:
         ran = ", ".join(name if calls == 1 else f"{name} x{calls}" for name, calls in unexpected.items())
         return f"does not describe {ran}, which the call also ran", any(map(significant_operator, unexpected))
     if observed.unestimated:
         return "cannot be checked: some of the call's operators have no functional formula", False
-    for name in ("macs", "module_flops"):  # dot-product work first: a difference there is an error
+    return _different_counts(observed, metrics)
+
+
+def _undescribed_work(observed: ObservedWork, described: frozenset[str]) -> dict[str, int]:
+    """Calls by operator name of the operators that did arithmetic (or have no price) and the formula does not
+    describe."""
+    unexpected: dict[str, int] = {}
+    for packet, calls in observed.counts().items():
+        name = operator_name(packet)
+        if (packet in observed.arithmetic or packet in observed.unestimated) and name not in described:
+            unexpected[name] = unexpected.get(name, 0) + calls
+    return dict(sorted(unexpected.items()))
+
+
+def _different_counts(observed: ObservedWork, metrics: Mapping[str, Any]) -> tuple[str, bool] | None:
+    """The first count the formula gives otherwise than the priced operators (MACs first: a difference in
+    dot-product work is an error), or ``None``."""
+    for name in ("macs", "module_flops"):
         claimed = metrics.get(name)
         if claimed is not None and claimed["status"] == "complete" and claimed["value"] != observed.known(name):
-            return (f"gives {name} {claimed['value']}, but the operators the call ran come to "
-                    f"{observed.known(name)}", name == "macs")
+            detail = f"gives {name} {claimed['value']}, but the operators the call ran come to {observed.known(name)}"
+            return detail, name == "macs"
     return None
 
 
@@ -155,13 +168,19 @@ def _account_equivalences(observed: ObservedWork, described: frozenset[str], sup
     if "dmas" in supplied and estimate.metrics["dmas"]["status"] == "complete":
         estimate.metrics["dmas"] = complete(observed.known("dmas"), METRIC_UNITS["dmas"], MODULE_CALL,
                                             FUNCTIONAL_METHOD)
+    for name in _spatial_fields_lost(observed, described):
+        if name in supplied:
+            estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, estimate.metrics[name]["method"])
+
+
+def _spatial_fields_lost(observed: ObservedWork, described: frozenset[str]) -> tuple[str, ...]:
+    """The receptive-field fields the call's element movement can change: all three after a movement other than
+    reshaping, copying or padding; the effective padding after a padding copy."""
     moved = {operator_name(packet) for packet in observed.observed
              if packet not in observed.arithmetic and packet not in observed.indices} - described
-    unknown_movement = any(name not in RESHAPING | COPIES | PADDING and not _metadata(name) for name in moved)
-    padded = bool(moved & PADDING)
-    for name in SPATIAL_FIELDS:
-        if name in supplied and (unknown_movement or (padded and name == "effective_padding")):
-            estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, estimate.metrics[name]["method"])
+    if any(name not in RESHAPING | COPIES | PADDING and not _metadata(name) for name in moved):
+        return SPATIAL_FIELDS
+    return ("effective_padding",) if moved & PADDING else ()
 
 
 def _metadata(name: str) -> bool:

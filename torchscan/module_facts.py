@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
+from .inheritance import InheritedHandler
 from .values import PLAIN_TENSORS, device_type, dtype_name
 
 #: The built-in handler of a module type, or None (see ``torchscan.builtin_handlers.builtin_for``).
@@ -31,10 +32,14 @@ class TypeFacts(NamedTuple):
     memoizes: bool  # only a memoizing built-in formula estimates the call (see `torchscan.estimate_memo`)
 
 
-def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> TypeFacts:
-    """The `TypeFacts` of a module type."""
+def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None, leaf: bool = True
+               ) -> TypeFacts:
+    """The `TypeFacts` of a module type, for its leaf instances or for those with children: an inherited formula
+    describes a leaf's work, so a composite subclass (timm's ``BatchNormAct2d``) is not offered one."""
     caller = closest_handler(kind, custom)
     found = builtin(kind) if builtin is not None else None
+    if not leaf and isinstance(found, InheritedHandler):
+        found = None
     return TypeFacts(
         type_name=f"{kind.__module__}.{kind.__qualname__}", caller=caller, builtin=found,
         may_own=caller is not None or (found is not None and bool(found.subtree_metrics)),
@@ -100,16 +105,16 @@ _CHILD_MODULES, _VALUES = attrgetter("_modules"), methodcaller("values")
 
 def model_facts(model: nn.Module, custom: dict[type, ModuleHandler], builtin: BuiltinLookup | None) -> ModelFacts:
     """Path, type and handlers of every module (handlers looked up once per type), and its training flag."""
-    by_type: dict[type, TypeFacts] = {}
+    by_type: dict[tuple[type, bool], TypeFacts] = {}
     facts = ModelFacts()
     infos, flags = facts.infos, facts.training_flags
     facts.modules = modules = list(model.named_modules())
     for path, module in modules:
-        kind = type(module)
-        known = by_type.get(kind)
+        kind, leaf = type(module), _is_leaf(module)
+        known = by_type.get((kind, leaf))
         if known is None:
-            known = by_type[kind] = type_facts(kind, custom, builtin)
-        infos[id(module)] = ModuleInfo(path, _is_leaf(module), known)
+            known = by_type[kind, leaf] = type_facts(kind, custom, builtin, leaf)
+        infos[id(module)] = ModuleInfo(path, leaf, known)
         flags.append((module, module.training))
         if isinstance(module, FUSED_PATH_TYPES):
             facts.fused_path_owners.append(module)

@@ -148,7 +148,7 @@ def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: 
     if found is None:
         return
     detail, significant = found
-    mark_mismatch(call, observed, supplied, estimate, where, f"the built-in formula of {_class_name(call)} {detail}",
+    mark_mismatch(call, observed, supplied, estimate, where, f"the built-in formula of {class_name(call)} {detail}",
                   significant)
 
 
@@ -167,7 +167,7 @@ def mark_mismatch(call: ModuleCall, observed: DirectWork | None, supplied: Itera
         severity="error" if significant else None, **where))
 
 
-def _class_name(call: ModuleCall) -> str:
+def class_name(call: ModuleCall) -> str:
     kind = type(call.module)
     return f"{kind.__module__}.{kind.__qualname__}"
 

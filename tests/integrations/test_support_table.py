@@ -34,11 +34,12 @@ def generated() -> dict:
             runs.append({"run": "/".join(part for part in (variant, device) if part),
                          "status": "complete" if outcome.error is None else "incomplete",
                          "macs": outcome.macs, "independent_macs": outcome.independent_macs,
-                         "parameters": outcome.parameters})
+                         "parameters": outcome.parameters, "inherited": list(outcome.inherited)})
         parameters = {run.pop("parameters") for run in runs}
+        inherited = sorted({name for run in runs for name in run.pop("inherited")})
         assert len(parameters) == 1, f"{case.model}: parameters differ between runs"
         models.append({"library": case.library, "model": case.model, "config": case.config, "runs": runs,
-                       "parameters": parameters.pop()})
+                       "parameters": parameters.pop(), "inherited": inherited})
     rows = [{key: value for key, value in published(name).items() if key != "published_parameters"}
             for name in PUBLISHED]
     versions = {name: metadata.version(name) for name in ("torch", "transformers", "timm", "torchvision")}

@@ -185,6 +185,12 @@ TRANSFORMERS_CASES = (
         token_inputs()),
     _transformers("Whisper", "WhisperModel: 1 encoder and 1 decoder layer, d_model 32, 8 mel bins", _hf(
         "WhisperConfig", "WhisperModel", **SPEECH), tensor_inputs(8, 32, decoder_input_ids=ids(4))),
+    _transformers("OPT", "OPTForCausalLM: 1 layer, width 32", _hf(
+        "OPTConfig", "OPTForCausalLM", vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        ffn_dim=64, word_embed_proj_dim=32, pad_token_id=0, bos_token_id=1, eos_token_id=2), token_inputs()),
+    _transformers("Falcon", "FalconForCausalLM: 1 layer, width 32", _hf(
+        "FalconConfig", "FalconForCausalLM", vocab_size=64, hidden_size=32, num_hidden_layers=1,
+        num_attention_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2), token_inputs()),
     _transformers("Wav2Vec2", "Wav2Vec2Model: 2 feature convolutions, 1 layer, width 32, 400 samples", _hf(
         "Wav2Vec2Config", "Wav2Vec2Model", conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, **TINY), tensor_inputs(400)),
@@ -236,6 +242,10 @@ TIMM_CASES = (
         "levit_128s", img_size=64, embed_dim=(16, 32, 48), num_heads=(2, 2, 2), depth=(1, 1, 1), key_dim=8,
         num_classes=10), _image(64)),
     Case("timm", "MobileViT", "mobilevit_xxs, 64x64", _timm("mobilevit_xxs", num_classes=10), _image(64)),
+    Case("timm", "EfficientNet (TF)", "tf_efficientnet_b0, 32x32", _timm("tf_efficientnet_b0", num_classes=10),
+         _image(32)),
+    Case("timm", "MobileNetV4", "mobilenetv4_conv_small, 32x32", _timm("mobilenetv4_conv_small", num_classes=10),
+         _image(32)),
 )
 
 
@@ -321,6 +331,7 @@ class Outcome:
     macs: float | None
     independent_macs: int
     diagnostics: tuple[str, ...]  # codes
+    inherited: tuple[str, ...]    # "class: parent" of the classes complete by verified inheritance
 
 
 @functools.cache
@@ -338,7 +349,18 @@ def analyze(run: str) -> Outcome:
     return Outcome(run, error, {name: totals[name]["status"] for name in ("module_flops", "macs", "dmas",
                                                                           "operator_flops")},
                    totals["parameters"]["total"], unique_parameters(model), totals["macs"]["known_value"],
-                   independent_macs(model, args, kwargs), tuple(item["code"] for item in report["diagnostics"]))
+                   independent_macs(model, args, kwargs), tuple(item["code"] for item in report["diagnostics"]),
+                   inherited_classes(report))
+
+
+def inherited_classes(report: dict[str, Any]) -> tuple[str, ...]:
+    """``"class: parent"`` for every layer type whose MACs came complete from a verified inherited formula."""
+    found = set()
+    for layer in report["layers"]:
+        macs = layer.get("metrics", {}).get("macs")
+        if macs and macs["status"] == "complete" and macs["method"].startswith("inherited:"):
+            found.add(f"{layer['type']}: {macs['method'].split(':')[1]}")
+    return tuple(sorted(found))
 
 
 def analyze_call(module: nn.Module, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -248,3 +248,30 @@ def test_a_subclass_with_child_modules_stays_a_composite_priced_operator_by_oper
     root = report["layers"][0]
     assert root["metrics"]["module_flops"]["method"] == "functional_ops"
     assert "verified_inheritance" not in [finding["code"] for finding in report["diagnostics"]]
+
+
+def test_a_cast_is_free_for_the_counts_and_its_dmas_are_counted() -> None:
+    """timm's ``Linear`` casts its weight to the input's dtype when scripted; a cast does no arithmetic."""
+
+    class CastingLinear(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.linear(x, self.weight.to(torch.float64).to(x.dtype), self.bias)
+
+    report = analyze_call(CastingLinear(8, 4), x(2, 8), strict=True)
+    metrics = layer(report)["metrics"]
+    assert (metrics["macs"]["value"], metrics["receptive_field"]["value"]) == (2 * 8 * 4, 1)
+    # two casts of the 32-element weight (read and write each), then addmm: 16 + 32 + 4 read, 8 written
+    assert metrics["dmas"]["value"] == 2 * (32 + 32) + (16 + 32 + 4 + 8)
+
+
+def test_a_slice_before_the_work_makes_the_receptive_fields_unavailable() -> None:
+    """A strided slice changes which inputs an output sees: the formula's receptive field would be wrong."""
+
+    class EveryOtherRow(nn.Conv2d):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x[:, :, ::2])
+
+    report = analyze_call(EveryOtherRow(3, 4, 3), x(1, 3, 9, 9))
+    metrics = layer(report)["metrics"]
+    assert metrics["macs"]["status"] == "complete"
+    assert {metrics[name]["status"] for name in SPATIAL} == {"unavailable"}

@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from .registry import Entry, Registry, Run
+from .wording import plural
 
 #: Run status -> the badge class the site colours it with.
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
@@ -145,9 +147,13 @@ class CatalogView:
     def counts_text(self) -> str:
         """``11 runs: 8 complete, 2 partial, 1 failed``."""
         counts = self.counts
-        runs = sum(counts.values())
-        return f"{runs} run{'s' if runs != 1 else ''}: " + ", ".join(f"{number} {name}"
-                                                                   for name, number in counts.items())
+        return f"{plural(sum(counts.values()), 'run')}: " + ", ".join(f"{format_count(number)} {name}"
+                                                                    for name, number in counts.items())
+
+    @property
+    def models_text(self) -> str:
+        """``1 model`` / ``12 models``: the catalog's entries."""
+        return plural(len(self.entries), "model")
 
 
 def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:

@@ -19,6 +19,7 @@ from typing import Any
 from .. import __version__
 from .registry import Registry, RegistryError, load_registry
 from .runner import default_jobs
+from .wording import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
 SCHEDULER_VARIABLE = "TORCHSCAN_SCHEDULER"
@@ -192,9 +193,9 @@ def _check(args: argparse.Namespace) -> int:
                 problems.append(f"models[{index}] ({entry.name}): {key}: {problem}")
     for line in problems:
         print(f"error: {line}", file=sys.stderr)
-    runs = len(registry.runs)
-    print(f"{registry.path.name}: {len(registry.entries)} entries ({runs} runs) "
-          + ("valid" if not problems else f"valid, but {len(problems)} callable(s) cannot be found"))
+    counted = f"{plural(len(registry.entries), 'entry', 'entries')} ({plural(len(registry.runs), 'run')})"
+    found = "valid" if not problems else f"valid, but {plural(len(problems), 'callable')} cannot be found"
+    print(f"{registry.path.name}: {counted} {found}")
     return EXIT_FAILED if problems else EXIT_OK
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
+from .catalog_index import CATALOG_INDEX, catalog_index
 from .documents import BuildCharts, build_charts, build_documents, site_pages
 from .progress import Progress
 from .registry import Registry
@@ -90,6 +91,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         for relative, text in sorted(documents.items()):
             if relative.startswith("markdown/"):
                 _write(staged / relative, text)
+        _write(staged / CATALOG_INDEX, catalog_index(catalog))
         if (work / CACHE_FOLDER).is_dir():
             os.replace(work / CACHE_FOLDER, staged / CACHE_FOLDER)
         _write(staged / MARKER, "torchscan-report build output: this folder is replaced by the next build\n")

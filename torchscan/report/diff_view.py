@@ -269,11 +269,22 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def total_cells(report: dict[str, Any]) -> list[Cell]:
+    """A report's compared totals as the review shows them, in `TOTAL_LABELS` order (a catalog review's entry that
+    only one side has)."""
+    totals = report["totals"]
+    return [_count_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
+            for name, _, _ in TOTAL_LABELS]
+
+
+def _count_cell(count: int) -> Cell:
+    return Cell(format_count(count), "complete", sort=count)
+
+
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
-        return DeltaRow(label, view, Cell(format_count(entry["before"]), "complete", sort=entry["before"]),
-                        Cell(format_count(entry["after"]), "complete", sort=entry["after"]), signed(delta),
+        return DeltaRow(label, view, _count_cell(entry["before"]), _count_cell(entry["after"]), signed(delta),
                         _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":
         return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),

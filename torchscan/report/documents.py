@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
+from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
 from .diff_view import DiffView, diff_view
 from .render import render
@@ -79,6 +80,12 @@ def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> s
     """A review view as ``html`` or ``md`` (the ``diff`` command, which also reads the view's budget verdicts)."""
     charts = diff_charts(view, drawn=kind == "html")
     return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view, charts=charts)
+
+
+def catalog_diff_document(view: CatalogDiffView, kind: str, templates: Path | None = None) -> str:
+    """A catalog review as ``html`` or ``md`` (``diff OLD NEW`` of two built sites or report folders)."""
+    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view, columns=COLUMNS,
+                  change_classes=CHANGE_CLASSES)
 
 
 def failure_html(run: RunSummary, templates: Path | None = None) -> str:

@@ -4,11 +4,13 @@ unchanged, failed), budgets per entry, and the documented exit statuses."""
 from __future__ import annotations
 
 import io
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, build
 from torchscan.report.catalog_index import CATALOG_INDEX
 from torchscan.report.cli import main
@@ -146,3 +148,18 @@ def test_an_entry_budget_is_refused_for_two_reports(sites: Path, capsys: pytest.
     assert diff(sites, "r.md", "--fail-if", "a:macs>1", old="old-site/reports/a.json",
                 new="new-site/reports/a.json") == 2
     assert "an ENTRY: prefix applies to a catalog diff" in capsys.readouterr().err
+
+
+CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+def test_the_catalog_ci_example_uses_commands_and_budgets_that_exist() -> None:
+    page = CLI_PAGE.read_text(encoding="utf-8")
+    workflow = page[page.index('```yaml title=".github/workflows/catalog-cost.yml"'):]
+    workflow = workflow[:workflow.index("\n```\n")]
+    budgets = re.findall(r'--fail-if "([^"]+)"', workflow)
+    assert [(budget.metric, budget.limit, budget.relative) for budget in map(parse_budget, budgets)] == [
+        ("macs", 5.0, True), ("parameters", 10.0, True)]
+    assert "torchscan-report build models.toml --output base-site" in workflow
+    assert "torchscan-report diff base-site head-site --output catalog-review.md" in workflow
+    assert "--body-file catalog-review.md" in workflow

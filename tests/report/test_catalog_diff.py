@@ -7,8 +7,10 @@ import io
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
+from browser import new_tab
 
 from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, build
@@ -163,3 +165,20 @@ def test_the_catalog_ci_example_uses_commands_and_budgets_that_exist() -> None:
     assert "torchscan-report build models.toml --output base-site" in workflow
     assert "torchscan-report diff base-site head-site --output catalog-review.md" in workflow
     assert "--body-file catalog-review.md" in workflow
+
+
+def test_the_html_review_fits_1280_px_with_its_verdict_first(chromium: Any, sites: Path) -> None:
+    """In a real browser, light and dark: the verdict is the first thing under the title, no table is wider than
+    the page's main column, and the page raises no script error."""
+    assert diff(sites, "browser.html", "--fail-if", "macs>+5%") == 1
+    for scheme in ("light", "dark"):
+        tab = new_tab(chromium, color_scheme=scheme)
+        tab.open(sites / "browser.html")
+        verdict = tab.page.locator("p.verdict").bounding_box()
+        assert verdict is not None and verdict["y"] < tab.page.locator("#entries").bounding_box()["y"]
+        overflow = tab.evaluate("() => [...document.querySelectorAll('main table')].map(table => "
+                                "table.getBoundingClientRect().right - document.querySelector('main')"
+                                ".getBoundingClientRect().right)")
+        assert overflow and max(overflow) <= 0.5, overflow
+        assert tab.errors == []
+        tab.page.context.close()

@@ -92,6 +92,18 @@ class CatalogDiffView:
         return bool(self.failing)
 
     @property
+    def failed_checks(self) -> list[tuple[EntryRow, BudgetRow]]:
+        """Every budget check that failed, by entry: the review lists these, and counts the others."""
+        return [(row, budget) for row in self.failing for budget in row.budgets if budget.failed]
+
+    @property
+    def met_text(self) -> str:
+        """``34 other checks met.`` (``other`` when some failed): the checks the review does not list one by one."""
+        met = sum(not budget.failed for row in self.rows for budget in row.budgets)
+        other = "other " if self.failed_checks else ""
+        return f"{plural(met, other + 'check')} met."
+
+    @property
     def same_model(self) -> bool:
         return not any(row.other_model for row in self.rows)
 

@@ -191,10 +191,10 @@ def _catalog_diff(args: argparse.Namespace) -> int:
         return _usage_error(str(error))
     _write_output(args.output, text)
     print(view.verdict, file=sys.stderr if view.budget_failed else sys.stdout)
-    for row in view.rows:
+    for row in view.failing:  # the met ones are counted on the verdict line; a catalog has many
         for budget in row.budgets:
-            print(f"budget {budget.verdict}: {row.label}: {budget.budget}: {budget.observed}",
-                  file=sys.stderr if budget.failed else sys.stdout)
+            if budget.failed:
+                print(f"budget {budget.verdict}: {row.label}: {budget.budget}: {budget.observed}", file=sys.stderr)
     if args.require_same_model and not view.same_model:
         names = ", ".join(row.label for row in view.rows if row.other_model)
         print(f"error: --require-same-model: these entries changed model type: {names}", file=sys.stderr)

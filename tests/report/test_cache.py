@@ -32,14 +32,14 @@ def in_process(jobs: int, timeout: float) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=jobs)
 
 
-def build_with(folder: Path, module: str, source: str) -> BuildResult:
+def build_with(folder: Path, module: str, source: str, use_cache: bool = True) -> BuildResult:
     """Build the registry with its models in ``module`` (a new module each time: this process imports it once),
     holding ``source``."""
     (folder / f"{module}.py").write_text(source, encoding="utf-8")
     (folder / "models.toml").write_text(REGISTRY.format(module=module), encoding="utf-8")
     registry = load_registry(folder / "models.toml")
-    return build(registry, BuildOptions(output=folder / "site", jobs=1, timeout=60), Progress(io.StringIO()),
-                 executor_factory=in_process)
+    return build(registry, BuildOptions(output=folder / "site", jobs=1, timeout=60, use_cache=use_cache),
+                 Progress(io.StringIO()), executor_factory=in_process)
 
 
 def cached_keys(site: Path) -> dict[str, str]:
@@ -74,8 +74,8 @@ def test_a_failed_run_keeps_its_last_good_report_until_a_new_one_replaces_it(tmp
     assert f"inputs hash `{good_key[:12]}`" in catalog
     assert "Not drawn: flaky (failed)." in (site / "index.html").read_text(encoding="utf-8")  # out of the charts
 
-    # Still failing: the last good result is kept again (not only one build long).
-    assert build_with(tmp_path, "flaky_still_broken", BROKEN).exit_code == 1
+    # Still failing, even with --no-cache: the last good result is kept again (not only one build long).
+    assert build_with(tmp_path, "flaky_still_broken", BROKEN, use_cache=False).exit_code == 1
     assert cached_keys(site)["flaky"] == good_key and (site / "reports" / "flaky.last-good.json").is_file()
 
     # A new success replaces it: the old result leaves the cache and the last-good files go.

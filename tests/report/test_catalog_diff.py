@@ -135,6 +135,17 @@ def test_report_folders_compare_by_file_name(sites: Path) -> None:
     assert "**Changed**: 1 changed, 1 added, 2 removed, 1 unchanged" in text
 
 
+def test_an_entry_that_changed_model_type_can_fail_the_command(sites: Path, capsys: pytest.CaptureFixture[str]
+                                                                ) -> None:
+    for side, report in (("types-old", "a"), ("types-new", "b")):  # a Sequential, then a Linear, named x
+        (sites / side).mkdir()
+        (sites / side / "x.json").write_bytes((sites / "new-site" / "reports" / f"{report}.json").read_bytes())
+    assert diff(sites, "types.md", old="types-old", new="types-new") == 0
+    assert "| x | changed (another model type) |" in (sites / "types.md").read_text(encoding="utf-8")
+    assert diff(sites, "types.md", "--require-same-model", old="types-old", new="types-new") == 3
+    assert "error: --require-same-model: these entries changed model type: x" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("old, new, message", [
     ("old-site", "new-site/reports/a.json", "diff compares two reports or two catalogs"),
     ("old-site/models", "new-site", "models holds no JSON reports and no catalog.json: expected a built site"),

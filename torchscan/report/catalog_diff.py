@@ -63,6 +63,11 @@ class EntryRow:
         return any(row.failed for row in self.budgets)
 
     @property
+    def change_text(self) -> str:
+        """The change as the table shows it: ``changed (another model type)`` flags a different model behind a name."""
+        return f"{self.change} (another model type)" if self.other_model else self.change
+
+    @property
     def budget_text(self) -> str:
         """``met`` / ``exceeded: macs>+5%`` / ``cannot be checked: dmas>0`` / empty when none applied."""
         failing = [row for row in self.budgets if row.failed]

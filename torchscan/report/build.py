@@ -53,8 +53,11 @@ class BuildResult:
         return f"{self.catalog.counts_text}; site at {self.output / 'index.html'}"
 
     def failure_lines(self) -> list[str]:
-        """``FAILED stem: reason`` for every failed run, in registry order."""
-        return [f"FAILED {run.stem}: {run.reason}" for run in self.catalog.failed_runs]
+        """``FAILED stem: reason`` for every failed run, in registry order, saying when its last good report from an
+        earlier build was kept."""
+        return [f"FAILED {run.stem}: {run.reason}" + (f" (last good report kept: reports/{run.last_good_stem}.html, "
+                                                      f"inputs hash {run.last_good.short_key})" if run.last_good else "")
+                for run in self.catalog.failed_runs]
 
 
 def previous_output(output: Path) -> Path | None:

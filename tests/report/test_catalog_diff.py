@@ -120,6 +120,7 @@ def test_the_html_review_has_the_verdict_at_the_top(sites: Path) -> None:
     assert '<tr data-change="changed"><td class="mono">a</td>' in html
     assert '<td class="s-failed">exceeded: macs&gt;+5%</td>' in html
     assert html.count("<tr data-change=") == 5
+    assert "<li><code>broken</code>: build stage, RuntimeError: the factory broke (last good report" in html
 
 
 def test_the_last_good_report_of_a_failed_entry_can_still_be_diffed(sites: Path) -> None:

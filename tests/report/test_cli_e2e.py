@@ -140,9 +140,10 @@ def test_check_validates_without_running_models(tmp_path: Path) -> None:
     # The registry is well-formed; only the bad import path is found missing (hangs/dies never ran).
     assert result.returncode == 1
     assert "models[4] (badimport): factory: module 'no_such_module.deep' was not found" in result.stderr
-    assert "models.toml: 8 entries (9 runs) valid, but 1 callable(s) cannot be found" in result.stdout
+    assert "models.toml: 8 entries (9 runs) valid, but 1 callable cannot be found" in result.stdout
     (tmp_path / "good.toml").write_text('[[models]]\nname = "t"\nfactory = "e2e_models:tiny"\ninput_shape = [4]\n')
-    assert run_cli("check", "good.toml", cwd=tmp_path).returncode == 0
+    good = run_cli("check", "good.toml", cwd=tmp_path)
+    assert good.returncode == 0 and "good.toml: 1 entry (1 run) valid" in good.stdout
 
 
 def test_a_misspelled_dtype_is_reported_with_the_other_mistakes_of_its_entry(tmp_path: Path) -> None:

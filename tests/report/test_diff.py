@@ -110,6 +110,27 @@ def test_a_budget_within_limits_passes_and_an_exceeded_one_fails(reports: Path) 
     assert "| macs&gt;+5% | **exceeded** | MACs (module view): 320 → 640 (+320, +100.0%) |" in text
 
 
+def test_the_review_opens_with_one_verdict_line(reports: Path) -> None:
+    """Budgets decide the verdict when given; otherwise it says what changed. Markdown gets a Totals heading."""
+    assert diff(reports, "base", "slight", "verdict.md", "--fail-if", "macs>+5%").returncode == 0
+    text = (reports / "verdict.md").read_text(encoding="utf-8")
+    assert text.startswith("# Sequential: before / after\n\n**Budgets met**: 1 of 1 budget met; parameters +2.9%, "
+                           "MACs +2.5%, ")
+    assert text.index("**Budgets met**") < text.index("## Totals\n") < text.index("| Quantity |")
+    assert "; layer calls: 1 changed, 1 added, 0 removed\n" in text  # the root's output changed
+    assert diff(reports, "base", "grown", "verdict.html", "--fail-if", "macs>+5%", "--fail-if", "dmas>0").returncode
+    html = (reports / "verdict.html").read_text(encoding="utf-8")
+    header = html[html.index("<header>"):html.index("</header>")]
+    assert 'data-verdict="failed"' in header and '<strong class="s-failed">Budgets not met</strong>: 0 of 2 budgets' \
+        in header
+    assert diff(reports, "base", "base", "same.html").returncode == 0
+    html = (reports / "same.html").read_text(encoding="utf-8")
+    assert ('<strong class="s-info">No changes</strong>: every total unchanged; layer calls: 0 changed, 0 added, '
+            '0 removed</p>') in html
+    assert diff(reports, "base", "grown", "changed.md").returncode == 0
+    assert "**Changed**: parameters +98.8%, MACs +100.0%" in (reports / "changed.md").read_text(encoding="utf-8")
+
+
 def test_several_budgets_are_each_checked_and_reported(reports: Path) -> None:
     result = diff(reports, "base", "slight", "several.html", "--fail-if", "macs > +5%", "--fail-if",
                   "parameters>5", "--fail-if", "dmas<-1%")

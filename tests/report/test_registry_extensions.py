@@ -116,7 +116,7 @@ def test_check_reports_a_path_that_cannot_be_found(tmp_path: Path, capsys: pytes
     assert main(["check", str(path)]) == 1
     errors = capsys.readouterr().err
     assert "models[0] (wave): custom_modules: module 'wave_models' (wave_models.py) defines no top-level name " \
-           "'HANDLER'" in errors
+           "'HANDLER' (did you mean 'HANDLERS'?)" in errors
     assert "models[0] (wave): custom_mapping: module 'missing' was not found" in errors
     assert main(["check", str(registry(tmp_path))]) == 0
 

@@ -35,6 +35,9 @@ def test_top_level_names_and_problems(tmp_path: Path) -> None:
     assert callable_problem("zoo_pkg.vision:alias", tmp_path) is None
     assert callable_problem("zoo_pkg.vision:tiny", tmp_path) == (
         "module 'zoo_pkg.vision' (vision.py) defines no top-level name 'tiny'")
+    # A misspelled name gets the closest public name the module defines, as a misspelled key does.
+    assert callable_problem("zoo_pkg.vision:smal", tmp_path) == (
+        "module 'zoo_pkg.vision' (vision.py) defines no top-level name 'smal' (did you mean 'small'?)")
     assert callable_problem("zoo_pkg.nothing:f", tmp_path) == (
         "module 'zoo_pkg.nothing' was not found in the registry's folder or on sys.path")
     # A star import makes the names unknowable statically: no false alarm.

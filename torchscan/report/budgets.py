@@ -4,7 +4,8 @@ A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``ma
 ``operator_flops``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
 either absolute in the metric's unit (``1.5M``, with an optional ``k``/``M``/``G``/``T`` scale) or relative to
 ``before`` (``+5%``). The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
-review whose MACs grew by more than 5%. A change that cannot be computed exactly (a side incomplete or not
+review whose MACs grew by more than 5%. In a catalog diff a budget applies to every entry, or, prefixed with an
+entry's name (``resnet18:macs>+5%``), to that entry (and its variants) alone. A change that cannot be computed exactly (a side incomplete or not
 requested) leaves the budget *unknown*, which a gate treats as failed: a lower bound cannot prove a budget met.
 """
 
@@ -24,10 +25,11 @@ METRICS = ("parameters", *COMPARED_TOTALS)
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
 SCALE_FACTORS = {suffix: scale for scale, suffix in SCALES}
-GRAMMAR = re.compile(r"(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
+GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
                      r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kMGT])?")
 USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>1M' (absolute); OP is "
-         f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}")
+         f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; in a catalog diff, ENTRY:METRIC OP "
+         "LIMIT checks one entry only")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ class Budget:
     op: str
     limit: float
     relative: bool
+    #: ``resnet18:macs>+5%`` applies to one catalog entry (a run stem, or an entry and all its variants); empty:
+    #: to every entry a catalog diff compares.
+    entry: str = ""
+
+    def applies_to(self, stem: str) -> bool:
+        return not self.entry or stem == self.entry or stem.startswith(self.entry + ".")
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ def parse_budget(text: str) -> Budget:
     limit = float(match["number"]) * SCALE_FACTORS.get(unit, 1)
     if not math.isfinite(limit):
         raise ValueError(f"budget {text!r}: the limit must be a finite number")
-    return Budget("".join(text.split()), metric, match["op"], limit, relative=unit == "%")
+    return Budget("".join(text.split()), metric, match["op"], limit, relative=unit == "%", entry=match["entry"] or "")
 
 
 def percent_change(before: float, delta: float) -> float:

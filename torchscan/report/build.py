@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
+from .catalog_index import CATALOG_INDEX, catalog_index
 from .documents import BuildCharts, build_charts, build_documents, site_pages
 from .progress import Progress
 from .registry import Registry
@@ -52,8 +53,11 @@ class BuildResult:
         return f"{self.catalog.counts_text}; site at {self.output / 'index.html'}"
 
     def failure_lines(self) -> list[str]:
-        """``FAILED stem: reason`` for every failed run, in registry order."""
-        return [f"FAILED {run.stem}: {run.reason}" for run in self.catalog.failed_runs]
+        """``FAILED stem: reason`` for every failed run, in registry order, saying when its last good report from an
+        earlier build was kept."""
+        return [f"FAILED {run.stem}: {run.reason}" + (f" (last good report kept: reports/{run.last_good_stem}.html, "
+                                                      f"inputs hash {run.last_good.short_key})" if run.last_good else "")
+                for run in self.catalog.failed_runs]
 
 
 def previous_output(output: Path) -> Path | None:
@@ -90,6 +94,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         for relative, text in sorted(documents.items()):
             if relative.startswith("markdown/"):
                 _write(staged / relative, text)
+        _write(staged / CATALOG_INDEX, catalog_index(catalog))
         if (work / CACHE_FOLDER).is_dir():
             os.replace(work / CACHE_FOLDER, staged / CACHE_FOLDER)
         _write(staged / MARKER, "torchscan-report build output: this folder is replaced by the next build\n")

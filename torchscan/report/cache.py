@@ -4,6 +4,10 @@ The key hashes the run's own description (factory, keyword arguments, inputs, de
 source files that define its factory, inputs callable, ``custom_modules`` and ``custom_mapping``, and the torch and
 torchscan versions. Only successful analyses are stored: a failure is cheap to reproduce and may have been
 transient (a timeout, a killed worker).
+
+A failure never costs an entry its last good result: the cache also keeps, per run stem, the key of the last
+successful analysis (``last-good.json``). When a run fails, that result is carried into the new cache and shown
+beside the failure as a report from an earlier build; the next successful analysis of the run replaces it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from .sources import locate_module, source_digest
 CACHE_FOLDER = ".torchscan-cache"
 #: Bumped when the stored layout changes, so stale entries are never read.
 CACHE_FORMAT = 1
+#: The cache's index of each run stem's last successful result: ``{stem: key}``.
+LAST_GOOD_INDEX = "last-good.json"
 #: Job keys that do not change a result: where the registry lies, the output name, where the run may be placed.
 UNHASHED_JOB_KEYS = ("folder", "stem", "memory")
 
@@ -53,19 +59,45 @@ class ResultCache:
         self.previous = previous / CACHE_FOLDER if previous else None
         self.current = current / CACHE_FOLDER
         self.enabled = enabled
+        #: Run stem -> the key of its last successful result, as written into the new cache.
+        self.last_good: dict[str, str] = {}
 
     def load(self, key: str) -> dict[str, Any] | None:
-        if not self.enabled or self.previous is None:
-            return None
-        path = self.previous / f"{key}.json"
-        try:
-            result = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return result if isinstance(result, dict) and result.get("status") == "ok" else None
+        """The previous build's successful result under ``key`` (``None`` when absent or the cache is off)."""
+        return self._read(key) if self.enabled else None
 
-    def store(self, key: str, result: dict[str, Any]) -> None:
+    def store(self, key: str, result: dict[str, Any], stem: str) -> None:
+        """Keep a successful result for the next build, as the last good result of ``stem``."""
         if result.get("status") != "ok":
             return
         self.current.mkdir(parents=True, exist_ok=True)
         (self.current / f"{key}.json").write_text(json.dumps(result, sort_keys=True), encoding="utf-8")
+        self.last_good[stem] = key
+        (self.current / LAST_GOOD_INDEX).write_text(json.dumps(self.last_good, sort_keys=True), encoding="utf-8")
+
+    def carry_last_good(self, stem: str) -> tuple[str, dict[str, Any]] | None:
+        """The previous build's last good result of a run that failed now, kept for the next build too, with
+        its key; ``None`` when the run never succeeded before. Done even with the cache off: ``--no-cache``
+        does not reuse results, but it must not lose the only good one."""
+        key = self._previous_index().get(stem)
+        result = self._read(key) if isinstance(key, str) else None
+        if key is None or result is None:
+            return None
+        self.store(key, result, stem)
+        return key, result
+
+    def _previous_index(self) -> dict[str, Any]:
+        try:
+            index = json.loads((self.previous / LAST_GOOD_INDEX).read_text(encoding="utf-8")) if self.previous else {}
+        except (OSError, ValueError):
+            return {}
+        return index if isinstance(index, dict) else {}
+
+    def _read(self, key: str) -> dict[str, Any] | None:
+        if self.previous is None:
+            return None
+        try:
+            result = json.loads((self.previous / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return result if isinstance(result, dict) and result.get("status") == "ok" else None

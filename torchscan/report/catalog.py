@@ -9,13 +9,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from .registry import Entry, Registry, Run
+from .wording import plural
 
 #: Run status -> the badge class the site colours it with.
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
                   "incomplete (strict)": "failed"}
+
+
+#: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
+SHORT_HASH = 12
+#: Added to a run's stem for the files of its last good report (``reports/<stem>.last-good.json``).
+LAST_GOOD_SUFFIX = ".last-good"
+
+
+@dataclass
+class LastGood:
+    """A failed run's last good report, from an earlier build: the inputs' hash (cache key) it was built from."""
+
+    key: str
+    report: dict[str, Any]
+    view: ReportView
+
+    @property
+    def short_key(self) -> str:
+        return self.key[:SHORT_HASH]
+
+    @property
+    def notice(self) -> str:
+        """The line that marks the report as not from this build."""
+        return (f"From an earlier build (inputs hash {self.short_key}): the latest analysis of this run failed, so "
+                "this is its last good report, kept until a new analysis succeeds.")
 
 
 @dataclass
@@ -32,6 +59,8 @@ class RunSummary:
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
     view: ReportView | None = None
+    #: For a run that failed: its last good report from an earlier build, when there is one.
+    last_good: LastGood | None = None
 
     @property
     def stem(self) -> str:
@@ -40,6 +69,11 @@ class RunSummary:
     @property
     def label(self) -> str:
         return self.run.variant or self.run.entry
+
+    @property
+    def last_good_stem(self) -> str:
+        """The file stem of the run's last good report (written only when there is one)."""
+        return self.stem + LAST_GOOD_SUFFIX
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -145,9 +179,13 @@ class CatalogView:
     def counts_text(self) -> str:
         """``11 runs: 8 complete, 2 partial, 1 failed``."""
         counts = self.counts
-        runs = sum(counts.values())
-        return f"{runs} run{'s' if runs != 1 else ''}: " + ", ".join(f"{number} {name}"
-                                                                   for name, number in counts.items())
+        return f"{plural(sum(counts.values()), 'run')}: " + ", ".join(f"{format_count(number)} {name}"
+                                                                    for name, number in counts.items())
+
+    @property
+    def models_text(self) -> str:
+        """``1 model`` / ``12 models``: the catalog's entries."""
+        return plural(len(self.entries), "model")
 
 
 def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
@@ -155,6 +193,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     report = result.get("report")
     summary = RunSummary(run=run, result=result, strict=strict or run.strict, inputs=spec_inputs(run, report))
     if report is None:
+        summary.last_good = last_good(run, result.get("last_good"))
         return summary
     totals = report["totals"]
     params = totals["parameters"]["total"]
@@ -165,12 +204,25 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.dmas = metric_cell(totals["dmas"])
     summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")])
     summary.incomplete = incomplete_metrics(report)
-    title = run.entry + (f" ({run.variant})" if run.variant else "")
-    summary.view = report_view(report, title=title, description=run.description)
+    summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.view.extra["notices"] = summary.notices
     if summary.strict_failed:
         summary.status = "incomplete (strict)"
     return summary
+
+
+def run_title(run: Run) -> str:
+    return run.entry + (f" ({run.variant})" if run.variant else "")
+
+
+def last_good(run: Run, kept: dict[str, Any] | None) -> LastGood | None:
+    """The view of a failed run's last good report (see `torchscan.report.cache`), marked as from an earlier build."""
+    if kept is None:
+        return None
+    view = report_view(kept["report"], title=run_title(run), description=run.description)
+    result = LastGood(key=kept["key"], report=kept["report"], view=view)
+    view.extra["notices"] = [result.notice]
+    return result
 
 
 def spec_inputs(run: Run, report: dict[str, Any] | None) -> str:

@@ -1,8 +1,9 @@
 """The ``torchscan-report`` command line: build, render, diff and check.
 
 Exit codes: 0 success; 1 some entries failed (build: the site is still built; check: a callable cannot be found;
-diff: a --fail-if budget is exceeded or cannot be checked, the review is still written); 2 a registry or usage
-error (nothing written); 3 diff --require-same-model on reports of two different models (the review is written).
+diff: a --fail-if budget is exceeded or cannot be checked, in a catalog diff for any entry, the review is still
+written); 2 a registry or usage error (nothing written); 3 diff --require-same-model on reports (or catalog
+entries) of two different models (the review is written).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from .. import __version__
 from .registry import Registry, RegistryError, load_registry
 from .runner import default_jobs
+from .wording import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
 SCHEDULER_VARIABLE = "TORCHSCAN_SCHEDULER"
@@ -38,9 +40,10 @@ def parser() -> argparse.ArgumentParser:
     render.add_argument("--title", default="", help="the page title (default: the model type)")
     render.add_argument("--templates", type=_folder, help="a folder of template overrides")
 
-    diff = commands.add_parser("diff", help="a before/after review of two JSON reports (HTML or Markdown)")
-    diff.add_argument("before", type=Path)
-    diff.add_argument("after", type=Path)
+    diff = commands.add_parser("diff", help="a before/after review of two JSON reports, or of two catalogs (built "
+                               "sites or folders of reports), as HTML or Markdown")
+    diff.add_argument("before", type=Path, help="BEFORE.json, or the old site or report folder")
+    diff.add_argument("after", type=Path, help="AFTER.json, or the new site or report folder")
     diff.add_argument("--output", "-o", type=Path, required=True, help="OUT.html or OUT.md")
     diff.add_argument("--title", default="", help="the page title (default: names both reports' models)")
     diff.add_argument("--templates", type=_folder, help="a folder of template overrides")
@@ -151,6 +154,13 @@ def _diff(args: argparse.Namespace) -> int:
     from .diff_view import diff_view
     from .documents import diff_document
 
+    if args.before.is_dir() or args.after.is_dir():
+        problem = _mixed_sides(args.before, args.after)
+        return _usage_error(problem) if problem else _catalog_diff(args)
+    scoped = [budget.text for budget in args.budgets if budget.entry]
+    if scoped:
+        return _usage_error(f"--fail-if {scoped[0]}: an ENTRY: prefix applies to a catalog diff (two folders), "
+                            "not to two reports")
     kind = _kind_or_exit(args.output)
     before, after = _read_report(args.before), _read_report(args.after)
     if before is None or after is None or kind is None:
@@ -163,6 +173,49 @@ def _diff(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     _write_output(args.output, text)
     return _diff_verdict(view, args.require_same_model)
+
+
+def _catalog_diff(args: argparse.Namespace) -> int:
+    """``diff OLD NEW`` of two built sites or report folders: one row per entry, one verdict, budgets per entry."""
+    from .catalog_diff import catalog_diff_view
+    from .catalog_index import CatalogReadError, read_catalog
+    from .documents import catalog_diff_document
+
+    kind = _kind_or_exit(args.output)
+    if kind is None:
+        return EXIT_USAGE
+    try:
+        view = catalog_diff_view(read_catalog(args.before), read_catalog(args.after), args.budgets, args.title)
+        text = catalog_diff_document(view, kind, templates=args.templates)
+    except (CatalogReadError, ValueError) as error:
+        return _usage_error(str(error))
+    _write_output(args.output, text)
+    print(view.verdict, file=sys.stderr if view.budget_failed else sys.stdout)
+    for row in view.failing:  # the met ones are counted on the verdict line; a catalog has many
+        for budget in row.budgets:
+            if budget.failed:
+                print(f"budget {budget.verdict}: {row.label}: {budget.budget}: {budget.observed}", file=sys.stderr)
+    if args.require_same_model and not view.same_model:
+        names = ", ".join(row.label for row in view.rows if row.other_model)
+        print(f"error: --require-same-model: these entries changed model type: {names}", file=sys.stderr)
+        return EXIT_DIFFERENT_MODELS
+    return EXIT_FAILED if view.budget_failed else EXIT_OK
+
+
+def _mixed_sides(before: Path, after: Path) -> str | None:
+    """Why a diff with a folder on one side cannot run (``None`` when both sides are folders)."""
+    for path in (before, after):
+        if not path.exists():
+            return f"{path} does not exist"
+    if before.is_dir() and after.is_dir():
+        return None
+    folder, other = (before, after) if before.is_dir() else (after, before)
+    return f"diff compares two reports or two catalogs: {folder} is a folder, {other} is not"
+
+
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _diff_verdict(view: Any, require_same_model: bool) -> int:
@@ -192,9 +245,9 @@ def _check(args: argparse.Namespace) -> int:
                 problems.append(f"models[{index}] ({entry.name}): {key}: {problem}")
     for line in problems:
         print(f"error: {line}", file=sys.stderr)
-    runs = len(registry.runs)
-    print(f"{registry.path.name}: {len(registry.entries)} entries ({runs} runs) "
-          + ("valid" if not problems else f"valid, but {len(problems)} callable(s) cannot be found"))
+    counted = f"{plural(len(registry.entries), 'entry', 'entries')} ({plural(len(registry.runs), 'run')})"
+    found = "valid" if not problems else f"valid, but {plural(len(problems), 'callable')} cannot be found"
+    print(f"{registry.path.name}: {counted} {found}")
     return EXIT_FAILED if problems else EXIT_OK
 
 

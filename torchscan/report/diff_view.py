@@ -16,6 +16,7 @@ from ..compare import compare_reports
 from ..formatting import format_count
 from ..views import EMPTY, Cell, layer_label, metric_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
+from .wording import plural
 
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
                 ("module_flops", "FLOPs", "module view"), ("dmas", "DMAs", "module view"),
@@ -24,6 +25,10 @@ LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", 
                        "effective_stride": "stride", "effective_padding": "padding"}
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in TOTAL_LABELS}
 BUDGET_VERDICTS = {"met": "met", "exceeded": "exceeded", "unknown": "cannot be checked"}
+#: By `DiffView.verdict_status`: the first words of a review's verdict line, the status class that colours them and
+#: the colour of the line's border (a variable of the report's style sheet).
+VERDICT_STYLES = {"failed": ("Budgets not met", "s-failed", "--bad"), "met": ("Budgets met", "s-complete", "--ok"),
+                  "changed": ("Changed", "s-partial", "--warn"), "unchanged": ("No changes", "s-info", "--line")}
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,42 @@ class DiffView:
     @property
     def budget_failed(self) -> bool:
         return any(row.failed for row in self.budgets)
+
+    @property
+    def verdict_status(self) -> str:
+        """``failed`` (a budget exceeded or unknown), ``met`` (every budget met), else ``changed`` or ``unchanged``."""
+        if self.budgets:
+            return "failed" if self.budget_failed else "met"
+        return "unchanged" if self.unchanged else "changed"
+
+    @property
+    def verdict_style(self) -> tuple[str, str, str]:
+        """(headline, status class, border colour variable) of the verdict."""
+        return VERDICT_STYLES[self.verdict_status]
+
+    @property
+    def verdict_details(self) -> str:
+        """The budgets' outcome, the totals that moved and the layer calls that did."""
+        met = format_count(sum(not row.failed for row in self.budgets))
+        parts = [f"{met} of {plural(len(self.budgets), 'budget')} met"] if self.budgets else []
+        moved = [f"{_short_label(row)} {row.percent or row.delta}" for row in self.totals if row.change != "unchanged"]
+        parts.append(", ".join(moved) if moved else "every total unchanged")
+        layers = (self.changed, self.added, self.removed)
+        parts.append("layer calls: " + ", ".join(f"{format_count(len(rows))} {word}" for rows, word in
+                                                 zip(layers, ("changed", "added", "removed"), strict=True)))
+        return "; ".join(parts)
+
+    @property
+    def verdict(self) -> str:
+        """The review on one line: ``Budgets met: 2 of 2 budgets met; MACs +2.5%; layer calls: …``."""
+        return f"{self.verdict_style[0]}: {self.verdict_details}"
+
+
+def _short_label(row: DeltaRow) -> str:
+    """``MACs``, ``parameters``, ``module FLOPs``: a total named without its table's View column."""
+    if row.label == "FLOPs":
+        return f"{row.view.split()[0]} FLOPs"
+    return "parameters" if row.label == "Parameters" else row.label
 
 
 def signed(value: float | list) -> str:
@@ -228,11 +269,22 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
+def total_cells(report: dict[str, Any]) -> list[Cell]:
+    """A report's compared totals as the review shows them, in `TOTAL_LABELS` order (a catalog review's entry that
+    only one side has)."""
+    totals = report["totals"]
+    return [_count_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
+            for name, _, _ in TOTAL_LABELS]
+
+
+def _count_cell(count: int) -> Cell:
+    return Cell(format_count(count), "complete", sort=count)
+
+
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
-        return DeltaRow(label, view, Cell(format_count(entry["before"]), "complete", sort=entry["before"]),
-                        Cell(format_count(entry["after"]), "complete", sort=entry["after"]), signed(delta),
+        return DeltaRow(label, view, _count_cell(entry["before"]), _count_cell(entry["after"]), signed(delta),
                         _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":
         return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
+from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
 from .diff_view import DiffView, diff_view
 from .render import render
@@ -81,16 +82,23 @@ def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> s
     return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view, charts=charts)
 
 
+def catalog_diff_document(view: CatalogDiffView, kind: str, templates: Path | None = None) -> str:
+    """A catalog review as ``html`` or ``md`` (``diff OLD NEW`` of two built sites or report folders)."""
+    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view, columns=COLUMNS,
+                  change_classes=CHANGE_CLASSES)
+
+
 def failure_html(run: RunSummary, templates: Path | None = None) -> str:
     return render("failure.html.j2", templates, run=run)
 
 
-def run_callouts(entry: EntrySummary, templates: Path | None = None) -> Markup:
+def run_callouts(entry: EntrySummary, templates: Path | None = None, report_prefix: str = "../reports/") -> Markup:
     """The notices at the top of a model page: each failed run, then each incomplete one (runs with the same
     causes share one notice), then the Python warnings a run raised, as HTML blocks that Material styles as
-    admonitions."""
+    admonitions. A failed run's notice links its last good report under ``report_prefix``."""
     named = len(entry.runs) > 1
-    blocks = [render("failure_callout.html.j2", templates, run=run, named=named) for run in entry.runs if run.failed]
+    blocks = [render("failure_callout.html.j2", templates, run=run, named=named, report_prefix=report_prefix)
+              for run in entry.runs if run.failed]
     for runs in _incomplete_groups(entry.runs):
         variants = ", ".join(run.label for run in runs) if named else ""
         blocks.append(render("callout.html.j2", templates, view=runs[0].view, variants=variants))
@@ -117,7 +125,7 @@ def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | No
         charts = [] if view is None else report_charts(view)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
-                  callouts=run_callouts(entry, templates), named="" if site else f": {entry.name}", charts=charts)
+                  callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}", charts=charts)
 
 
 def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None,
@@ -137,6 +145,9 @@ def build_documents(catalog: CatalogView, charts: BuildCharts, templates: Path |
                 files[f"reports/{run.stem}.html"] = report_html(run.view, templates, charts.runs[run.stem])
             else:
                 files[f"reports/{run.stem}.html"] = failure_html(run, templates)
+            if run.last_good is not None:
+                files[f"reports/{run.last_good_stem}.json"] = report_json(run.last_good.report)
+                files[f"reports/{run.last_good_stem}.html"] = report_html(run.last_good.view, templates)
         files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates,
                                                             charts=_primary_charts(entry, charts))
     files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates, charts=charts.catalog)

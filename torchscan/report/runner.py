@@ -48,7 +48,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
         cached = cache.load(key)
         if cached is not None:
             results[run.stem] = cached
-            cache.store(key, cached)
+            cache.store(key, cached, run.stem)
             progress.finished(run.stem, "cached", cached)
         else:
             pending.append((run, job, key))
@@ -74,8 +74,8 @@ def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache,
         for future in as_completed(futures):
             run, key = futures[future]
             result = outcome_of(future)
-            results[run.stem] = result
-            cache.store(key, result)
+            cache.store(key, result, run.stem)
+            result = results[run.stem] = with_last_good(result, cache, run.stem)
             progress.finished(run.stem, result["status"] if result["status"] == "ok" else _short(result), result)
     except BaseException:
         if isinstance(executor, IsolatedProcessExecutor):
@@ -85,6 +85,18 @@ def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache,
         raise
     executor.shutdown(wait=True)
     return results
+
+
+def with_last_good(result: dict[str, Any], cache: ResultCache, stem: str) -> dict[str, Any]:
+    """A failed run's record with its last good result (``last_good``: the inputs' hash it was built from, as
+    ``key``, and its ``report``), kept in the cache until a new good result replaces it; others unchanged."""
+    if result["status"] == "ok":
+        return result
+    kept = cache.carry_last_good(stem)
+    if kept is None:
+        return result
+    key, previous = kept
+    return {**result, "last_good": {"key": key, "report": previous["report"]}}
 
 
 def outcome_of(future: Future) -> dict[str, Any]:

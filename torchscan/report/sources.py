@@ -7,6 +7,7 @@ cache hashes the source files found here, so an edited model definition is analy
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import sys
 from collections.abc import Callable
@@ -52,8 +53,15 @@ def callable_problem(target: str, folder: Path) -> str | None:
     names = top_level_names(path)
     head = attribute.split(".")[0]
     if names is not None and head not in names:
-        return f"module {module!r} ({path.name}) defines no top-level name {head!r}"
+        return f"module {module!r} ({path.name}) defines no top-level name {head!r}{_suggestion(head, names)}"
     return None
+
+
+def _suggestion(name: str, names: frozenset[str]) -> str:
+    """`` (did you mean 'my_net'?)`` for a misspelled name, the closest public one the module defines."""
+    public = sorted(candidate for candidate in names if not candidate.startswith("_"))
+    close = difflib.get_close_matches(name, public, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def top_level_names(path: Path) -> frozenset[str] | None:

@@ -70,6 +70,15 @@
       var index = +button.closest("tr").dataset.i;
       if (isOpen(rows[index])) { collapse(index); } else { expand(index); }
     });
+    var table = tree.querySelector("table.ts-tree-table");
+    var hiddenCount = tree.querySelector("[data-role=hidden-count]");
+    Array.prototype.forEach.call(tree.querySelectorAll("input[data-col]"), function (box) {
+      box.addEventListener("change", function () {  /* show or hide one column; the header says how many are hidden */
+        table.classList.toggle("ts-hide-" + box.dataset.col, !box.checked);
+        var hidden = tree.querySelectorAll("input[data-col]:not(:checked)").length;
+        if (hiddenCount) { hiddenCount.textContent = hidden ? " (" + hidden + " hidden)" : ""; }
+      });
+    });
     tree.querySelector("[data-action=expand]").addEventListener("click", function () { showDepth(1e9); });
     tree.querySelector("[data-action=collapse]").addEventListener("click", function () { showDepth(0); });
     depthInput.addEventListener("change", function () { showDepth(+depthInput.value); });

@@ -66,7 +66,7 @@ def test_markdown_report_has_every_named_section_and_no_raw_html_from_names(host
     assert "<script>" not in html
     # The hostile name stays inside its table cell: every layer row has exactly nine cells.
     layer_rows = [row for row in re.findall(r"<tr>(.*?)</tr>", html, re.DOTALL) if "<td" in row and "Bessel</td>" in row]
-    assert len(layer_rows) == 1 and layer_rows[0].count("<td") == 9
+    assert len(layer_rows) == 1 and layer_rows[0].count("<td") == 10
     assert "a&#124;b_*c* ⚠</td>" in layer_rows[0]  # the mark of a row a diagnostic points at
     assert "≥" in text and "(0B)" in text
 

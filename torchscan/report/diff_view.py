@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports
-from ..formatting import format_count
+from ..formatting import PARAMETER_SCALES, format_count, format_parameters, format_percent, format_signed
 from ..views import EMPTY, Cell, layer_label, metric_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 
@@ -127,9 +127,7 @@ def percent_text(before: Any, delta: Any) -> str:
         return "new"
     if percent == 0:
         return "0%"
-    magnitude = abs(percent)
-    digits = f"{magnitude:,.1f}" if magnitude >= 0.1 else f"{magnitude:.2g}" if magnitude >= 0.001 else "<0.001"
-    return ("+" if percent > 0 else "−") + digits + "%"
+    return format_percent(percent, signed=True)
 
 
 def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
@@ -178,8 +176,9 @@ def _budget_row(check: BudgetCheck) -> BudgetRow:
         observed = f"{label}: the delta is unknown (a side is incomplete or was not requested)"
     else:
         percent = percent_text(check.before, check.delta)
-        observed = (f"{label}: {format_count(check.before)} → {format_count(check.after)} "
-                    f"({signed(check.delta)}, {percent})")
+        amount = format_parameters if budget.metric == "parameters" else format_count
+        delta = format_signed(check.delta, PARAMETER_SCALES) if budget.metric == "parameters" else signed(check.delta)
+        observed = f"{label}: {amount(check.before)} → {amount(check.after)} ({delta}, {percent})"
     return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed)
 
 
@@ -231,8 +230,9 @@ def _text(value: Any) -> str:
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
-        return DeltaRow(label, view, Cell(format_count(entry["before"]), "complete", sort=entry["before"]),
-                        Cell(format_count(entry["after"]), "complete", sort=entry["after"]), signed(delta),
+        return DeltaRow(label, view, Cell(format_parameters(entry["before"]), "complete", sort=entry["before"]),
+                        Cell(format_parameters(entry["after"]), "complete", sort=entry["after"]),
+                        format_signed(delta, PARAMETER_SCALES),
                         _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":
         return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),
@@ -258,7 +258,7 @@ def _details(changes: dict[str, Any]) -> list[str]:
         details.append(f"type {changes['type']['before']} → {changes['type']['after']}")
     if "parameters" in changes:
         numbers = changes["parameters"]
-        details.append(f"parameters {format_count(numbers['before'])} → {format_count(numbers['after'])} "
+        details.append(f"parameters {format_parameters(numbers['before'])} → {format_parameters(numbers['after'])} "
                        f"({_signed_with_percent(numbers['before'], numbers['delta'])})")
     if "output" in changes:
         details.append(f"output {shape_text(changes['output']['before'])} → {shape_text(changes['output']['after'])}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..formatting import exact_count, format_percent
 from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
 from .breakdown import PartRow, part_rows
-from ..formatting import exact_count, format_percent
 from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
 from .values import shape_text
 
@@ -72,8 +72,6 @@ class LayerRow:
     output: str
     params: Cell
     metrics: dict[str, Cell]
-    #: Buffer elements (Σ over the subtree on a composite row) and the shares of the model's parameters and MACs.
-    tensors: dict[str, Cell]
     op_direct: Cell
     op_inclusive: Cell
     ownership: Cell = EMPTY
@@ -88,6 +86,10 @@ class LayerRow:
     own: dict[str, Cell] = field(default_factory=dict)
     #: The parts of this owner's inclusive estimate ("of which" rows), when its handler reported them.
     parts: list[PartRow] = field(default_factory=list)
+    #: The module's own parameters (not its subtree's), as the report attributes them: what per-type sums add up.
+    own_parameters: int = 0
+    #: Buffer elements (Σ over the subtree on a composite row) and the shares of the model's parameters and MACs.
+    tensors: dict[str, Cell] = field(default_factory=dict)
 
     @property
     def has_children(self) -> bool:
@@ -112,8 +114,8 @@ class LayerRow:
             return Cell(self.output, "text")
         if key in self.metrics:
             return self.metrics[key]
-        if key in self.tensors:
-            return self.tensors[key]
+        if key in ("buffers", "params_share", "macs_share"):
+            return self.tensors.get(key, EMPTY)
         return {"params": self.params, "op_direct": self.op_direct, "op_inclusive": self.op_inclusive,
                 "ownership": self.ownership}[key]
 
@@ -182,7 +184,7 @@ def _row(index: int, layer: dict[str, Any], parent: int | None, end: int, sums: 
         ownership=_ownership_cell(layer), covered_by=_covered_text(layer), problems=len(problems or ()),
         problem_note="; ".join(sorted(set(problems or ()))), display_name=display_name(layer),
         own={name: metric_cell(layer["metrics"][name]) for name in SUMMABLE_METRICS if name in layer["metrics"]},
-        parts=part_rows(label, layer["path"], layer.get("breakdown", [])))
+        parts=part_rows(label, layer["path"], layer.get("breakdown", [])), own_parameters=layer["parameters"]["count"])
 
 
 def display_name(layer: dict[str, Any]) -> str:

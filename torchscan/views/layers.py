@@ -268,8 +268,8 @@ def _macs_share(cell: Cell, total: dict[str, Any]) -> Cell:
     whole = "the model's total" if total["status"] == "complete" else "the model's counted total (a lower bound)"
     bound = "≥" if cell.status == "partial" and total["status"] == "complete" else ""
     status = "complete" if cell.status == total["status"] == "complete" else "partial"
-    return Cell(bound + format_percent(share), status, f"{bound}{share:.4g}% of {whole} of "
-                f"{exact_count(known)} MACs", share)
+    return Cell(bound + format_percent(share), status, f"{'at least ' if bound else ''}{exact_count(cell.sort)} "
+                f"of {whole} of {exact_count(known)} MACs", share)
 
 
 def _metric_cells(layer: dict[str, Any], sums: dict[str, list[Any]], index: int, has_children: bool

@@ -125,7 +125,7 @@ def _delta_bars(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], values:
               [INCREASE if value > 0 else DECREASE for value in values], [delta.status for delta in shown])
     for position, (delta, value) in enumerate(zip(shown, values, strict=True)):
         canvas.text(value, position, delta_text(delta), axes.transData, dx=3 if value > 0 else -3,
-                    anchor="start" if value > 0 else "end", size=FONT - 0.5)
+                    anchor="start" if value > 0 else "end", size=FONT - 0.5, number=True)
 
 
 def _unknown_marks(canvas: Canvas, axes: Axes, unknown: Sequence[LayerDelta], first: int) -> None:

@@ -115,7 +115,7 @@ def terminal_cells(text: str) -> list[dict[str, str]]:
 
 
 def markdown_cells(text: str) -> list[dict[str, str]]:
-    lines = text[text.index("| Layer | Type | Output |"):].splitlines()[2:]
+    lines = text[text.index("| Layer | Type |"):].splitlines()[2:]
     rows = []
     for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("| "))]:
         parts = [html.unescape(part.replace("&nbsp;", "")).replace("\\", "").strip()

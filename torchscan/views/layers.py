@@ -21,39 +21,49 @@ from .values import shape_text
 @dataclass(frozen=True)
 class Column:
     """One column of the layer view: its key (a `LayerRow.cell` key), header, whether it holds numbers, a tooltip,
-    and whether the HTML tree shows it before the reader chooses (``shown``; the others are one click away)."""
+    whether the HTML tree shows it before the reader chooses (``shown``; the others are one click away), and its
+    ``priority``: where a page is too narrow, the tree drops the visible columns of lowest priority first (and its
+    column chooser says how many are hidden), never clipping one silently."""
 
     key: str
     header: str
     numeric: bool = True
     title: str = ""
     shown: bool = True
+    priority: int = 0
 
 
 #: Every column of the layer view, in display order; each renderer shows a subset, cell for cell the same.
 LAYER_COLUMNS = (
-    Column("layer", "Layer", False), Column("type", "Type", False), Column("output", "Output", False),
+    Column("layer", "Layer", False, priority=100), Column("type", "Type", False, priority=90),
+    Column("output", "Output", False, priority=50),
     Column("params", "Params", title="parameters of the module; Σ on a composite row: its whole subtree (a shared "
-                                     "tensor once), at the module's first call"),
-    Column("params_share", "% Params", title="the row's parameters as a share of the model's", shown=False),
+                                     "tensor once), at the module's first call", priority=80),
+    Column("params_share", "% Params", title="the row's parameters as a share of the model's", shown=False,
+           priority=30),
     Column("buffers", "Buffers", title="buffer elements of the module; Σ on a composite row: its whole subtree",
-           shown=False),
-    Column("macs", "MACs", title="module view"),
-    Column("macs_share", "% MACs", title="the row's MACs as a share of the model's total"),
-    Column("module_flops", "FLOPs", title="module view"),
-    Column("dmas", "DMAs", title="module view"),
-    Column("receptive_field", "RF", title="receptive field", shown=False),
-    Column("effective_stride", "Stride", title="effective stride", shown=False),
-    Column("effective_padding", "Padding", title="effective padding", shown=False),
+           shown=False, priority=25),
+    Column("macs", "MACs", title="module view", priority=85),
+    Column("macs_share", "% MACs", title="the row's MACs as a share of the model's total", priority=60),
+    Column("module_flops", "FLOPs", title="module view", priority=70),
+    Column("dmas", "DMAs", title="module view", priority=40),
+    Column("receptive_field", "RF", title="receptive field", shown=False, priority=15),
+    Column("effective_stride", "Stride", title="effective stride", shown=False, priority=10),
+    Column("effective_padding", "Padding", title="effective padding", shown=False, priority=5),
     Column("op_direct", "Op FLOPs direct", title="operator FLOPs dispatched in this call, outside its children",
-           shown=False),
-    Column("op_inclusive", "Op FLOPs incl.", title="operator FLOPs dispatched in this call and its children"),
-    Column("ownership", "Ownership", False, "subtree owners and the calls they cover"),
+           shown=False, priority=20),
+    Column("op_inclusive", "Op FLOPs incl.", title="operator FLOPs dispatched in this call and its children",
+           priority=45),
+    Column("ownership", "Ownership", False, "subtree owners and the calls they cover", priority=55),
 )
 COLUMNS_BY_KEY = {column.key: column for column in LAYER_COLUMNS}
-#: The columns of the portable Markdown layer table: what fits a documentation page's content column.
-MARKDOWN_COLUMNS = tuple(COLUMNS_BY_KEY[key] for key in ("layer", "type", "output", "params", "macs", "macs_share",
-                                                         "module_flops", "dmas", "op_inclusive", "ownership"))
+#: The columns of the portable Markdown layer table: the five of highest priority, which fit a documentation
+#: page's content column beside a table of contents (a stock MkDocs Material page at 1280 px); the standalone report
+#: shows every column.
+MARKDOWN_COLUMNS = tuple(column for column in LAYER_COLUMNS
+                         if column in sorted(LAYER_COLUMNS, key=lambda column: -column.priority)[:5])
+#: The columns the Markdown layer table leaves out, named under it.
+MARKDOWN_LEFT_OUT = tuple(column for column in LAYER_COLUMNS if column not in MARKDOWN_COLUMNS)
 
 
 @dataclass
@@ -286,7 +296,7 @@ def _metric_cells(layer: dict[str, Any], sums: dict[str, list[Any]], index: int,
             cells[name] = Cell("covered", "covered", f"counted by {owner}")
         elif has_children and subtree is not None and (name in delegated or own is not None):
             total = metric_cell(subtree)
-            mine = f"this call's own estimate {metric_cell(own).text}, plus " if own is not None else ""
+            mine = f"this call's own estimate of {metric_cell(own).note.split(';')[0]}, plus " if own is not None else ""
             cells[name] = Cell("Σ " + total.text, total.status, f"sum of {mine}the calls inside: {total.note}",
                                total.sort)
         else:

@@ -18,7 +18,7 @@ from ..results import SUMMABLE_METRICS
 from .breakdown import PartRow
 from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
-from .layers import MARKDOWN_COLUMNS, Column, LayerRow, layer_label, layer_rows, owned_metrics
+from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .values import value_text
 
 FIXED_METHODS = {
@@ -107,6 +107,11 @@ class ReportView:
     def markdown_columns(self) -> tuple[Column, ...]:
         """The columns of the portable Markdown layer table."""
         return MARKDOWN_COLUMNS
+
+    @property
+    def markdown_left_out(self) -> str:
+        """The columns the portable Markdown layer table leaves out, for the sentence under it."""
+        return ", ".join(column.header for column in MARKDOWN_LEFT_OUT)
 
     @cached_property
     def tree(self) -> list[TreeItem]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..compare import compare_reports
 from ..formatting import PARAMETER_SCALES, format_count, format_parameters, format_percent, format_signed
-from ..views import EMPTY, Cell, layer_label, metric_cell, shape_text
+from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
@@ -230,8 +230,7 @@ def _text(value: Any) -> str:
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
-        return DeltaRow(label, view, Cell(format_parameters(entry["before"]), "complete", sort=entry["before"]),
-                        Cell(format_parameters(entry["after"]), "complete", sort=entry["after"]),
+        return DeltaRow(label, view, parameter_cell(entry["before"]), parameter_cell(entry["after"]),
                         format_signed(delta, PARAMETER_SCALES),
                         _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":

@@ -1,29 +1,97 @@
-"""Number formatting shared by every renderer: one unit scale (k, M, G, T) for costs, the model-card style (124M,
-6.74B) for parameter counts, and one way to show a status."""
+"""The one number style of every view: terminal, Markdown, site pages, standalone HTML, diffs, budgets and charts.
+
+A count reads with three significant digits and an SI suffix glued on: ``512``, ``8.97k``, ``4.39M``, ``1.81G``.
+Parameter counts write billions as model cards do (``8.03B``); every other count (MACs, FLOPs, DMAs, calls) writes
+``G``; bytes add ``B`` (``10.6kB``). Shares and changes are percentages (``12.5%``). `NUMBER` is the grammar of
+every number a view shows, defined once here, so a test can hold every renderer to it. Exact values go in hover
+titles (`exact_count`), never in the cells.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
+#: Suffixes of counts (MACs, FLOPs, DMAs, bytes, calls); also the scales a budget limit may use (``1.5M``).
 SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-#: Parameter counts as model cards write them: 124M, 6.74B (B for billions, no space).
-PARAMETER_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K"))
+#: Parameter counts as model cards write them: 124M, 6.74B (B for billions).
+PARAMETER_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+#: Three significant digits at most (trailing zeros dropped): 1, 12, 999, 1.5, 8.97, 12.3, 0.25, 0.00123.
+_MANTISSA = r"(?:[1-9]\d{0,2}|[1-9]\.\d{1,2}|[1-9]\d\.\d|0(?:\.0{0,2}[1-9]\d{0,2})?|<0\.001)"
+#: A count with its suffix: ``512``, ``8.97k``, ``8.03B`` (parameters), ``1.81G``, ``10.6kB`` / ``512B`` (bytes).
+COUNT = rf"{_MANTISSA}(?:[kMGT]?B|[kMGT])?"
+#: A percentage: ``12.5%``, ``1,234.5%``, ``0.013%`` (two significant digits under 0.1%), ``<0.001%``, ``0%``.
+PERCENT = r"(?:\d{1,3}(?:,\d{3})*\.\d|0\.0{1,2}[1-9]\d?|<0\.001|0)%"
+#: A per-dimension value (receptive field, stride, padding): exact integers, one per dimension (``7×7``).
+SPATIAL = r"\d+(?:×\d+)*"
+#: Every number a view shows: an optional ``Σ `` (sum over a subtree), ``≥``/``≤`` (bound) and sign, then a count,
+#: a percentage or a per-dimension value.
+NUMBER = re.compile(rf"(?:Σ )?[≥≤]?[+−]?(?:{COUNT}|{PERCENT}|[+−]?{SPATIAL})")
 
 
-def format_count(value: float, digits: int = 3) -> str:
-    """``1234567`` -> ``"1.23 M"``; values under a thousand are shown as they are."""
-    for scale, suffix in SCALES:
-        if abs(value) >= scale:
-            return f"{value / scale:.{digits - 1}f} {suffix}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def format_count(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
+    """``1234567`` -> ``"1.23M"``, ``8970`` -> ``"8.97k"``, ``512`` -> ``"512"``: three significant digits."""
+    magnitude = abs(value)
+    sign = "-" if value < 0 else ""
+    for scale, suffix in scales:
+        if magnitude >= scale * 0.9995:  # 999.6M rounds to 1G, never to "1e+03M"
+            return f"{sign}{_significant(magnitude / scale)}{suffix}"
+    return sign + _significant(magnitude)
+
+
+def _significant(value: float) -> str:
+    """Three significant digits, no exponent: ``1``, ``8.97``, ``12.3``, ``999``, ``0.25``; ``<0.001`` below."""
+    if value == 0 or float(value).is_integer() and value < 1000:
+        return str(int(value))
+    if value < 0.001:
+        return "<0.001"
+    digits = max(0, 2 - math.floor(math.log10(value)))
+    text = f"{value:.{digits}f}"
+    if float(text) >= 1000 or "e" in text:  # 999.96 rounds up to four digits
+        return "1000"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def format_parameters(count: int) -> str:
-    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``: three significant digits, as model cards do."""
-    for scale, suffix in PARAMETER_SCALES:
-        if abs(count) >= scale * 0.9995:  # 999.6M rounds to 1B, not to "1e+03M"
-            return f"{count / scale:.3g}{suffix}"
-    return str(count)
+    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``: model-card style."""
+    return format_count(count, PARAMETER_SCALES)
+
+
+def format_bytes(count: int) -> str:
+    """``10560`` -> ``"10.6kB"``."""
+    return format_count(count) + "B"
+
+
+def format_percent(value: float, signed: bool = False) -> str:
+    """``12.5%``, ``1,234.5%``, ``0.013%`` (small shares keep two significant digits), ``<0.001%``, ``0%``;
+    ``signed`` adds ``+`` or ``−`` (a change)."""
+    magnitude = abs(value)
+    if magnitude == 0:
+        return "0%"
+    sign = ("+" if value > 0 else "−") if signed else ""
+    if magnitude >= 0.1:
+        digits = f"{magnitude:,.1f}"
+    elif magnitude >= 0.001:
+        digits = f"{magnitude:.2g}"
+    else:
+        digits = "<0.001"
+    return f"{sign}{digits}%"
+
+
+def format_signed(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
+    """A change: ``+1.2M``, ``−300``, ``0``."""
+    if value == 0:
+        return "0"
+    return ("+" if value > 0 else "−") + format_count(abs(value), scales)
+
+
+def exact_count(value: float) -> str:
+    """The exact value for a hover title: ``1,814,073,856``, ``0.5``."""
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,}"
+    return f"{int(value):,}"
 
 
 def format_metric(result: dict[str, Any] | None) -> str:

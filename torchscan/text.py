@@ -4,28 +4,36 @@ HTML reports show, then the totals, a legend of the markers used and the finding
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from .crawler import crawl_module
-from .views import COLUMNS_BY_KEY, ReportView, TreeItem, report_view
+from .views import COLUMNS_BY_KEY, LAYER_COLUMNS, ReportView, TreeItem, report_view
 
-#: The layer-view columns of the terminal table (a subset of `torchscan.views.LAYER_COLUMNS`).
-COLUMNS = ("layer", "type", "output", "params", "macs", "module_flops", "dmas")
+#: The layer-view columns of the terminal table by default, after the layer name (keys of `torchscan.views.
+#: LAYER_COLUMNS`; ``col_names`` chooses others).
+COLUMNS = ("type", "output", "params", "macs", "macs_share", "module_flops", "dmas")
+#: torchinfo's ``col_names`` that have a column here, so a torchinfo habit works as it reads.
+TORCHINFO_NAMES = {"output_size": "output", "num_params": "params", "params_percent": "params_share",
+                   "mult_adds": "macs"}
 #: Findings listed under the table before "and N more".
 SHOWN_FINDINGS = 8
 
 
 def summary(model: Any, input_shape: Any = None, dtype: Any = None, *, file: TextIO | None = None,
-            max_depth: int | None = None, max_rows: int | None = None, **options: Any) -> dict[str, Any]:
+            max_depth: int | None = None, max_rows: int | None = None, col_names: Iterable[str] | None = None,
+            **options: Any) -> dict[str, Any]:
     """Run `crawl_module` with the same arguments, print the layer table, and return the report.
 
-    ``max_depth`` hides the calls nested deeper than that many levels below the root (their costs stay in the
-    ``Σ`` of the rows above); ``max_rows`` cuts the table after that many rows. Neither changes the report.
+    ``max_depth`` hides the calls nested deeper than that many levels below the root (their costs and parameters
+    stay in the ``Σ`` of the rows above); ``max_rows`` cuts the table after that many rows; ``col_names`` chooses
+    the columns after the layer name (see `column_keys`). None of them changes the report.
     """
     _check_limit("max_depth", max_depth, 0)
     _check_limit("max_rows", max_rows, 1)
+    columns = column_keys(col_names)
     report = crawl_module(model, input_shape, dtype, **options)
-    print(render_table(report, max_depth=max_depth, max_rows=max_rows), file=file or sys.stdout)
+    print(render_table(report, max_depth=max_depth, max_rows=max_rows, col_names=columns), file=file or sys.stdout)
     return report
 
 
@@ -38,18 +46,42 @@ def _check_limit(name: str, value: Any, lowest: int) -> None:
         raise ValueError(f"{name} must be at least {lowest}, got {value}")
 
 
-def render_table(report: dict[str, Any], max_depth: int | None = None, max_rows: int | None = None) -> str:
+def column_keys(col_names: Iterable[str] | None) -> tuple[str, ...]:
+    """The terminal columns after the layer name: `COLUMNS` by default, else ``col_names`` in the order given (keys
+    of `torchscan.views.LAYER_COLUMNS`, or torchinfo's names of the same columns); a clear error otherwise."""
+    if col_names is None:
+        return COLUMNS
+    valid = [column.key for column in LAYER_COLUMNS if column.key != "layer"]
+    if isinstance(col_names, str) or not isinstance(col_names, Iterable):
+        raise TypeError(f"col_names must be a sequence of column names (such as {COLUMNS!r}), got "
+                        f"{type(col_names).__name__}")
+    keys: list[str] = []
+    for name in col_names:
+        key = TORCHINFO_NAMES.get(name, name) if isinstance(name, str) else name
+        if key not in valid:
+            raise ValueError(f"col_names: unknown column {name!r}; expected some of {', '.join(valid)} (or "
+                             f"torchinfo's {', '.join(TORCHINFO_NAMES)})")
+        if key not in keys:
+            keys.append(key)
+    if not keys:
+        raise ValueError(f"col_names must name at least one column; expected some of {', '.join(valid)}")
+    return tuple(keys)
+
+
+def render_table(report: dict[str, Any], max_depth: int | None = None, max_rows: int | None = None,
+                 col_names: Iterable[str] | None = None) -> str:
     """The report as an aligned text table, then its totals, the legend of its markers and its findings."""
     _check_limit("max_depth", max_depth, 0)
     _check_limit("max_rows", max_rows, 1)
+    keys = ("layer", *column_keys(col_names))
     view = report_view(report)
     shown, notes = _visible(view.tree, max_depth, max_rows)
-    rows = [_cells(item) for item in shown]
-    headers = tuple(COLUMNS_BY_KEY[key].header for key in COLUMNS)
+    rows = [_cells(item, keys) for item in shown]
+    headers = tuple(COLUMNS_BY_KEY[key].header for key in keys)
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
     rule = "-" * (sum(widths) + 2 * (len(widths) - 1))
-    lines = [_line(headers, widths), rule, *(_line(row, widths) for row in rows), *notes, rule]
-    lines += _totals_lines(view) + _legend_lines(view, [item.row for item in shown]) + _finding_lines(view)
+    lines = [_line(keys, headers, widths), rule, *(_line(keys, row, widths) for row in rows), *notes, rule]
+    lines += _totals_lines(view) + _legend_lines(view, keys, [item.row for item in shown]) + _finding_lines(view)
     return "\n".join(lines)
 
 
@@ -67,15 +99,15 @@ def _visible(tree: list[TreeItem], max_depth: int | None, max_rows: int | None) 
     return items, notes
 
 
-def _cells(item: TreeItem) -> tuple[str, ...]:
+def _cells(item: TreeItem, keys: tuple[str, ...]) -> tuple[str, ...]:
     marker = " ⚠" if item.part is None and item.row.problems else ""
     name = "  " * item.depth + item.cell("layer").text + marker
-    return (name, *(item.cell(key).text for key in COLUMNS[1:]))
+    return (name, *(item.cell(key).text for key in keys[1:]))
 
 
-def _line(cells: tuple[str, ...], widths: list[int]) -> str:
+def _line(keys: tuple[str, ...], cells: tuple[str, ...], widths: list[int]) -> str:
     parts = [cell.rjust(width) if COLUMNS_BY_KEY[key].numeric else cell.ljust(width)
-             for key, cell, width in zip(COLUMNS, cells, widths, strict=True)]
+             for key, cell, width in zip(keys, cells, widths, strict=True)]
     return "  ".join(parts).rstrip()
 
 
@@ -97,8 +129,8 @@ def _totals_lines(view: ReportView) -> list[str]:
     ]
 
 
-def _legend_lines(view: ReportView, rows: list[Any]) -> list[str]:
-    entries = view.legend(COLUMNS, rows)
+def _legend_lines(view: ReportView, keys: tuple[str, ...], rows: list[Any]) -> list[str]:
+    entries = view.legend(keys, rows)
     if not entries:
         return []
     width = max(len(marker) for marker, _ in entries)

@@ -70,6 +70,25 @@
       var index = +button.closest("tr").dataset.i;
       if (isOpen(rows[index])) { collapse(index); } else { expand(index); }
     });
+    var table = tree.querySelector("table.ts-tree-table");
+    var wrap = tree.querySelector(".ts-tree-wrap");
+    var hiddenCount = tree.querySelector("[data-role=hidden-count]");
+    var boxes = Array.prototype.slice.call(tree.querySelectorAll("input[data-col]"));
+    function showColumn(box, shown) {  /* the chooser's header says how many columns are hidden */
+      box.checked = shown;
+      table.classList.toggle("ts-hide-" + box.dataset.col, !shown);
+      var hidden = boxes.filter(function (item) { return !item.checked; }).length;
+      if (hiddenCount) { hiddenCount.textContent = hidden ? " (" + hidden + " hidden)" : ""; }
+    }
+    function fit() {  /* too wide for the page: hide the visible columns of lowest priority first (down to 80) */
+      var shown = boxes.filter(function (box) { return box.checked && +box.dataset.priority < 80; });
+      shown.sort(function (a, b) { return a.dataset.priority - b.dataset.priority; });
+      for (var k = 0; k < shown.length && wrap.scrollWidth > wrap.clientWidth + 1; k++) { showColumn(shown[k], false); }
+    }
+    boxes.forEach(function (box) {
+      box.addEventListener("change", function () { showColumn(box, box.checked); });
+    });
+    if (wrap && wrap.clientWidth) { fit(); }
     tree.querySelector("[data-action=expand]").addEventListener("click", function () { showDepth(1e9); });
     tree.querySelector("[data-action=collapse]").addEventListener("click", function () { showDepth(0); });
     depthInput.addEventListener("change", function () { showDepth(+depthInput.value); });

@@ -107,14 +107,14 @@ def test_report_html_has_three_accessible_charts_with_their_numbers(cnn_report: 
     assert section.count("<figcaption>") == 3 and section.count("<details>") == 3
     by_type, top_calls, profile = report_charts(report_view(cnn_report))
     total = CONV_MACS + LINEAR_MACS
-    assert by_type.rows[:2] == [("Conv2d", "1", "7.78 k", f"{100 * CONV_MACS / total:.1f}%", "224", "7.2%"),
-                                ("Linear", "1", "2.88 k", f"{100 * LINEAR_MACS / total:.1f}%", "2.89K", "92.8%")]
+    assert by_type.rows[:2] == [("Conv2d", "1", "7.78k", f"{100 * CONV_MACS / total:.1f}%", "224", "7.2%"),
+                                ("Linear", "1", "2.88k", f"{100 * LINEAR_MACS / total:.1f}%", "2.89k", "92.8%")]
     assert [row[0] for row in by_type.rows[2:]] == ["Flatten", "ReLU"]  # 0 MACs: exact zeros, listed by name
-    assert top_calls.rows == [("1", "0", "Conv2d", "7.78 k", "73.0%", "—"), ("2", "3", "Linear", "2.88 k", "27.0%", "—")]
+    assert top_calls.rows == [("1", "0", "Conv2d", "7.78k", "73.0%", "—"), ("2", "3", "Linear", "2.88k", "27.0%", "—")]
     assert [row[0] for row in profile.rows] == ["0", "1", "2", "3"]  # each top-level call is a stage
     # The bars carry their values as text: 7776 MACs and 2880 MACs, 224 and 2890 parameters.
-    assert {"7.78 k", "2.88 k", "224", "2.89 k"} <= set(labels(drawn[0]))
-    assert "MACs by layer type (total 10.7 k)" in labels(drawn[0])
+    assert {"7.78k", "2.88k", "224", "2.89k"} <= set(labels(drawn[0]))
+    assert "MACs by layer type (total 10.7k)" in labels(drawn[0])
 
 
 def test_hostile_module_names_stay_text_inside_the_charts() -> None:
@@ -144,9 +144,9 @@ def test_unavailable_values_are_marked_and_listed_never_drawn_as_zero() -> None:
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
     report = crawl_module(model, (3, 8, 8), custom_modules={nn.Linear: ModuleHandler(unknown_macs)})
     by_type, top_calls, profile = report_charts(report_view(report))
-    assert ("Linear", "1", "n/a", "—", "2.89K", "92.8%") in by_type.rows
+    assert ("Linear", "1", "n/a", "—", "2.89k", "92.8%") in by_type.rows
     assert by_type.notes[0] == "n/a (not drawn, never zero): MACs of Linear (1 call)."
-    assert "Linear" not in labels(by_type.svg)[:labels(by_type.svg).index("Parameters by layer type (total 3.11K)")]
+    assert "Linear" not in labels(by_type.svg)[:labels(by_type.svg).index("Parameters by layer type (total 3.11k)")]
     assert [row[1] for row in top_calls.rows] == ["0"] and "n/a" in top_calls.notes[0]
     assert "n/a (not drawn)" in labels(profile.svg) and profile.notes[0].startswith("n/a (not drawn, never zero)")
     assert total_of([Amount(5.0), Amount(0.0, "unavailable")]) == Amount(5.0, "partial")
@@ -158,7 +158,7 @@ def test_a_subtree_owner_is_drawn_once_at_the_owner() -> None:
     report = crawl_module(nn.Sequential(Block()), (4,), custom_modules={Block: ModuleHandler(block_macs,
                                                                                              frozenset({"macs"}))})
     by_type, top_calls, profile = report_charts(report_view(report))
-    assert by_type.rows == [("Block", "1", "32", "100.0%", "0", "0.0%"), ("Linear", "0", "—", "—", "40", "100.0%")]
+    assert by_type.rows == [("Block", "1", "32", "100.0%", "0", "0%"), ("Linear", "0", "—", "—", "40", "100.0%")]
     assert top_calls.rows == [("1", "0", "Block", "32", "100.0%", "—")]
     for chart in (by_type, top_calls, profile):
         assert "2 calls inside subtree owners are counted in their owner's estimate" in chart.summary
@@ -233,7 +233,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untype
 def test_catalog_page_has_both_charts_and_survives_markdown(catalog) -> None:  # type: ignore[no-untyped-def]
     scatter, bars = catalog_charts(catalog)
     # 4x6x6x27 = 3,888 MACs at 8x8 and 4x14x14x27 = 21,168 at 16x16; 112 parameters; the Linear 4x4 ≥16 MACs.
-    assert scatter.rows == [("cnn · small", "112", "3.89 k"), ("cnn · large", "112", "21.17 k"),
+    assert scatter.rows == [("cnn · small", "112", "3.89k"), ("cnn · large", "112", "21.2k"),
                             ("partial", "20", "≥16")]
     assert scatter.notes == ["Not drawn: broken (failed)."]
     assert "≥ partial" in labels(scatter.svg) and "≥ lower bound (partial MACs)" in labels(scatter.svg)

@@ -168,7 +168,7 @@ def test_render_and_diff_commands(broken_build: Build, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     review = (tmp_path / "review.md").read_text()
     # Conv2d 3->4 vs 3->8 channels, kernel 3 on 8x8: 4*6*6*27 = 3888 and 8*6*6*27 = 7776 MACs.
-    assert "| MACs | module view | 3.89 k | 7.78 k | +3.89 k | +100.0% | increased |" in review
+    assert "| MACs | module view | 3.89k | 7.78k | +3.89k | +100.0% | increased |" in review
     assert run_cli("render", reports / "tiny.json", "--output", tmp_path / "x.txt", cwd=tmp_path).returncode == 2
     (tmp_path / "not-a-report.json").write_text("{}")
     bad = run_cli("render", tmp_path / "not-a-report.json", "--output", tmp_path / "x.md", cwd=tmp_path)

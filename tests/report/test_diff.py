@@ -56,7 +56,7 @@ def test_every_delta_has_its_percent_change_beside_it(reports: Path) -> None:
     assert "| Quantity | View | Before | After | Delta | % | Change |" in text
     assert "| Parameters | structure | 340 | 676 | +336 | +98.8% | increased |" in text
     assert "| MACs | module view | 320 | 640 | +320 | +100.0% | increased |" in text
-    assert "| FLOPs | operator view | 660 | 1.32 k | +656 | +99.4% | increased |" in text
+    assert "| FLOPs | operator view | 660 | 1.32k | +656 | +99.4% | increased |" in text
     assert "MACs 256 → 512 (+256, +100.0%)" in text  # the changed layer call's own estimate
     assert "parameters 272 → 544 (+272, +100.0%)" in text
     assert "| 0 | Linear | changed | 256 | 512 | +256 | +100.0% |" in text  # the per-layer ranking

@@ -19,13 +19,14 @@ import torch
 from torch import nn
 
 from torchscan import __version__, crawl_module
-from torchscan.text import COLUMNS as TERMINAL_COLUMNS
+from torchscan.text import COLUMNS as TERMINAL_KEYS
 from torchscan.text import render_table
-from torchscan.views import LAYER_COLUMNS, ReportView, TreeItem, report_view
+from torchscan.views import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, ReportView, TreeItem, report_view
 
 GOLDEN = Path(__file__).parent / "golden"
-#: The columns of the Markdown layer table (templates/md/layers.md.j2).
-MARKDOWN_COLUMNS = ("layer", "type", "output", "params", "macs", "module_flops", "dmas", "op_inclusive", "ownership")
+#: The columns of the terminal table and of the Markdown layer table (templates/md/layers.md.j2).
+TERMINAL_COLUMNS = ("layer", *TERMINAL_KEYS)
+MARKDOWN_KEYS = tuple(column.key for column in MARKDOWN_COLUMNS)
 
 
 class Bessel(nn.Module):
@@ -94,7 +95,11 @@ def terminal_cells(text: str) -> list[dict[str, str]]:
     """The layer rows of the terminal table: left columns start under their header, numbers end under theirs."""
     lines = text.splitlines()
     header = lines[0]
-    spans = {key: match.span() for key, match in zip(TERMINAL_COLUMNS, re.finditer(r"\S+", header), strict=False)}
+    spans, start = {}, 0
+    for key in TERMINAL_COLUMNS:  # headers may hold a space ("% MACs")
+        begin = header.index(COLUMNS_BY_KEY[key].header, start)
+        start = begin + len(COLUMNS_BY_KEY[key].header)
+        spans[key] = begin, start
     rows = []
     for line in lines[2:lines.index(lines[1], 2)]:
         if line.startswith("…"):
@@ -110,12 +115,12 @@ def terminal_cells(text: str) -> list[dict[str, str]]:
 
 
 def markdown_cells(text: str) -> list[dict[str, str]]:
-    lines = text[text.index("| Layer | Type | Output |"):].splitlines()[2:]
+    lines = text[text.index("| Layer | Type |"):].splitlines()[2:]
     rows = []
     for line in lines[: next(i for i, line in enumerate(lines) if not line.startswith("| "))]:
         parts = [html.unescape(part.replace("&nbsp;", "")).replace("\\", "").strip()
                  for part in line.strip("|").split(" | ")]
-        cells = dict(zip(MARKDOWN_COLUMNS, parts, strict=False))
+        cells = dict(zip(MARKDOWN_KEYS, parts, strict=False))
         cells["layer"] = cells["layer"].removesuffix(" ⚠")
         rows.append(cells)
     return rows
@@ -169,7 +174,7 @@ def expected(item: TreeItem, key: str) -> str:
 def test_terminal_markdown_and_html_agree_on_every_cell(report: dict, view: ReportView) -> None:
     texts = rendered(report)
     readings = {"terminal": (terminal_cells(texts["summary.txt"]), TERMINAL_COLUMNS),
-                "markdown": (markdown_cells(texts["report.md"]), MARKDOWN_COLUMNS),
+                "markdown": (markdown_cells(texts["report.md"]), MARKDOWN_KEYS),
                 "html": (html_cells(texts["report.html"]), tuple(column.key for column in LAYER_COLUMNS))}
     for name, (rows, columns) in readings.items():
         assert len(rows) == len(view.tree), name

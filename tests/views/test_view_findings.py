@@ -79,7 +79,7 @@ def test_markers_and_legend() -> None:
     assert all(meaning == MARKERS[marker] for marker, meaning in entries)
 
 
-@pytest.mark.parametrize(("count", "text"), [(0, "0"), (427, "427"), (1_000, "1K"), (11_689_512, "11.7M"),
+@pytest.mark.parametrize(("count", "text"), [(0, "0"), (427, "427"), (1_000, "1k"), (11_689_512, "11.7M"),
                                              (124_439_808, "124M"), (6_738_415_616, "6.74B"),
                                              (999_600_000, "1B"), (3_504_872, "3.5M")])
 def test_parameters_read_as_model_cards_write_them(count: int, text: str) -> None:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports
-from ..formatting import format_count
-from ..views import EMPTY, Cell, layer_label, metric_cell, shape_text
+from ..formatting import PARAMETER_SCALES, format_count, format_parameters, format_percent, format_signed
+from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import plural
 
@@ -168,9 +168,7 @@ def percent_text(before: Any, delta: Any) -> str:
         return "new"
     if percent == 0:
         return "0%"
-    magnitude = abs(percent)
-    digits = f"{magnitude:,.1f}" if magnitude >= 0.1 else f"{magnitude:.2g}" if magnitude >= 0.001 else "<0.001"
-    return ("+" if percent > 0 else "−") + digits + "%"
+    return format_percent(percent, signed=True)
 
 
 def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
@@ -219,8 +217,9 @@ def _budget_row(check: BudgetCheck) -> BudgetRow:
         observed = f"{label}: the delta is unknown (a side is incomplete or was not requested)"
     else:
         percent = percent_text(check.before, check.delta)
-        observed = (f"{label}: {format_count(check.before)} → {format_count(check.after)} "
-                    f"({signed(check.delta)}, {percent})")
+        amount = format_parameters if budget.metric == "parameters" else format_count
+        delta = format_signed(check.delta, PARAMETER_SCALES) if budget.metric == "parameters" else signed(check.delta)
+        observed = f"{label}: {amount(check.before)} → {amount(check.after)} ({delta}, {percent})"
     return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed)
 
 
@@ -273,18 +272,15 @@ def total_cells(report: dict[str, Any]) -> list[Cell]:
     """A report's compared totals as the review shows them, in `TOTAL_LABELS` order (a catalog review's entry that
     only one side has)."""
     totals = report["totals"]
-    return [_count_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
+    return [parameter_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
             for name, _, _ in TOTAL_LABELS]
-
-
-def _count_cell(count: int) -> Cell:
-    return Cell(format_count(count), "complete", sort=count)
 
 
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
-        return DeltaRow(label, view, _count_cell(entry["before"]), _count_cell(entry["after"]), signed(delta),
+        return DeltaRow(label, view, parameter_cell(entry["before"]), parameter_cell(entry["after"]),
+                        format_signed(delta, PARAMETER_SCALES),
                         _direction(delta), percent_text(entry["before"], delta))
     if delta["status"] != "complete":
         return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),
@@ -310,7 +306,7 @@ def _details(changes: dict[str, Any]) -> list[str]:
         details.append(f"type {changes['type']['before']} → {changes['type']['after']}")
     if "parameters" in changes:
         numbers = changes["parameters"]
-        details.append(f"parameters {format_count(numbers['before'])} → {format_count(numbers['after'])} "
+        details.append(f"parameters {format_parameters(numbers['before'])} → {format_parameters(numbers['after'])} "
                        f"({_signed_with_percent(numbers['before'], numbers['delta'])})")
     if "output" in changes:
         details.append(f"output {shape_text(changes['output']['before'])} → {shape_text(changes['output']['after'])}")

@@ -1,8 +1,9 @@
 """Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI).
 
 A finished run is labelled by what the build will make of it: ``ok``, ``ok, partial`` (some number is a lower bound
-or unavailable), ``failed (strict: incomplete)`` for an incomplete run under strictness, or the failure itself, so the
-progress lines never say ``ok`` for a run that the summary then lists as failed.
+or unavailable), ``failed (strict: incomplete)`` for an incomplete run under strictness, or the failure itself (with
+the failing layer, when a layer's forward raised), so the progress lines never say ``ok`` for a run that the summary
+then lists as failed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from ..results import incomplete_metrics
 
 
 def outcome_label(status: str, result: dict[str, Any] | None, strict: bool) -> str:
-    """``status`` (``ok``, ``cached`` or a failure) refined by the run's report and strictness."""
+    """``status`` (``ok``, ``cached`` or a failure) refined by the run's report and strictness; a failure names the
+    failing layer when the forward of one raised, as the run's page does."""
+    error = (result or {}).get("error")
+    if isinstance(error, dict) and error.get("layer") is not None:
+        return f"{status}, failing layer {error['layer'] or '(root)'}"
     report = (result or {}).get("report")
     if not isinstance(report, dict) or "totals" not in report or not incomplete_metrics(report):
         return status

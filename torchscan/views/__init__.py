@@ -11,12 +11,12 @@ from __future__ import annotations
 from .breakdown import PartRow
 from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, findings, incomplete_message
-from .layers import COLUMNS_BY_KEY, LAYER_COLUMNS, Column, LayerRow, layer_label, layer_rows
+from .layers import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, Column, LayerRow, layer_label, layer_rows
 from .report import OwnerView, ReportView, TotalRow, TreeItem, report_view
 from .values import shape_text, value_text
 
 __all__ = [
-    "COLUMNS_BY_KEY", "EMPTY", "LAYER_COLUMNS", "METRIC_LABELS", "METRIC_NAMES", "Cell", "Column", "Finding",
+    "COLUMNS_BY_KEY", "EMPTY", "LAYER_COLUMNS", "MARKDOWN_COLUMNS", "METRIC_LABELS", "METRIC_NAMES", "Cell", "Column", "Finding",
     "LayerRow", "OwnerView", "PartRow", "ReportView", "TotalRow", "TreeItem", "findings", "incomplete_message",
     "layer_label", "layer_rows", "legend", "metric_cell", "parameter_cell", "report_view", "shape_text", "value_text",
     "worst_status",

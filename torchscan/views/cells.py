@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..formatting import format_metric, format_parameters
+from ..formatting import exact_count, format_metric, format_parameters
 
 #: Short labels of the module-estimate fields, as table headers and in findings.
 METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "RF",
@@ -30,7 +30,8 @@ MARKERS = {
     "n/a": "unavailable: nothing could be counted (never a zero)",
     "n/a*": "not applicable: the metric has no meaning for this call",
     "—": "not requested (structure mode)",
-    "Σ": "sum over the calls inside this one (its own estimate included)",
+    "Σ": "sum over the calls inside this one (its own estimate included); for parameters and buffers, the module "
+         "and the modules inside it, a shared tensor once",
     "covered": "counted by an enclosing subtree owner, whose estimate includes this call",
     "owner": "owns its subtree: its estimate includes the calls inside it",
     "of which": "part of a subtree owner's estimate, already included in it (never added again)",
@@ -70,13 +71,24 @@ def metric_cell(result: dict[str, Any] | None) -> Cell:
     status = result["status"]
     number = result["value"] if status == "complete" else result["known_value"]
     sort = float(number) if isinstance(number, (int, float)) else None
-    note = f"{STATUS_WORDS.get(status, status)}; method {result['method']}; scope {result['scope']}"
+    note = f"{_exact_text(result, number)}; method {result['method']}; scope {result['scope']}"
     return Cell(format_metric(result), status, note, sort)
+
+
+def _exact_text(result: dict[str, Any], number: Any) -> str:
+    """The exact value for a hover title: ``1,814,073,856 MACs (complete)``, ``at least 12 FLOPs (lower bound)``."""
+    status = STATUS_WORDS.get(result["status"], result["status"])
+    if isinstance(number, list):
+        return f"{'×'.join(str(item) for item in number)} {result['unit']} ({status})"
+    if not isinstance(number, (int, float)):
+        return status
+    bound = "at least " if result["status"] == "partial" else ""
+    return f"{bound}{exact_count(number)} {result['unit']} ({status})"
 
 
 def parameter_cell(count: int, what: str = "parameters") -> Cell:
     """A parameter count in model-card style (``124M``), the exact number in the tooltip."""
-    return Cell(format_parameters(count), "complete", f"{count:,} {what}", count)
+    return Cell(format_parameters(count), "complete", f"{exact_count(count)} {what}", count)
 
 
 def worst_status(results: Iterable[dict[str, Any] | None]) -> str:

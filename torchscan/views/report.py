@@ -13,12 +13,12 @@ from functools import cached_property
 from typing import Any
 
 from ..diagnostics import CODES
-from ..formatting import format_count, format_parameters
+from ..formatting import exact_count, format_bytes, format_count, format_parameters
 from ..results import SUMMABLE_METRICS
 from .breakdown import PartRow
 from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
-from .layers import LayerRow, layer_label, layer_rows, owned_metrics
+from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .values import value_text
 
 FIXED_METHODS = {
@@ -103,6 +103,16 @@ class ReportView:
         """The findings that make numbers incomplete (what a partial page's admonition names)."""
         return causes(self.findings)
 
+    @property
+    def markdown_columns(self) -> tuple[Column, ...]:
+        """The columns of the portable Markdown layer table."""
+        return MARKDOWN_COLUMNS
+
+    @property
+    def markdown_left_out(self) -> str:
+        """The columns the portable Markdown layer table leaves out, for the sentence under it."""
+        return ", ".join(column.header for column in MARKDOWN_LEFT_OUT)
+
     @cached_property
     def tree(self) -> list[TreeItem]:
         return tree_items(self.layers)
@@ -133,10 +143,11 @@ def report_view(report: dict[str, Any], title: str = "", description: str = "") 
         totals=total_rows(totals),
         layers=layers,
         owners=owner_views(report, layers),
-        by_operator=[{"operator": row["operator"], "calls": row["calls"], "flops": format_count(row["flops"])}
-                     for row in operators["by_operator"]],
-        uncounted=list(operators["uncounted"]),
-        ignored=list(operators["ignored"]),
+        by_operator=[{"operator": row["operator"], "calls": format_count(row["calls"]),
+                      "flops": format_count(row["flops"]), "exact": f"{exact_count(row['flops'])} FLOPs in "
+                      f"{exact_count(row['calls'])} calls"} for row in operators["by_operator"]],
+        uncounted=[{**row, "calls": format_count(row["calls"])} for row in operators["uncounted"]],
+        ignored=[{**row, "calls": format_count(row["calls"])} for row in operators["ignored"]],
         custom_formulas=list(report["context"].get("custom_formulas", [])),
         custom_handlers=[{"type": row["type"], "method": row["method"],
                           "subtree": ", ".join(_metric_labels(row["subtree_metrics"])) or "—"}
@@ -160,11 +171,15 @@ def total_rows(totals: dict[str, Any]) -> list[TotalRow]:
     rows = [
         TotalRow("Parameters", plain, parameter_cell(params["total"], "parameters (shared tensors counted once)")),
         TotalRow("Trainable / frozen", plain, Cell(f"{format_parameters(params['trainable'])} / "
-                                                   f"{format_parameters(params['frozen'])}", "complete")),
-        TotalRow("Parameter memory", plain, Cell(format_count(params["bytes"]) + "B", "complete",
-                                                 f"{params['bytes']:,} bytes", params["bytes"])),
+                                                   f"{format_parameters(params['frozen'])}", "complete",
+                                                   f"{exact_count(params['trainable'])} trainable, "
+                                                   f"{exact_count(params['frozen'])} frozen")),
+        TotalRow("Parameter memory", plain, Cell(format_bytes(params["bytes"]), "complete",
+                                                 f"{exact_count(params['bytes'])} bytes", params["bytes"])),
         TotalRow("Buffers", plain, Cell(f"{format_parameters(totals['buffers']['total'])} "
-                                        f"({format_count(totals['buffers']['bytes'])}B)", "complete")),
+                                        f"({format_bytes(totals['buffers']['bytes'])})", "complete",
+                                        f"{exact_count(totals['buffers']['total'])} elements, "
+                                        f"{exact_count(totals['buffers']['bytes'])} bytes")),
     ]
     for name, label, view in (("macs", "MACs", "module view"), ("module_flops", "FLOPs", "module view"),
                               ("dmas", "DMAs", "module view"), ("operator_flops", "FLOPs", "operator view")):

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...formatting import format_count
+from ...formatting import PARAMETER_SCALES, SCALES, format_count, format_percent
 
 if TYPE_CHECKING:
     from ...views import Cell
@@ -18,6 +18,8 @@ class Amount:
 
     known: float = 0.0
     status: str = "complete"
+    #: The suffixes it is written with: `SCALES` for costs, `PARAMETER_SCALES` (``8.03B``) for parameter counts.
+    scales: tuple[tuple[float, str], ...] = SCALES
 
     @property
     def drawn(self) -> bool:
@@ -25,17 +27,15 @@ class Amount:
 
     @property
     def text(self) -> str:
-        """As the tables write numbers (``1.81 G``, ``≥16``, ``n/a``)."""
+        """As the tables write numbers (``1.81G``, ``≥16``, ``n/a``)."""
         if self.status == "unavailable":
             return "n/a"
-        return ("≥" if self.status == "partial" else "") + format_count(self.known)
+        return ("≥" if self.status == "partial" else "") + format_count(self.known, self.scales)
 
     @property
     def short(self) -> str:
-        """As a label beside a bar: three significant digits."""
-        if self.status == "unavailable":
-            return "n/a"
-        return ("≥" if self.status == "partial" else "") + tick_text(self.known)
+        """As a label beside a bar: as the tables write it (one number style everywhere)."""
+        return self.text
 
 
 def amount_of(cell: Cell | None) -> Amount | None:
@@ -52,18 +52,19 @@ def amount_of(cell: Cell | None) -> Amount | None:
 def total_of(amounts: Sequence[Amount]) -> Amount:
     """The sum: exact when every part is, unavailable when no part is known, a lower bound otherwise."""
     known = sum(amount.known for amount in amounts)
+    scales = amounts[0].scales if amounts else SCALES
     if all(amount.status == "complete" for amount in amounts):
-        return Amount(known)
+        return Amount(known, scales=scales)
     if all(amount.status == "unavailable" for amount in amounts):
-        return Amount(0.0, "unavailable")
-    return Amount(known, "partial")
+        return Amount(0.0, "unavailable", scales)
+    return Amount(known, "partial", scales)
 
 
 def share_text(part: Amount, whole: Amount) -> str:
     """The part's share of the counted whole; a lower-bound part reads as at least that share."""
     if not part.drawn or whole.known <= 0:
         return "—"
-    return ("≥" if part.status == "partial" else "") + f"{100 * part.known / whole.known:.1f}%"
+    return ("≥" if part.status == "partial" else "") + format_percent(100 * part.known / whole.known)
 
 
 def ranked(items: Sequence[tuple[str, Amount]]) -> list[tuple[str, Amount]]:
@@ -71,16 +72,16 @@ def ranked(items: Sequence[tuple[str, Amount]]) -> list[tuple[str, Amount]]:
     return sorted(items, key=lambda item: (not item[1].drawn, -item[1].known, item[0]))
 
 
-def tick_text(value: float) -> str:
-    """Compact numbers for axes and bar labels: ``0``, ``500``, ``1.5 M``, ``−2 G``, ``118 M``."""
-    if value == 0:
-        return "0"
+def tick_text(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
+    """Axis and bar labels in the tables' units: ``0``, ``500``, ``1.5M``, ``−2G``; parameter axes (``scales=
+    PARAMETER_SCALES``) write billions ``B``, as the parameter columns do."""
     sign = "−" if value < 0 else ""
-    magnitude = abs(value)
-    for scale, suffix in ((1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if magnitude >= scale:
-            return f"{sign}{magnitude / scale:.3g}{suffix}"
-    return f"{sign}{magnitude:.3g}"
+    return sign + format_count(abs(value), scales)
+
+
+def parameter_amount(count: float) -> Amount:
+    """A parameter count to draw, written as the parameter columns write it (``8.03B``)."""
+    return Amount(float(count), scales=PARAMETER_SCALES)
 
 
 def counted(number: int, word: str) -> str:

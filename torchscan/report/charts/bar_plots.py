@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...formatting import SCALES
 from .amounts import Amount, tick_text
 from .canvas import Canvas, no_ticks
 from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE
@@ -46,8 +47,10 @@ def partial_legend(bars: Sequence[Bar]) -> list[tuple[str, str, str]]:
         else []
 
 
-def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, log: bool = False) -> None:
-    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis)."""
+def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, log: bool = False,
+               scales: tuple[tuple[float, str], ...] = SCALES) -> None:
+    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis), written
+    with ``scales`` as the tables write that quantity."""
     from matplotlib.ticker import LogLocator, MaxNLocator
 
     locator = LogLocator(base=10.0, numticks=7) if log else MaxNLocator(nbins=4)
@@ -56,13 +59,14 @@ def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, l
         axes.vlines(ticks, 0, 1, transform=axes.get_xaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(tick, 0, tick_text(tick), axes.get_xaxis_transform(), dy=-4, anchor="middle",
+            canvas.text(tick, 0, tick_text(tick, scales), axes.get_xaxis_transform(), dy=-4, anchor="middle", number=True,
                         baseline="hanging", size=FONT - 0.5)
     else:
         axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(0, tick, tick_text(tick), axes.get_yaxis_transform(), dx=-4, anchor="end", size=FONT - 0.5)
+            canvas.text(0, tick, tick_text(tick, scales), axes.get_yaxis_transform(), dx=-4, anchor="end",
+                        size=FONT - 0.5, number=True)
 
 
 def rectangles(spans: Sequence[tuple[float, float, float, float]]) -> list[list[tuple[float, float]]]:
@@ -107,7 +111,8 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
     for position, bar in zip(positions, bars, strict=True):
         canvas.text(0, position, bar.label, axes.get_yaxis_transform(), dx=-5, anchor="end")
         if bar.amount.drawn:
-            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5)
+            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5,
+                        number=True)
         else:
             canvas.text(0, position, "n/a" + (f" ({bar.note})" if bar.note else ""), axes.get_yaxis_transform(),
                         dx=4, colour=UNAVAILABLE, size=FONT - 0.5)

@@ -50,7 +50,8 @@ class Canvas:
         return axes
 
     def text(self, x: float, y: float, text: str, transform: Any = None, **style: Any) -> None:
-        """A label at ``(x, y)`` in ``transform``'s coordinates (figure points when ``None``)."""
+        """A label at ``(x, y)`` in ``transform``'s coordinates (figure points when ``None``); ``number=True`` marks
+        a tick or value label."""
         self._labels.append((transform, x, y, text, style))
 
     def title(self, text: str) -> None:
@@ -129,6 +130,8 @@ class Canvas:
             attributes += f' font-weight="{style["weight"]}"'
         if style.get("colour", INK) != INK:
             attributes += f' fill="{style["colour"]}"'
+        if style.get("number"):  # a tick or value label: written by the one formatter (tests check them all)
+            attributes += ' class="ts-number"'
         if style.get("rotate"):
             attributes += f' transform="rotate({style["rotate"]:g} {x:.2f} {y:.2f})"'
         return f"<text {attributes}>{html.escape(text, quote=False)}</text>"

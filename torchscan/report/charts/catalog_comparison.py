@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...formatting import format_parameters
+from ...formatting import PARAMETER_SCALES, format_parameters
 from .amounts import Amount, amount_of, shorten
 from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
 from .canvas import Canvas, no_ticks
@@ -164,7 +164,7 @@ def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[floa
     low_y, high_y = min(ys) / 3, max(ys) * 3
     axes.set_xlim(low_x, high_x)
     axes.set_ylim(low_y, high_y)
-    value_grid(canvas, axes, "x", low_x, high_x, log=True)
+    value_grid(canvas, axes, "x", low_x, high_x, log=True, scales=PARAMETER_SCALES)
     value_grid(canvas, axes, "y", low_y, high_y, log=True)
 
 

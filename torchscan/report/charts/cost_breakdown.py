@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...formatting import format_parameters
-from .amounts import Amount, amount_of, counted, ranked, share_text, shorten, total_of
+from .amounts import Amount, amount_of, counted, parameter_amount, ranked, share_text, shorten, total_of
 from .bar_plots import (
     Bar,
     add_boxes,
@@ -56,9 +56,9 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     unit = METRIC_NAMES[metric]
     cost, params = _type_sums(view, calls, metric)
     cost_items = ranked([(name, total_of(parts)) for name, parts in cost.items()])
-    param_items = ranked([(name, Amount(count)) for name, count in params.items() if count])
+    param_items = ranked([(name, parameter_amount(count)) for name, count in params.items() if count])
     whole_cost = total_of([amount for _, amount in cost_items])
-    whole_params = Amount(sum(amount.known for _, amount in param_items))
+    whole_params = parameter_amount(sum(amount.known for _, amount in param_items))
     notes = _by_type_notes(view, cost, cost_items, whole_params, unit)
     rows = [(name, str(len(cost[name])), amount.text, share_text(amount, whole_cost),
              format_parameters(params.get(name, 0)), share_text(Amount(params.get(name, 0)), whole_params))
@@ -87,7 +87,7 @@ def _type_sums(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tupl
     params: dict[str, int] = {}
     for row in view.layers:
         if row.call_index == 0:  # a module's parameters belong to it once, however often it is called
-            params[row.type_name] = params.get(row.type_name, 0) + int(row.params.sort or 0)
+            params[row.type_name] = params.get(row.type_name, 0) + row.own_parameters
     return cost, params
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...formatting import format_count
-from .amounts import counted, shorten, tick_text
+from .amounts import counted, shorten
 from .bar_plots import add_boxes, label_margin, ranking_bottom, ranking_height
 from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
@@ -31,14 +31,14 @@ def diff_charts(view: DiffView, drawn: bool = True) -> list[Chart]:
     return [draw(chart, painter) if drawn else chart]
 
 
-def delta_text(delta: LayerDelta, short: bool = False) -> str:
-    """``+1.20 M``, ``−300``; an added lower bound reads ``≥+1.20 M``, a removed one ``≤−1.20 M``; else ``unknown``.
-    ``short``: three significant digits, as beside a bar."""
+def delta_text(delta: LayerDelta) -> str:
+    """``+1.2M``, ``−300``; an added lower bound reads ``≥+1.2M``, a removed one ``≤−1.2M``; else ``unknown`` (the
+    same text in the table and beside the bar)."""
     if delta.status == "unavailable" or not delta.value:
         return "unknown"
     sign = "+" if delta.value > 0 else "−" if delta.value < 0 else ""
     bound = ("≥" if delta.value > 0 else "≤") if delta.status == "partial" else ""
-    return f"{bound}{sign}{(tick_text if short else format_count)(abs(delta.value))}"
+    return f"{bound}{sign}{format_count(abs(delta.value))}"
 
 
 def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Painter]:
@@ -124,8 +124,8 @@ def _delta_bars(canvas: Canvas, axes: Axes, shown: Sequence[LayerDelta], values:
                              for position, value in enumerate(values)],
               [INCREASE if value > 0 else DECREASE for value in values], [delta.status for delta in shown])
     for position, (delta, value) in enumerate(zip(shown, values, strict=True)):
-        canvas.text(value, position, delta_text(delta, short=True), axes.transData, dx=3 if value > 0 else -3,
-                    anchor="start" if value > 0 else "end", size=FONT - 0.5)
+        canvas.text(value, position, delta_text(delta), axes.transData, dx=3 if value > 0 else -3,
+                    anchor="start" if value > 0 else "end", size=FONT - 0.5, number=True)
 
 
 def _unknown_marks(canvas: Canvas, axes: Axes, unknown: Sequence[LayerDelta], first: int) -> None:

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from third_party_models import _hf, _timm, import_torchvision
 from torch import nn
-from torch.utils.flop_counter import flop_registry
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from torchscan import measure_flops
 from torchscan.formulas.operators.table import OPERATOR_COSTS

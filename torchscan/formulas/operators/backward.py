@@ -84,15 +84,11 @@ COSTS.register(["native_dropout_backward"], _per_gradient_element(2))
 
 # --- softmax --------------------------------------------------------------------------------------------------
 
-#: FLOPs of a softmax backward over one slice of n elements: softmax y * (g - sum(g * y)) (n multiplies, n - 1
-#: additions, n subtractions, n multiplies); log-softmax g - exp(y) * sum(g) (n - 1 additions, n exps, n
-#: multiplies, n subtractions). Both are 4n - 1.
-SOFTMAX_BACKWARD_FLOPS: Callable[[int], int] = lambda n: 4 * n - 1  # noqa: E731 -- a named formula
-
-
 def softmax_backward_flops(rows: int, length: int) -> int:
-    """The backward of ``rows`` softmax slices of ``length`` elements."""
-    return rows * SOFTMAX_BACKWARD_FLOPS(length) if length else 0
+    """The backward of ``rows`` softmax slices of ``length`` elements, 4n - 1 per slice of n: softmax
+    y * (g - sum(g * y)) (n multiplies, n - 1 additions, n subtractions, n multiplies); log-softmax
+    g - exp(y) * sum(g) (n - 1 additions, n exps, n multiplies, n subtractions)."""
+    return rows * (4 * length - 1) if length else 0
 
 
 def _softmax_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
@@ -168,27 +164,37 @@ def _rms_norm_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
 
 
 def batch_norm_backward_cost(grad: torch.Tensor, weight: Any, training: bool, mask: list[bool]) -> OpCost:
-    """Batch norm over channel dimension 1 (C channels, m = N / C elements each).
-
-    Training (batch statistics): x_hat recomputed (2N); the per-channel sums of g (N - C) and of g * x_hat
-    (N multiplies, N - C additions) serve the bias, weight and input gradients alike; the input gradient adds the
-    two means (2C) and x_hat * mean, two subtractions, times rstd (4 per element), + 1 with a weight.
-    Evaluation (running statistics): the input gradient is g * (w * rstd) (1 per element; rstd and its product
-    with w, 3 per channel); the weight gradient needs x_hat (2N) and sum(g * x_hat); the bias gradient sum(g).
-    """
+    """Batch norm over channel dimension 1 (C channels, m = N / C elements each), with batch statistics in
+    training and running statistics otherwise; the weight gradient only when there is a weight."""
     elements = grad.numel()
     channels = grad.shape[1] if grad.dim() > 1 else 1
-    want_input, want_weight, want_bias = mask
-    want_weight = want_weight and weight is not None
+    wanted = [mask[0], mask[1] and weight is not None, mask[2]]
+    if training:
+        return OpCost(_training_batch_norm_backward(elements, channels, weight is not None, wanted))
+    return OpCost(_evaluation_batch_norm_backward(elements, channels, wanted))
+
+
+def _training_batch_norm_backward(elements: int, channels: int, weight: bool, wanted: list[bool]) -> int:
+    """x_hat recomputed (2N); the per-channel sums of g (N - C) and of g * x_hat (N multiplies, N - C additions)
+    serve the bias, weight and input gradients alike; the input gradient adds the two means (2C) and x_hat *
+    mean, two subtractions, times rstd (4 per element), + 1 with a weight."""
+    want_input, want_weight, want_bias = wanted
     reduction = elements - channels
-    sum_g = reduction if want_bias or (training and want_input) else 0
-    products = elements + reduction if want_weight or (training and want_input) else 0
+    sum_g = reduction if want_bias or want_input else 0
+    products = elements + reduction if want_weight or want_input else 0
     x_hat = NORMALIZE_FLOPS * elements if products else 0
-    if not training:
-        gradient = elements + (GROUP_FLOPS + 1) * channels if want_input else 0
-        return OpCost(x_hat + (products if want_weight else 0) + (reduction if want_bias else 0) + gradient)
-    gradient = (4 + (weight is not None)) * elements + 2 * MEAN_FLOPS * channels if want_input else 0
-    return OpCost(x_hat + sum_g + products + gradient)
+    gradient = (4 + weight) * elements + 2 * MEAN_FLOPS * channels if want_input else 0
+    return x_hat + sum_g + products + gradient
+
+
+def _evaluation_batch_norm_backward(elements: int, channels: int, wanted: list[bool]) -> int:
+    """The input gradient is g * (w * rstd) (1 per element; rstd and its product with w, 3 per channel); the
+    weight gradient needs x_hat (2N) and sum(g * x_hat) (N + N - C); the bias gradient sum(g) (N - C)."""
+    want_input, want_weight, want_bias = wanted
+    reduction = elements - channels
+    weight_gradient = NORMALIZE_FLOPS * elements + elements + reduction if want_weight else 0
+    gradient = elements + (GROUP_FLOPS + 1) * channels if want_input else 0
+    return weight_gradient + (reduction if want_bias else 0) + gradient
 
 
 def _native_batch_norm_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:

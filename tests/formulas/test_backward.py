@@ -46,6 +46,8 @@ ACTIVATIONS = [
     (F.softplus, "aten.softplus_backward", 6),
     (F.mish, "aten.mish_backward", 13),
     (F.logsigmoid, "aten.log_sigmoid_backward", 9),
+    (F.hardshrink, "aten.hardshrink_backward", 2),
+    (F.softshrink, "aten.softshrink_backward", 2),
 ]
 
 
@@ -139,6 +141,13 @@ def test_bilinear_and_nearest_upsampling_backward():
     assert flops["aten.upsample_nearest2d_backward"] == 16 - 4
 
 
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_padding_backward_sums_the_copies(mode):
+    # 4x4 padded by 1 on each side: 36 gradient elements fold back into 16
+    flops = backward_flops(lambda t: F.pad(t, (1, 1, 1, 1), mode=mode), leaf(1, 1, 4, 4))
+    assert flops[("aten.reflection_pad2d_backward" if mode == "reflect" else "aten.replication_pad2d_backward")] == 20
+
+
 def test_embedding_backward_adds_every_looked_up_row():
     indices = torch.tensor([[0, 1, 2, 1], [3, 0, 0, 4]])
     assert backward_flops(nn.Embedding(10, 3), indices)["aten.embedding_dense_backward"] == 24
@@ -170,6 +179,17 @@ def test_mse_loss_forward_and_backward():
     assert operator_flops(lambda: F.mse_loss(prediction, target))["aten.mse_loss"] == 2 * 6 + 6
     assert operator_flops(lambda: F.mse_loss(prediction, target, reduction="sum"))["aten.mse_loss"] == 12 + 5
     assert backward_flops(lambda t: F.mse_loss(t, target), prediction)["aten.mse_loss_backward"] == 18
+
+
+def test_binary_cross_entropy_with_logits_and_kl_divergence():
+    logits, target = torch.randn(2, 3), torch.rand(2, 3)
+    flops = operator_flops(lambda: F.binary_cross_entropy_with_logits(logits, target))
+    assert flops["aten.binary_cross_entropy_with_logits"] == 12 * 6 + 6
+    weighted = operator_flops(lambda: F.binary_cross_entropy_with_logits(
+        logits, target, weight=torch.ones(3), pos_weight=torch.ones(3), reduction="sum"))
+    assert weighted["aten.binary_cross_entropy_with_logits"] == 16 * 6 + 5
+    # xlogy, the first term of F.kl_div: comparison, log, multiply per element
+    assert operator_flops(lambda: torch.xlogy(target, target))["aten.xlogy"] == 18
 
 
 def test_view_backwards_are_copies_not_work():

@@ -47,6 +47,8 @@ ACTIVATION_BACKWARD_FLOPS: dict[str, int] = {
     "log_sigmoid": 9,     # comparison, abs, negate, exp, add, divide, multiply by the sign, subtract, times g
     "glu": 9,             # per output element: sigmoid (4), g * s (1), g * a * s * (1 - s) (4)
     "rrelu_training": 1,  # g * noise
+    "hardshrink": 2,      # |x| > lambda ? g : 0: 2 comparisons
+    "softshrink": 2,      # the same test: 2 comparisons
 }
 
 
@@ -72,7 +74,7 @@ def _rrelu(args: tuple, kwargs: dict) -> int:
 
 
 for _name in ("threshold", "hardtanh", "leaky_relu", "sigmoid", "tanh", "silu", "hardswish", "hardsigmoid",
-              "softplus", "mish", "log_sigmoid", "glu"):
+              "softplus", "mish", "log_sigmoid", "glu", "hardshrink", "softshrink"):
     COSTS.register([f"{_name}_backward"], _per_gradient_element(ACTIVATION_BACKWARD_FLOPS[_name]))
 COSTS.register(["_prelu_kernel_backward"], _per_gradient_element(ACTIVATION_BACKWARD_FLOPS["prelu"]))
 COSTS.register(["gelu_backward"], _per_gradient_element(_gelu))
@@ -266,9 +268,9 @@ def _interpolation_backward(taps: int) -> CostFunction:
     return real_only(lambda args, kwargs, out: OpCost(args[0].numel() * (interpolation_flops(taps) + 1)))
 
 
-def _nearest_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
-    """Nearest upsampling's backward sums the gradients of the copies of each input element: output elements -
-    input elements additions."""
+def _copies_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
+    """The backward of a copy that repeats input elements (nearest upsampling, reflection and replication
+    padding) sums the gradients of each element's copies: gradient elements - input elements additions."""
     return OpCost(max(args[0].numel() - numel(out), 0))
 
 
@@ -282,7 +284,9 @@ COSTS.register(["upsample_bilinear2d_backward"], _interpolation_backward(4))
 COSTS.register(["upsample_trilinear3d_backward"], _interpolation_backward(8))
 COSTS.register(["upsample_bicubic2d_backward"], _interpolation_backward(16))
 COSTS.register([f"upsample_nearest{dims}d_backward" for dims in (1, 2, 3)]
-               + [f"_upsample_nearest_exact{dims}d_backward" for dims in (1, 2, 3)], real_only(_nearest_backward))
+               + [f"_upsample_nearest_exact{dims}d_backward" for dims in (1, 2, 3)]
+               + [f"{mode}_pad{dims}d_backward" for mode in ("reflection", "replication") for dims in (1, 2, 3)],
+               real_only(_copies_backward))
 
 
 # --- embeddings -----------------------------------------------------------------------------------------------
@@ -342,6 +346,15 @@ def _pointwise_loss(per_element: int, reduction_index: int = 2) -> CostFunction:
     return real_only(cost)
 
 
+def _logits_loss(args: tuple, kwargs: dict, out: Any) -> OpCost:
+    """``binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction)``."""
+    elements = args[0].numel()
+    weighted = argument(args, kwargs, 2, "weight") is not None
+    positive = argument(args, kwargs, 3, "pos_weight") is not None
+    reduction = argument(args, kwargs, 4, "reduction", MEAN_REDUCTION)
+    return OpCost((12 + weighted + 3 * positive) * elements + reduction_flops(elements, reduction))
+
+
 def _loss_backward(per_element: int) -> CostFunction:
     """A pointwise loss's backward: ``per_element`` FLOPs per element (the derivative times g, a mean's 1/n
     folded into the same multiply)."""
@@ -360,6 +373,9 @@ COSTS.register(["smooth_l1_loss_backward", "huber_loss_backward"], _loss_backwar
 # g * (x - t) / max((1 - x) x, eps): 2 subtractions, 2 multiplies, max, divide
 COSTS.register(["binary_cross_entropy"], _pointwise_loss(8, reduction_index=3))
 COSTS.register(["binary_cross_entropy_backward"], _loss_backward(6))
+# (1 - t) x + m + log(exp(-m) + exp(-x - m)) with m = max(-x, 0): 12; + 1 with a weight, + 3 with pos_weight
+# ((pos_weight - 1) t + 1 scaling the log term); its backward dispatches separate operators
+COSTS.register(["binary_cross_entropy_with_logits"], real_only(_logits_loss))
 # log(1 + exp(-t x)): multiply, negate, exp, add, log; backward -t g z / (1 + z) with z = exp(-t x): 3 + 5
 COSTS.register(["soft_margin_loss"], _pointwise_loss(5))
 COSTS.register(["soft_margin_loss_backward"], _loss_backward(8))

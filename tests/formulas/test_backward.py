@@ -13,6 +13,7 @@ from torch import nn
 from torchscan_testing import operator_flops
 
 from torchscan import measure_flops
+from torchscan.formulas.operators.table import OPERATOR_FORMULAS
 
 
 @pytest.fixture(autouse=True)
@@ -199,3 +200,64 @@ def test_view_backwards_are_copies_not_work():
     reasons = {row["operator"]: row["reason"] for row in result["ignored"]}
     assert reasons["aten.slice_backward"] == reasons["aten.select_backward"] == "copy"
     assert result["uncounted"] == []
+
+
+def test_more_activation_backwards():
+    # PReLU: 3 per element (its weight's sum over the broadcast dimensions is a separate `sum`)
+    assert backward_flops(nn.PReLU(), leaf(2, 3))["aten._prelu_kernel_backward"] == 18
+    # ELU computed in place differentiates from its result: 4 per element
+    assert backward_flops(lambda t: F.elu(t.clone(), inplace=True), leaf(2, 3))["aten.elu_backward"] == 24
+    # RReLU in training multiplies by its noise: 1 per element
+    assert backward_flops(lambda t: F.rrelu(t, training=True), leaf(2, 3))["aten.rrelu_with_noise_backward"] == 6
+
+
+def test_adaptive_max_pool_backward():
+    flops = backward_flops(lambda t: F.adaptive_max_pool2d(t, 2), leaf(1, 2, 4, 4))
+    assert flops["aten.adaptive_max_pool2d_backward"] == 8
+
+
+LOSSES = [  # name, function, forward FLOPs and backward FLOPs on 6 elements (mean: + 6 for the reduction)
+    ("smooth_l1_loss", F.smooth_l1_loss, 6 * 6 + 6, 5 * 6),
+    ("huber_loss", F.huber_loss, 6 * 6 + 6, 5 * 6),
+    ("binary_cross_entropy", lambda x, t: F.binary_cross_entropy(torch.sigmoid(x), t), 8 * 6 + 6, 6 * 6),
+    ("soft_margin_loss", F.soft_margin_loss, 5 * 6 + 6, 8 * 6),
+]
+
+
+@pytest.mark.parametrize(("name", "loss", "forward", "backward"), LOSSES, ids=[case[0] for case in LOSSES])
+def test_pointwise_losses(name, loss, forward, backward):
+    prediction, target = leaf(2, 3), torch.rand(2, 3)
+    assert operator_flops(lambda: loss(prediction, target))[f"aten.{name}"] == forward
+    assert backward_flops(lambda t: loss(t, target), prediction)[f"aten.{name}_backward"] == backward
+
+
+def test_weighted_nll_loss_backward():
+    log_probabilities, targets = leaf(4, 5), torch.tensor([0, 1, 2, 3])
+    flops = backward_flops(lambda t: F.nll_loss(t, targets, weight=torch.rand(5)), log_probabilities)
+    assert flops["aten.nll_loss_backward"] == 4 * 3  # -g, times the class weight, / total weight
+
+
+def _meta(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta")
+
+
+def test_kernels_that_the_cpu_does_not_dispatch_priced_on_meta():
+    """RMS norm, the new batch-norm kernel, cuDNN's batch norm and the masked softmax, through their operators."""
+    aten = torch.ops.aten
+    # RMS norm over 4 features, 2 rows (N = 8, P = 4): x_hat 8, input (5 + 1) * 8 = 48, weight 8 + 4 = 12
+    rms = operator_flops(lambda: aten._fused_rms_norm_backward(
+        _meta(2, 4), _meta(2, 4), [4], _meta(2, 1), _meta(4), [True, True]))
+    assert rms == {"aten._fused_rms_norm_backward": 68}
+    # training batch norm with update, N = 24, C = 3: as native_batch_norm_backward, 240
+    stats = (_meta(3), _meta(3), _meta(3), _meta(3))
+    new = operator_flops(lambda: aten.batch_norm_backward(
+        _meta(2, 3, 2, 2), _meta(2, 3, 2, 2), _meta(3), *stats, True, 1e-5, [True, True, True], _meta(0)))
+    assert new == {"aten.batch_norm_backward": 240}
+    # cuDNN's kernel (no CPU or meta kernel): input first, then the gradient; training statistics
+    cudnn = OPERATOR_FORMULAS[aten.cudnn_batch_norm_backward](_meta(2, 3, 2, 2), _meta(2, 3, 2, 2), _meta(3),
+                                                              *stats, 1e-5, _meta(0))
+    assert cudnn == 240
+    # masked softmax over 2 rows of 5 (a CPU kernel only): 19 each
+    rows, mask = torch.rand(2, 5), torch.zeros(2, 5, dtype=torch.bool)
+    masked = operator_flops(lambda: aten._masked_softmax_backward(rows, rows, mask, -1))
+    assert masked == {"aten._masked_softmax_backward": 38}

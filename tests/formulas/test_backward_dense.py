@@ -129,3 +129,21 @@ def test_lstm_layer_backward_by_hand():
     output = lstm(torch.randn(2, 5, 3, requires_grad=True))[0]
     flops = operator_flops(lambda: output.backward(torch.ones_like(output)))
     assert flops["aten.mkldnn_rnn_layer_backward"] == 4480 + 920 + 144
+
+
+def test_overrideable_backward_kernels():
+    """The backend-extension kernels: the convolution's bias gradient follows its mask; attention as the others."""
+    grad, x, weight = _meta(1, 4, 4, 4), _meta(1, 2, 4, 4), _meta(4, 2, 3, 3)
+    arguments = (grad, x, weight, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
+    assert OPERATOR_FORMULAS[aten.convolution_backward_overrideable](*arguments) == 4608 + 60
+    q = _meta(1, 2, 3, 4)
+    attention = (q, q, q, q, _meta(1, 2, 3, 3), [True, True, True, False], q, _meta(1, 2, 3), _meta(0), _meta(0),
+                 3, 3, 0.0, False, _meta(), _meta())
+    packet = aten._scaled_dot_product_fused_attention_overrideable_backward
+    assert OPERATOR_FORMULAS[packet](*attention) == ATTENTION_BACKWARD
+
+
+def test_recurrent_backward_other_than_lstm_has_no_stated_count():
+    arguments = [_meta(2, 5, 3), _meta(12, 3), _meta(12, 4), *([None] * 20)]
+    arguments[14], arguments[15], arguments[17] = 3, 4, True  # mode 3: a GRU
+    assert OPERATOR_FORMULAS[aten.mkldnn_rnn_layer_backward](*arguments) is None

@@ -31,6 +31,8 @@ def test_foreach_operators_cost_their_base_operator_per_tensor():
     assert operator_flops(lambda: torch._foreach_addcmul_(a, b, c, value=0.5)) == {"aten._foreach_addcmul_": 30}
     # the 2-norm of each tensor: 2n
     assert operator_flops(lambda: torch._foreach_norm(a)) == {"aten._foreach_norm": 12 + 8}
+    # the maximum of each tensor: n - 1 comparisons
+    assert operator_flops(lambda: torch._foreach_max(a)) == {"aten._foreach_max": 5 + 3}
 
 
 def test_foreach_copies_and_zeros_are_not_work():

@@ -200,6 +200,8 @@ def test_view_backwards_are_copies_not_work():
     reasons = {row["operator"]: row["reason"] for row in result["ignored"]}
     assert reasons["aten.slice_backward"] == reasons["aten.select_backward"] == "copy"
     assert result["uncounted"] == []
+    # an expand's gradient is a sum over the broadcast dimension: 4 rows of 3 into 1, (4 - 1) x 3 additions
+    assert backward_flops(lambda t: t.expand(4, 3), leaf(1, 3)) == {"aten.sum": 9}
 
 
 def test_more_activation_backwards():

@@ -120,3 +120,16 @@ class Bessel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.special.bessel_j0(x)
+
+
+# -- operator FLOPs of a workload ---------------------------------------------------------------------------------
+
+
+def operator_flops(workload: Any) -> dict[str, Any]:
+    """``measure_flops(workload)`` as ``{operator name: FLOPs}`` of its counted operators, after checking that no
+    operator went uncounted (the hand computations of the operator formulas read their rows)."""
+    from torchscan import measure_flops
+
+    result = measure_flops(workload)
+    assert result["uncounted"] == [], result["uncounted"]
+    return {row["operator"]: row["flops"] for row in result["by_operator"]}

@@ -59,6 +59,7 @@ ARITHMETIC_FLOPS: dict[str, int] = {
     "hardshrink": 2,    # |x| > lambda ? x : 0: 2 comparisons
     "softshrink": 3,    # 2 comparisons + 1 shift by lambda
     "rrelu": 2,         # evaluation-mode rrelu is a leaky relu: 1 comparison + 1 multiply
+    "xlogy": 3,         # x == 0 ? 0 : x * log(y): comparison, log, multiply (KL divergence, entropies)
 }
 
 #: Real FLOPs per output element when an operand is complex (a real operand is promoted to complex).

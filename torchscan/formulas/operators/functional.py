@@ -7,10 +7,10 @@ FLOPs and MACs come from the same cost functions as the operator view (`.table.O
 views price an operator alike; MACs are non-zero only for dot products (matmuls, convolutions, attention,
 recurrent kernels, weighted embedding bags). DMAs are logical element accesses: every element of every tensor
 argument read once, every element of the call's results written once. Exceptions, each stated below: views
-touch nothing, allocations and random fills only write, gathers read the selected elements rather than the
-whole source, ``copy_`` does not read the tensor it overwrites, and statistics saved for the backward pass
-(layer-norm mean/rstd, attention logsumexp, RNN workspaces) are not results. Only shapes and dtypes are read:
-tensors may live on the ``meta`` device.
+and the profiler's bookkeeping markers touch nothing, allocations and random fills only write, gathers read the
+selected elements rather than the whole source, ``copy_`` does not read the tensor it overwrites, and statistics
+saved for the backward pass (layer-norm mean/rstd, attention logsumexp, RNN workspaces) are not results. Only
+shapes and dtypes are read: tensors may live on the ``meta`` device.
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def _legit_updates(args: tuple, kwargs: dict) -> bool:
 ZERO_WORK_DMAS: dict[str, DmaRule] = {
     "view": lambda args, kwargs, out: 0,
     "metadata": lambda args, kwargs, out: 0,
+    "bookkeeping": lambda args, kwargs, out: 0,
     "allocation": lambda args, kwargs, out: tensor_elements(out),
     "random": lambda args, kwargs, out: tensor_elements(out),
     "copy": _read_and_write(),

@@ -30,33 +30,47 @@ def _per_dim(value: Any, dims: int, default: list[int]) -> list[int]:
     return values * dims if len(values) == 1 else values
 
 
+def window_pool_reads(source: Any, pooled: Any, dims: int, kernel_size: Any, stride: Any, padding: Any,
+                      dilation: Any) -> int:
+    """Elements read by every sliding window of a pooling from ``source`` to ``pooled`` (padding excluded,
+    dilation followed); windows along different dimensions are independent, so the sum is a product."""
+    kernel = _per_dim(kernel_size, dims, [])
+    strides = _per_dim(stride, dims, kernel)
+    paddings = _per_dim(padding, dims, [0] * dims)
+    dilations = _per_dim(dilation, dims, [1] * dims)
+    spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, strides, paddings, dilations, strict=False)
+    per_dim = [window_reads(*window) for window in spatial]
+    windows = pooled.numel()
+    leading = windows // prod(pooled.shape[-dims:]) if windows else 0
+    return leading * prod(per_dim)
+
+
 def _window_pool(dims: int, *, average: bool) -> CostFunction:
     """Sliding windows over the elements they read (padding excluded): a max over m elements is m - 1
     comparisons, an average m - 1 additions and 1 division (the module view's pooling rule)."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost:
         source, pooled = args[0], output_tensor(out)
-        kernel = _per_dim(argument(args, kwargs, 1, "kernel_size"), dims, [])
-        stride = _per_dim(argument(args, kwargs, 2, "stride"), dims, kernel)
-        padding = _per_dim(argument(args, kwargs, 3, "padding", 0), dims, [0] * dims)
-        dilation = [1] * dims if average else _per_dim(argument(args, kwargs, 4, "dilation", 1), dims, [1] * dims)
-        spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, stride, padding, dilation, strict=False)
-        per_dim = [window_reads(*window) for window in spatial]
-        windows = pooled.numel()
-        leading = windows // prod(pooled.shape[-dims:]) if windows else 0
-        reads = leading * prod(per_dim)
-        return OpCost(reads if average else max(reads - windows, 0))
+        dilation = 1 if average else argument(args, kwargs, 4, "dilation", 1)
+        reads = window_pool_reads(source, pooled, dims, argument(args, kwargs, 1, "kernel_size"),
+                                  argument(args, kwargs, 2, "stride"), argument(args, kwargs, 3, "padding", 0),
+                                  dilation)
+        return OpCost(reads if average else max(reads - pooled.numel(), 0))
     return real_only(cost)
 
 
+def adaptive_pool_reads(source: Any, output_size: list[int]) -> int:
+    """Elements read by every adaptive window (they are separable: summed exactly per dimension)."""
+    spatial = list(source.shape[-len(output_size):])
+    leading = source.numel() // prod(spatial) if prod(spatial) else 0
+    return leading * prod(sum(adaptive_windows(size, target)) for size, target in zip(spatial, output_size,
+                                                                                       strict=False))
+
+
 def _adaptive_pool(*, average: bool) -> CostFunction:
-    """Adaptive windows, summed exactly per dimension (they are separable)."""
+    """Adaptive windows: m elements read per window, m - 1 comparisons (max) or m operations (average)."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost:
-        source, output_size = args[0], list(argument(args, kwargs, 1, "output_size"))
-        spatial = list(source.shape[-len(output_size):])
-        leading = source.numel() // prod(spatial) if prod(spatial) else 0
-        window_elements = leading * prod(sum(adaptive_windows(size, target))
-                                         for size, target in zip(spatial, output_size, strict=False))
-        return OpCost(window_elements if average else window_elements - numel(out))
+        reads = adaptive_pool_reads(args[0], list(argument(args, kwargs, 1, "output_size")))
+        return OpCost(reads if average else reads - numel(out))
     return real_only(cost)
 
 

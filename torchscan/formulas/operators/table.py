@@ -7,10 +7,11 @@ assembled here from one module per operator family:
 
 * :mod:`.pointwise` (arithmetic, comparisons, activations, dropout), :mod:`.reductions` (softmax,
   reductions, scans, accumulations), :mod:`.normalization`, :mod:`.pooling` (pooling, interpolation,
-  embedding bags): element and window work, ``minor``;
+  embedding bags), :mod:`.backward` (their backward kernels, and losses), :mod:`.optimizer` (``_foreach_*``
+  lists and fused optimizer steps): element and window work, ``minor``;
 * :mod:`.dense` (matmul family, linear, convolutions), :mod:`.attention` (SDPA, native multi-head
-  attention, fused encoder layer), :mod:`.recurrent` (RNN layer and cell kernels): dot-product kernels,
-  ``significant``;
+  attention, fused encoder layer), :mod:`.recurrent` (RNN layer and cell kernels), :mod:`.backward_dense`
+  (convolution, attention and recurrent backward kernels): dot-product kernels, ``significant``;
 * :mod:`.zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
 
 Two views are derived from the one table:
@@ -22,7 +23,8 @@ Two views are derived from the one table:
 
 Entries here override ``torch.utils.flop_counter.flop_registry`` where both define one. The overrides keep
 PyTorch's dot-product counts and add what TorchScan's conventions also count: bias additions of ``addmm`` and
-convolutions, softmax and scaling inside fused attention kernels, and complex/integer dtype rules. Per-element
+convolutions (and their backward's bias gradient), softmax and scaling inside fused attention kernels (and their
+backward kernels), and complex/integer dtype rules. Per-element
 numbers come from :mod:`.elementwise` (itself built on the shared :mod:`..conventions`). Only shapes, dtypes and
 non-tensor arguments are read, so every formula works on the ``meta`` device.
 """
@@ -35,8 +37,11 @@ from typing import Any
 
 from . import (
     attention,
+    backward,
+    backward_dense,
     dense,
     normalization,
+    optimizer,
     pointwise,
     pooling,
     recurrent,
@@ -52,9 +57,10 @@ __all__ = [
 ]
 
 #: Families of element and window work, in the order their packets are listed.
-MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, pooling.COSTS)
+MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, pooling.COSTS, backward.COSTS,
+                  optimizer.COSTS)
 #: Families of dot-product kernels, listed after the others: every packet they price is ``significant``.
-DOT_PRODUCT_FAMILIES = (dense.COSTS, attention.COSTS, recurrent.COSTS)
+DOT_PRODUCT_FAMILIES = (dense.COSTS, attention.COSTS, recurrent.COSTS, backward_dense.COSTS)
 
 
 def merge_families(families: tuple[dict[Any, CostFunction], ...], zero_work: dict[Any, str]

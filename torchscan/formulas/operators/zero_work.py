@@ -1,11 +1,17 @@
-"""Operators that do no floating-point work: views, copies, selections, allocations, random fills, metadata.
+"""Operators that do no floating-point work: views, copies, selections, allocations, random fills, metadata, and
+the profiler's bookkeeping.
 
-The operator view lists them as ignored, with the reason, and never counts them.
+The operator view lists them as ignored, with the reason, and never counts them. The backward kernels of views
+(``slice_backward``, ``select_backward``, ...) scatter the gradient into zeros of the input's shape: an allocation
+and a copy, listed as copies. A view's gradient that needs a sum (``expand``, broadcasting) dispatches ``sum``,
+counted there.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import torch
 
 from .calls import packets
 
@@ -29,12 +35,15 @@ ZERO_WORK_NAMES: dict[str, list[str]] = {
              "_upsample_nearest_exact3d", "_nested_tensor_from_mask", "_nested_tensor_from_tensor_list",
              "to_padded_tensor", "_local_scalar_dense", "view_copy", "permute_copy", "expand_copy",
              "transpose_copy", "t_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy", "slice_copy",
-             "select_copy", "detach_copy", "split_copy", "split_with_sizes_copy", "unbind_copy"],
+             "select_copy", "detach_copy", "split_copy", "split_with_sizes_copy", "unbind_copy",
+             # backward kernels of views and copies: the gradient written into zeros of the input's shape
+             "slice_backward", "select_backward", "diagonal_backward",
+             "_foreach_copy", "_foreach_copy_", "_foreach_clone"],
     "selection": ["where", "masked_fill", "masked_fill_"],
     "allocation": ["empty", "empty_like", "empty_strided", "empty_permuted", "zeros", "zeros_like", "ones",
                    "ones_like", "full", "full_like", "fill_", "zero_", "new_empty", "new_zeros", "new_ones",
                    "new_full", "arange", "scalar_tensor", "new_empty_strided", "fill", "eye", "linspace",
-                   "logspace", "resize_", "resize_as_", "set_"],
+                   "logspace", "resize_", "resize_as_", "set_", "_foreach_zero", "_foreach_zero_"],
     "random": ["bernoulli", "bernoulli_", "uniform", "uniform_", "normal", "normal_", "rand", "randn",
                "randint", "rand_like", "randn_like", "randint_like", "randperm", "exponential_", "geometric_",
                "cauchy_", "log_normal_", "random_", "multinomial"],
@@ -46,10 +55,15 @@ ZERO_WORK_NAMES: dict[str, list[str]] = {
 }
 
 
+#: The profiler's markers that ``torch.optim`` and ``record_function`` dispatch around a step: bookkeeping of
+#: the profiler, not arithmetic (``torch.ops.profiler``, not ATen).
+BOOKKEEPING_OPERATORS: dict[Any, str] = {torch.ops.profiler._record_function_enter_new: "bookkeeping",
+                                         torch.ops.profiler._record_function_exit: "bookkeeping"}
+
 
 def _by_packet(names_by_reason: dict[str, list[str]]) -> dict[Any, str]:
     """Packet -> reason; every name must be an operator of the installed PyTorch, listed once."""
-    reasons: dict[Any, str] = {}
+    reasons: dict[Any, str] = dict(BOOKKEEPING_OPERATORS)
     for reason, names in names_by_reason.items():
         for packet in packets(names):
             if packet in reasons:

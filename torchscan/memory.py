@@ -14,6 +14,8 @@ import torch
 from .inputs import require_available
 
 CPU_METHOD, CUDA_METHOD = "profiler_memory_records", "cuda_allocator_peak"
+MEMORY_EVENT = "[memory]"
+CPU_DEVICE = torch._C._autograd.DeviceType.CPU
 NOT_MEASURED = "memory allocated outside PyTorch's allocator (NumPy, Python objects, other libraries) is not measured"
 
 
@@ -66,19 +68,30 @@ def _result(device: str, method: str, peak: int, observed: dict[str, int]) -> di
 
 
 def _cpu_peak(workload: Callable[[], Any]) -> tuple[int, int, int]:
-    """(peak bytes, allocation records, free records) from the profiler's CPU memory records, in time order."""
+    """(peak bytes, allocation records, free records) from the profiler's CPU memory records, in time order.
+
+    The records are the allocator's own ``[memory]`` events, one per allocation or free with its signed size;
+    their running sum is the level above the start, and its maximum the peak. (The profiler's operator events
+    carry only each range's net memory, booked at the range's start: summing those misses every allocation that
+    a range frees again before it ends, and undercounted a ResNet-18 AdamW step by 12%.)
+    """
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         workload()
-    changes = [event.self_cpu_memory_usage for event in sorted(
-        (event for event in prof.events() if event.self_cpu_memory_usage != 0),
-        key=lambda event: event.time_range.start)]
+    changes = cpu_memory_changes(prof.profiler.kineto_results.events())
     level = peak = 0
     for change in changes:
         level += change
         peak = max(peak, level)
     return int(peak), sum(change > 0 for change in changes), sum(change < 0 for change in changes)
+
+
+def cpu_memory_changes(events: Any) -> list[int]:
+    """The signed sizes of the CPU allocations (positive) and frees (negative) among profiler ``events``, in time
+    order (a stable sort: records of one instant keep the order the profiler wrote them in)."""
+    memory = [event for event in events if event.name() == MEMORY_EVENT and event.device_type() == CPU_DEVICE]
+    return [int(event.nbytes()) for event in sorted(memory, key=lambda event: event.start_ns())]
 
 
 def _cuda_peak(workload: Callable[[], Any], device: torch.device) -> tuple[int, int, int]:

@@ -23,7 +23,9 @@ def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | s
     """Run ``workload()`` once and report the peak bytes PyTorch allocated on ``device`` above the starting level.
 
     CPU uses the profiler's memory records (allocations and frees in order); CUDA uses the caching allocator's
-    peak statistics. Other devices, and devices this machine lacks, raise ``ValueError`` before the workload runs:
+    peak statistics. The CPU profiler records no free of a block allocated before it started, so on CPU a tensor
+    that existed before the workload and was freed during it counts as live to the end (`trace_memory` sees that
+    free when an operator used the tensor). Other devices, and devices this machine lacks, raise ``ValueError`` before the workload runs:
     no number is better than a wrong one. The reported ``device`` is normalized: ``"cpu"`` for any CPU device
     (``"cpu:0"`` included: there is one CPU allocator), ``"cuda:N"`` with the index made explicit for CUDA.
     ``status`` is ``complete`` when allocations were observed, and ``unavailable`` (``peak_bytes`` None) when the

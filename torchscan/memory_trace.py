@@ -16,7 +16,7 @@ dispatch mode; the crawler's recorder can feed the same timeline to attribute me
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,7 +30,7 @@ UNIT = "bytes"
 #: Categories a storage gets when first seen; a caller may relabel storages later (`MemoryTimeline.label`).
 PRE_EXISTING, CREATED = "pre_existing", "created"
 #: ``torch.tensor(...)`` builds its tensor outside dispatch and hands it to this operator: its input is new.
-LIFT_FRESH = frozenset({torch.ops.aten.lift_fresh.default})
+LIFT_FRESH = torch.ops.aten.lift_fresh.default
 NOT_TRACED = ("allocator caching and fragmentation, kernel workspaces (memory an operator allocates and frees "
               "inside itself) and tensors freed before the trace saw them are not counted")
 
@@ -45,7 +45,7 @@ class StorageRecord:
 
     __slots__ = ("category", "created_at", "device", "freed_after", "nbytes", "pre_existing")
 
-    def __init__(self, nbytes: int, device: str, created_at: int) -> None:
+    def __init__(self, nbytes: int, device: torch.device, created_at: int) -> None:
         self.nbytes = nbytes
         self.device = device
         self.created_at = created_at
@@ -57,16 +57,22 @@ class StorageRecord:
         return self.created_at <= index and (self.freed_after is None or index < self.freed_after)
 
 
-def tensors_in(value: Any) -> Iterator[torch.Tensor]:
-    """The tensors in an operator's arguments or result (tensors, nested tuples, lists and dicts of them)."""
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors in an operator's arguments or result: tensors, and tuples, lists and dicts of them at any depth
+    (this runs for every operator: containers recurse, nothing else does)."""
     if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from tensors_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from tensors_in(item)
+        return [value]
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list)):
+        return []
+    found: list[torch.Tensor] = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (tuple, list, dict)):
+            found.extend(tensors_in(item))
+    return found
 
 
 class MemoryTimeline:
@@ -86,45 +92,50 @@ class MemoryTimeline:
         self.peak = 0
         self.peak_index: int | None = None  # the operator after which the peak was first reached
         self.untracked = 0  # result tensors whose storage could not be followed (sparse layouts, for instance)
-        self.devices: set[str] = set()
         self._following: dict[int, tuple[weakref.ref, StorageRecord]] | None = {}
 
     def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
         """One operator returned ``out``: adopt the storages of its inputs not seen before (they existed before the
         trace, except for ``lift_fresh``'s), follow those of its result, and note the level after it."""
+        following = self._following
+        if following is None:
+            return
         index = len(self.operators)
-        if func not in LIFT_FRESH:
-            for tensor in tensors_in(args):
-                self._follow(tensor, -1)
-            for tensor in tensors_in(kwargs):
-                self._follow(tensor, -1)
+        if func is not LIFT_FRESH:
+            inputs = tensors_in(args)
+            if kwargs:
+                inputs += tensors_in(kwargs)
+            for tensor in inputs:
+                self._follow(following, tensor, -1)
         for tensor in tensors_in(out):
-            if not self._follow(tensor, index):
+            if not self._follow(following, tensor, index):
                 self.untracked += 1
         self.operators.append(func)
-        self.levels.append(self.level)
-        if self.level > self.peak:
-            self.peak, self.peak_index = self.level, index
+        level = self.level
+        self.levels.append(level)
+        if level > self.peak:
+            self.peak, self.peak_index = level, index
 
-    def _follow(self, tensor: torch.Tensor, index: int) -> bool:
+    def _follow(self, following: dict[int, tuple[weakref.ref, StorageRecord]], tensor: torch.Tensor, index: int
+                ) -> bool:
         """Follow ``tensor``'s storage (created by operator ``index``, or pre-existing when -1) unless it is
-        followed already, in which case a change of its size is booked; False when it cannot be followed."""
-        following = self._following
-        if following is None or not self._traced_device(tensor.device):
+        followed already, in which case a result's change of size is booked; False when it cannot be followed."""
+        if self.device is not None and not self._traced_device(tensor.device):
             return True
         try:
             storage = tensor.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return False
-        known = following.get(id(storage))
+        key = id(storage)
+        known = following.get(key)
         if known is not None:
-            self._resized(known[1], storage.nbytes())
+            if index >= 0:
+                self._resized(known[1], storage.nbytes())
             return True
-        record = StorageRecord(storage.nbytes(), str(tensor.device), index)
-        following[id(storage)] = (weakref.ref(storage, self._free_callback(id(storage), record)), record)
+        record = StorageRecord(storage.nbytes(), tensor.device, index)
+        following[key] = (weakref.ref(storage, self._free_callback(key, record)), record)
         self.records.append(record)
-        self.devices.add(record.device)
-        if not record.pre_existing:
+        if index >= 0:
             self.level += record.nbytes
         return True
 
@@ -185,7 +196,7 @@ class MemoryTimeline:
         names = [operator_label(func) for func in self.operators]
         return {
             "method": METHOD,
-            "devices": sorted(self.devices),
+            "devices": sorted({str(record.device) for record in self.records}),
             "operators": len(names),
             "peak": self._bytes(self.peak),
             "peak_operator": None if self.peak_index is None else {"index": at, "operator": names[at]},

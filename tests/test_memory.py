@@ -10,6 +10,7 @@ from integrations.third_party_models import import_torchvision
 from torch import nn
 
 from torchscan import measure_peak_memory
+from torchscan.memory import peak_of_allocations
 
 MIB = 2**20
 
@@ -88,6 +89,33 @@ def test_an_adamw_step_of_resnet18_peaks_above_the_state_it_leaves():
     parameters = list(model.parameters())
     left_by_the_step = sum(3 * p.nbytes + optimizer.state[p]["step"].nbytes for p in parameters)
     assert peak >= left_by_the_step + max(p.nbytes for p in parameters)
+
+
+def test_repeated_measurements_of_one_training_step_agree():
+    # Each step frees the previous step's gradients and optimizer state. The CPU allocator reports a free with the
+    # size it last recorded for the address, which is stale for blocks allocated while no profiler ran (the
+    # unmeasured step in between): such frees must not lower the level.
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))
+    batch = torch.randn(32, 512)
+
+    def step():
+        for parameter in model.parameters():
+            parameter.grad = None
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(batch).square().mean().backward()
+        optimizer.step()
+
+    peaks = []
+    for _ in range(3):
+        peaks.append(measure_peak_memory(step, device="cpu")["peak_bytes"])
+        step()  # unmeasured
+    assert peaks[0] == peaks[1] == peaks[2]
+
+
+def test_only_frees_of_blocks_allocated_in_the_workload_count():
+    records = [(1, 100), (2, -70), (3, 50), (1, -100), (4, 30), (3, -50)]  # address 2: a block from before
+    assert peak_of_allocations(records) == (150, 3, 2)
+    assert peak_of_allocations([(5, -40), (6, 10)]) == (10, 1, 0)
 
 
 def test_a_training_step_runs_as_the_owner_wrote_it():

@@ -247,7 +247,8 @@ def trace_memory(workload: Callable[[], Any], *, device: torch.device | str | No
     """Run ``workload()`` once and trace the bytes of live tensors after every operator it dispatches.
 
     Works on any device, ``meta`` included, because it reads tensor sizes, never the allocator. Tensors that
-    exist before the workload (parameters, inputs, optimizer state) are the ``pre_existing`` category; ``peak``
+    exist before the workload (parameters, inputs, optimizer state: those its operators use) are the
+    ``pre_existing`` category, and storages its operators create are ``created``; ``peak``
     is the most bytes live above the level at the start (the definition of `measure_peak_memory`), reached after
     the operator ``peak_operator`` names. ``at_peak`` and ``at_end`` split the live bytes by category at the
     peak and when the workload returned (its return value included); ``timeline`` gives the bytes above the

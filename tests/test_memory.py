@@ -6,9 +6,11 @@ import json
 
 import pytest
 import torch
+from integrations.third_party_models import import_torchvision
 from torch import nn
 
 from torchscan import measure_peak_memory
+from torchscan.memory import peak_of_allocations
 
 MIB = 2**20
 
@@ -42,6 +44,78 @@ def test_the_peak_counts_tensors_alive_at_the_same_time():
     apart = measure_peak_memory(one_after_another, device="cpu")["peak_bytes"]
     assert together >= 8 * MIB
     assert 4 * MIB <= apart < 8 * MIB
+
+
+def test_the_cpu_peak_follows_allocations_and_frees_in_time_order():
+    def workload():
+        first = torch.empty(4 * MIB, dtype=torch.uint8)
+        second = torch.empty(8 * MIB, dtype=torch.uint8)
+        third = torch.empty(2 * MIB, dtype=torch.uint8)  # 14 MiB live: the peak
+        del second
+        fourth = torch.empty(4 * MIB, dtype=torch.uint8)  # 10 MiB live
+        return first, third, fourth
+
+    result = measure_peak_memory(workload, device="cpu")
+    assert result["peak_bytes"] == 14 * MIB
+    assert result["observed"] == {"allocations": 4, "frees": 4}  # the three returned blocks are freed afterwards
+
+
+def test_memory_freed_inside_a_profiler_range_still_counts_at_its_time():
+    # The profiler books a range's net memory (here -4 MiB) at the range's start; the peak reads the allocator's
+    # own records instead, so the 4 MiB block allocated and freed inside the range is the peak.
+    def workload():
+        with torch.profiler.record_function("scratch"):
+            scratch = torch.empty(4 * MIB, dtype=torch.uint8)
+            del scratch
+        return torch.empty(MIB, dtype=torch.uint8)
+
+    assert measure_peak_memory(workload, device="cpu")["peak_bytes"] == 4 * MIB
+
+
+def test_an_adamw_step_of_resnet18_peaks_above_the_state_it_leaves():
+    # Gradients and AdamW's two moments are all allocated during the first step and live at its end; the step
+    # also needs temporaries the size of a parameter while they live (a range-net reading reported the end level).
+    torchvision = import_torchvision()
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    optimizer = torch.optim.AdamW(model.parameters())
+    images, labels = torch.randn(2, 3, 64, 64), torch.tensor([1, 2])
+
+    def step():
+        nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    peak = measure_peak_memory(step, device="cpu")["peak_bytes"]
+    parameters = list(model.parameters())
+    left_by_the_step = sum(3 * p.nbytes + optimizer.state[p]["step"].nbytes for p in parameters)
+    assert peak >= left_by_the_step + max(p.nbytes for p in parameters)
+
+
+def test_repeated_measurements_of_one_training_step_agree():
+    # Each step frees the previous step's gradients and optimizer state. The CPU allocator reports a free with the
+    # size it last recorded for the address, which is stale for blocks allocated while no profiler ran (the
+    # unmeasured step in between): such frees must not lower the level.
+    model = nn.Sequential(nn.Linear(512, 1024), nn.ReLU(), nn.Linear(1024, 512))
+    batch = torch.randn(32, 512)
+
+    def step():
+        for parameter in model.parameters():
+            parameter.grad = None
+        optimizer = torch.optim.AdamW(model.parameters())
+        model(batch).square().mean().backward()
+        optimizer.step()
+
+    peaks = []
+    for _ in range(3):
+        peaks.append(measure_peak_memory(step, device="cpu")["peak_bytes"])
+        step()  # unmeasured
+    assert peaks[0] == peaks[1] == peaks[2]
+
+
+def test_only_frees_of_blocks_allocated_in_the_workload_count():
+    records = [(1, 100), (2, -70), (3, 50), (1, -100), (4, 30), (3, -50)]  # address 2: a block from before
+    assert peak_of_allocations(records) == (150, 3, 2)
+    assert peak_of_allocations([(5, -40), (6, 10)]) == (10, 1, 0)
 
 
 def test_a_training_step_runs_as_the_owner_wrote_it():

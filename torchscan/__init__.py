@@ -24,6 +24,7 @@ _EXPORTS = {
     "measure_flops": "operators",
     "measure_peak_memory": "memory",
     "summary": "text",
+    "trace_memory": "memory_trace",
 }
 __all__ = [
     "SCHEMA_VERSION",
@@ -37,6 +38,7 @@ __all__ = [
     "measure_flops",
     "measure_peak_memory",
     "summary",
+    "trace_memory",
 ]
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from .crawler import IncompleteAnalysisError, crawl_module
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
     from .memory import measure_peak_memory
+    from .memory_trace import trace_memory
     from .operators import measure_flops
     from .results import MetricResult
     from .schema import SCHEMA_VERSION

@@ -11,7 +11,8 @@ import pytest
 from e2e import write_models
 
 import torchscan
-from torchscan.report.build import MARKER, BuildOptions, OutputFolderError, build, previous_output
+from torchscan.report.build import MARKER, BuildOptions, BuildResult, OutputFolderError, build, previous_output
+from torchscan.report.catalog import catalog_view
 from torchscan.report.progress import Progress, outcome_label
 from torchscan.report.registry import load_registry
 from torchscan.report.site import folder_nav, methodology_source, theme_safe
@@ -24,6 +25,19 @@ title = "In-process zoo"
 name = "tiny"
 factory = "e2e_models:tiny"
 input_shape = [3, 8, 8]
+"""
+VARIANTS = """
+[[models]]
+name = "wide"
+factory = "e2e_models:tiny"
+input_shape = [3, 8, 8]
+
+[[models.variants]]
+name = "default"
+
+[[models.variants]]
+name = "narrow"
+kwargs = {width = 2}
 """
 
 
@@ -123,6 +137,25 @@ def test_progress_and_summary_count_complete_partial_and_failed_runs(tmp_path: P
     strict_failure = ("FAILED incomplete: Strict check failed: the MACs, module FLOPs, DMAs and operator FLOPs "
                       "totals are lower bounds or unavailable; 1 layer call has incomplete estimates.")
     assert result.failure_lines() == ([strict_failure] if strict else [])
+
+
+def forward_failure(layer: str | None) -> dict[str, Any]:
+    """A failure record as the worker writes it when a forward raised (``layer`` "" for the root module)."""
+    error = {"stage": "forward", "type": "ValueError", "message": "this layer cannot run\nsecond line"}
+    return {"status": "failed", "error": error if layer is None else {**error, "layer": layer}}
+
+
+def test_the_closing_failure_lines_name_the_failing_layer(tmp_path: Path) -> None:
+    (tmp_path / "models.toml").write_text(REGISTRY + VARIANTS)
+    registry = load_registry(tmp_path / "models.toml")
+    results = {"tiny": forward_failure("1.1"), "wide": forward_failure(""), "wide.narrow": forward_failure(None)}
+    lines = BuildResult(tmp_path / "site", catalog_view(registry, results, strict=False)).failure_lines()
+    assert lines == ["FAILED tiny: forward stage, ValueError: this layer cannot run (failing layer 1.1)",
+                     "FAILED wide: forward stage, ValueError: this layer cannot run (failing layer (root))",
+                     "FAILED wide.narrow: forward stage, ValueError: this layer cannot run"]
+    # The page's notice names the layer on a line of its own, so its first line keeps the cause alone.
+    run = catalog_view(registry, results, strict=False).entries[0].primary
+    assert (run.cause, run.failing_layer) == ("forward stage, ValueError: this layer cannot run", "1.1")
 
 
 def test_outcome_labels() -> None:

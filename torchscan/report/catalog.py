@@ -104,12 +104,26 @@ class RunSummary:
         return STATUS_CLASSES.get(self.status, "partial")
 
     @property
-    def reason(self) -> str:
-        """Why the run failed, on one line (empty for a run that did not fail)."""
+    def failing_layer(self) -> str | None:
+        """The path of the layer whose forward raised (``(root)`` for the model itself), when the failure has one."""
+        layer = self.error.get("layer") if self.error else None
+        return None if layer is None else layer or "(root)"
+
+    @property
+    def cause(self) -> str:
+        """What went wrong, on one line: the stage, the exception type and the first line of its message (for a
+        strict failure, the check that failed); empty for a run that did not fail."""
         if self.error:
             message = (self.error["message"].splitlines() or [""])[0]
             return f"{self.error['stage']} stage, {self.error['type']}: {message}"
         return self.notices[0] if self.notices else ""
+
+    @property
+    def reason(self) -> str:
+        """Why the run failed, on one line, naming the failing layer when a layer's forward raised (as the progress
+        lines do); empty for a run that did not fail."""
+        layer = self.failing_layer
+        return self.cause + (f" (failing layer {layer})" if layer is not None else "")
 
     @property
     def notices(self) -> list[str]:

@@ -152,7 +152,8 @@ def test_a_budget_that_cannot_be_checked_fails_the_gate(reports: Path) -> None:
 @pytest.mark.parametrize("budget, message", [
     ("macs>>5%", "expected METRIC OP LIMIT, such as 'macs>+5%'"),
     ("macs+5%", "expected METRIC OP LIMIT"),
-    ("macs>5x", "expected METRIC OP LIMIT"),
+    ("macs>5x", "optional suffix: k (or K), M, G, T, B (billions, parameters only) or % (relative to before)"),
+    ("macs>1.81B", "'B' (billions) is the parameter count's suffix; macs writes billions as 'G'"),
     ("flops>5%", "'flops' is ambiguous: module_flops is the module view, operator_flops the operator view"),
     ("latency<2", "unknown metric 'latency'; expected one of parameters, module_flops, macs, dmas, operator_flops"),
 ])
@@ -177,6 +178,21 @@ def test_budget_grammar(text: str, metric: str, op: str, limit: float, relative:
     budget = parse_budget(text)
     assert (budget.metric, budget.op, budget.limit, budget.relative) == (metric, op, limit, relative)
     assert budget.text == "".join(text.split())
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("parameters>8B", 8e9),  # parameters as model cards (and every view) write billions
+    ("parameters>8.03B", 8.03e9),
+    ("macs>8.97k", 8970.0),
+    ("macs>8.97K", 8970.0),  # K read as k
+    ("dmas<=4.39M", 4.39e6),
+    ("module_flops>1.81G", 1.81e9),
+    ("operator_flops>2T", 2e12),
+    ("parameters>+204M", 2.04e8),
+    ("macs<−2.5%", -2.5),  # the minus sign the views write for a decrease
+])
+def test_a_budget_reads_numbers_as_the_views_write_them(text: str, limit: float) -> None:
+    assert parse_budget(text).limit == pytest.approx(limit)
 
 
 def comparison(before: float, after: float, status: str = "complete") -> dict:

@@ -2,8 +2,9 @@
 
 A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``macs``, ``module_flops``, ``dmas``,
 ``operator_flops``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
-either absolute in the metric's unit (``1.5M``, with an optional ``k``/``M``/``G``/``T`` scale) or relative to
-``before`` (``+5%``). The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
+either absolute in the metric's unit or relative to ``before`` (``+5%``). An absolute limit reads numbers as every
+view writes them (`torchscan.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
+``8.03B`` (billions, the model-card style); a minus sign may be ``-`` or the ``−`` the views write. The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
 review whose MACs grew by more than 5%. In a catalog diff a budget applies to every entry, or, prefixed with an
 entry's name (``resnet18:macs>+5%``), to that entry (and its variants) alone. A change that cannot be computed exactly (a side incomplete or not
 requested) leaves the budget *unknown*, which a gate treats as failed: a lower bound cannot prove a budget met.
@@ -19,17 +20,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compare import COMPARED_TOTALS
-from ..formatting import SCALES
+from ..formatting import PARAMETER_SCALES, SCALES
 
 METRICS = ("parameters", *COMPARED_TOTALS)
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
-SCALE_FACTORS = {suffix: scale for scale, suffix in SCALES}
+#: The suffixes of a limit, as the views write counts (`torchscan.formatting`), plus ``K`` for ``k``; ``B``
+#: (billions) is the parameter style only, every other count writes ``G``.
+SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARAMETER_SCALES)}}
+PARAMETER_ONLY = {"B"}
+SUFFIXES = "k (or K), M, G, T, B (billions, parameters only) or % (relative to before)"
 GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
-                     r"(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kMGT])?")
-USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>1M' (absolute); OP is "
-         f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; in a catalog diff, ENTRY:METRIC OP "
-         "LIMIT checks one entry only")
+                     r"(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kKMGTB])?")
+USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>8B' (absolute); OP is "
+         f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; LIMIT is a signed number with an "
+         f"optional suffix: {SUFFIXES}; in a catalog diff, ENTRY:METRIC OP LIMIT checks one entry only")
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,10 @@ def parse_budget(text: str) -> Budget:
                 if metric.lower() == "flops" else "")
         raise ValueError(f"budget {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}{hint}")
     unit = match["unit"] or ""
-    limit = float(match["number"]) * SCALE_FACTORS.get(unit, 1)
+    if unit in PARAMETER_ONLY and metric != "parameters":
+        raise ValueError(f"budget {text!r}: {unit!r} (billions) is the parameter count's suffix; {metric} writes "
+                         f"billions as 'G'; accepted suffixes: {SUFFIXES}")
+    limit = float(match["number"].replace("−", "-")) * SCALE_FACTORS.get(unit, 1)
     if not math.isfinite(limit):
         raise ValueError(f"budget {text!r}: the limit must be a finite number")
     return Budget("".join(text.split()), metric, match["op"], limit, relative=unit == "%", entry=match["entry"] or "")

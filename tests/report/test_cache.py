@@ -72,7 +72,7 @@ def test_a_failed_run_keeps_its_last_good_report_until_a_new_one_replaces_it(tmp
     page = (site / "models" / "flaky.html").read_text(encoding="utf-8")
     assert 'href="../reports/flaky.last-good.html"' in page and f"inputs hash <code title=\"{good_key}\">" in page
     catalog = (site / "markdown" / "catalog.md").read_text(encoding="utf-8")
-    assert "| [flaky](flaky.md) | — | — | — | — | — | failed (build: RuntimeError) | [HTML](../reports/flaky.html) " \
+    assert "| [flaky](flaky.md) | — | — | — | failed (build: RuntimeError) | [HTML](../reports/flaky.html) " \
            "· [last good](../reports/flaky.last-good.html) |" in catalog
     assert f"inputs hash `{good_key[:12]}`" in catalog
     assert "Not drawn: flaky (failed)." in (site / "index.html").read_text(encoding="utf-8")  # out of the charts

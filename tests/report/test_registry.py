@@ -152,6 +152,23 @@ input_shape = [3, 8, 8]
     assert any(p.startswith("models[0] (ResNet): variants[1] (A).name: duplicate variant name 'A'") for p in problems)
 
 
+@pytest.mark.parametrize("position", [0, 1])
+def test_a_variant_may_not_take_the_name_of_the_last_good_files(tmp_path: Path, position: int) -> None:
+    variants = ['name = "base"', 'name = "Last-Good"']
+    if position == 0:
+        variants.reverse()
+    problems = problems_of(tmp_path, """
+[[models]]
+name = "resnet"
+factory = "m:f"
+input_shape = [3, 8, 8]
+""" + "".join(f"\n[[models.variants]]\n{variant}\n" for variant in variants))
+    expected = (f"models[0] (resnet): variants[{position}] (Last-Good).name: variant name 'Last-Good' is reserved: "
+                "its files (resnet.last-good.json, .html) would clash with those of the last good report that a build "
+                "keeps for 'resnet' when it fails; choose another name")
+    assert problems == [expected]
+
+
 def test_plain_values_only_and_other_structural_mistakes(tmp_path: Path) -> None:
     problems = problems_of(tmp_path, """
 [site]

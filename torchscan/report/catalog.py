@@ -12,7 +12,7 @@ from typing import Any
 from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from .registry import Entry, Registry, Run
+from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
 from .wording import plural
 
 #: Run status -> the badge class the site colours it with.
@@ -22,8 +22,6 @@ STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "
 
 #: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
 SHORT_HASH = 12
-#: Added to a run's stem for the files of its last good report (``reports/<stem>.last-good.json``).
-LAST_GOOD_SUFFIX = ".last-good"
 
 
 @dataclass

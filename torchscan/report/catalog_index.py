@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ..schema import SCHEMA_VERSION
-from .catalog import LAST_GOOD_SUFFIX, CatalogView, RunSummary
+from .catalog import CatalogView, RunSummary
+from .registry import LAST_GOOD_SUFFIX
 
 CATALOG_INDEX = "catalog.json"
 #: Bumped when the index's layout changes.

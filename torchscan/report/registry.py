@@ -31,6 +31,10 @@ ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "in
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
 VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
+#: Added to a run's stem for the files of its last good report (``reports/<stem>.last-good.json``): a variant of
+#: that name would give a run the stem of another run's last good files, so the name is reserved.
+LAST_GOOD_SUFFIX = ".last-good"
+RESERVED_VARIANT = LAST_GOOD_SUFFIX.lstrip(".")
 SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
 
 
@@ -211,12 +215,21 @@ class _Checker:
             label = self.name(f"{at}.name", label)
             if label.lower() in seen:
                 self.problem(f"{at}.name", f"duplicate variant name {label!r} (names are compared ignoring case)")
+            self.reserved_variant(f"{at}.name", common["entry"], label)
             seen.add(label.lower())
             merged = self.variant_settings(at, base, variant)
             stem = common["entry"] if position == 0 else f"{common['entry']}.{label}"
             description = self.string(f"{at}.description", variant.get("description", ""))
             runs.append(self.run(at, common, merged, label, stem, description))
         return runs
+
+    def reserved_variant(self, where: str, entry: str, label: str) -> None:
+        """A variant may not be called ``last-good`` (in any case): its run's files, ``<entry>.last-good.*``, would
+        be those of the entry's last good report."""
+        if label.lower() == RESERVED_VARIANT:
+            self.problem(where, f"variant name {label!r} is reserved: its files ({entry}{LAST_GOOD_SUFFIX}.json, "
+                         f".html) would clash with those of the last good report that a build keeps for {entry!r} "
+                         f"when it fails; choose another name")
 
     def variant_settings(self, at: str, base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
         """The entry's settings with a variant's changes: keyword tables merged key by key, shapes and dtypes

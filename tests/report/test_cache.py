@@ -58,8 +58,8 @@ def test_a_failed_run_keeps_its_last_good_report_until_a_new_one_replaces_it(tmp
 
     failed = build_with(tmp_path, "flaky_broken", BROKEN)
     assert failed.exit_code == 1
-    line = ("FAILED flaky: build stage, RuntimeError: a transient failure (last good report kept: "
-            f"reports/flaky.last-good.html, inputs hash {good_key[:12]})")
+    line = ("FAILED flaky: build stage, RuntimeError: a transient failure; last good report kept: "
+            f"reports/flaky.last-good.html, inputs hash {good_key[:12]}")
     assert failed.failure_lines() == [line]
     # The last good result survives in the cache and as files of its own, marked as from an earlier build.
     assert cached_keys(site)["flaky"] == good_key and good_key in cache_files(site)

@@ -55,8 +55,8 @@ class BuildResult:
     def failure_lines(self) -> list[str]:
         """``FAILED stem: reason`` for every failed run, in registry order, saying when its last good report from an
         earlier build was kept."""
-        return [f"FAILED {run.stem}: {run.reason}" + (f" (last good report kept: reports/{run.last_good_stem}.html, "
-                                                      f"inputs hash {run.last_good.short_key})" if run.last_good else "")
+        return [f"FAILED {run.stem}: {run.reason}" + (f"; last good report kept: reports/{run.last_good_stem}.html, "
+                                                      f"inputs hash {run.last_good.short_key}" if run.last_good else "")
                 for run in self.catalog.failed_runs]
 
 

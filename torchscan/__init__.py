@@ -50,10 +50,10 @@ if TYPE_CHECKING:
     from .memory import measure_peak_memory
     from .memory_trace import trace_memory
     from .operators import measure_flops
-    from .training import crawl_training_step
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary
+    from .training import crawl_training_step
 
 
 def __getattr__(name: str) -> Any:

@@ -83,13 +83,7 @@ def crawl_training_step(
     every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
     ``params -> torch.optim.Optimizer``. The model is left exactly as it was, also when the step raises.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    for name, flag in (("strict", strict), ("keep_modes", keep_modes)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    if loss is not None and not callable(loss):
-        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
+    _check_options(model, loss, strict, keep_modes)
     make_optimizer = _optimizer_factory(optimizer)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
@@ -103,6 +97,17 @@ def crawl_training_step(
         _raise_if_incomplete(report)
         _raise_if_training_incomplete(report, phases)
     return report
+
+
+def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any) -> None:
+    """The model, the loss and the flags, checked (errors name the argument)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, flag in (("strict", strict), ("keep_modes", keep_modes)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
 
 
 def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None:
@@ -310,7 +315,7 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
         with torch.no_grad():
             for buffer, saved in buffers:
                 buffer.copy_(saved)
-        for parameter, grad in zip(parameters, grads):
+        for parameter, grad in zip(parameters, grads, strict=True):
             parameter.grad = grad
 
 
@@ -347,17 +352,18 @@ def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[s
     """Each layer call's backward FLOPs: direct (its own nodes) and inclusive (its descendants' added)."""
     empty = OperatorScope()
     direct = [phases.backward.get(index, empty) for index in range(len(layers))]
-    inclusive = [[scope.flops, scope.uncounted] for scope in direct]
+    flops = [scope.flops for scope in direct]
+    uncounted = [scope.uncounted for scope in direct]
     position = {(layer["path"], layer["call_index"]): index for index, layer in enumerate(layers)}
-    for index in range(len(layers) - 1, -1, -1):  # children start after their parent
+    for index in range(len(layers) - 1, -1, -1):  # children start after their parent: they are added first
         parent = layers[index]["parent"]
         if parent is not None:
-            total = inclusive[position[(parent["path"], parent["call_index"])]]
-            total[0] += inclusive[index][0]
-            total[1] = total[1] or inclusive[index][1]
+            into = position[(parent["path"], parent["call_index"])]
+            flops[into] += flops[index]
+            uncounted[into] = uncounted[into] or uncounted[index]
     return [{"path": layer["path"], "call_index": layer["call_index"],
              "backward_flops": {DIRECT: flops_result(direct[index].flops, DIRECT, direct[index].uncounted),
-                                INCLUSIVE: flops_result(inclusive[index][0], INCLUSIVE, inclusive[index][1])}}
+                                INCLUSIVE: flops_result(flops[index], INCLUSIVE, uncounted[index])}}
             for index, layer in enumerate(layers)]
 
 
@@ -365,8 +371,9 @@ def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases
     """Forward, loss, layer backward, engine, backward, optimizer and whole-step FLOPs, each a MetricResult."""
     method = "operator_dispatch"
     loss_backward = phases.backward.get(LOSS, OperatorScope())
-    parts = {
-        "forward": dict(report["operator_flops"]["total"]),
+    forward: MetricResult = dict(report["operator_flops"]["total"])  # type: ignore[assignment]
+    parts: dict[str, MetricResult] = {
+        "forward": forward,
         "loss_forward": flops_result(phases.loss_forward.flops, MODEL, phases.loss_forward.uncounted),
         "layers_backward": add_results((layer["backward_flops"][DIRECT] for layer in layers), "FLOPs", MODEL, method),
         "loss_backward": flops_result(loss_backward.flops, MODEL, loss_backward.uncounted),

@@ -78,6 +78,29 @@ def test_the_layer_backward_and_the_buckets_add_up_to_the_backward_total() -> No
     assert by_path["4"] == 0  # Flatten: a view, no backward work
 
 
+class TwoHeads(nn.Module):
+    """One hidden tensor feeds two consumers: the engine sums their gradients (work no node owns)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.left, self.right = nn.Linear(4, 6), nn.Linear(6, 3), nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.stem(x)
+        return self.left(hidden) * self.right(hidden)
+
+
+def test_gradient_accumulation_goes_to_the_engine_bucket_and_the_root_keeps_its_direct_work() -> None:
+    model, x = TwoHeads(), torch.randn(5, 4)
+    report = train(model, x)
+    totals = report["training"]["totals"]
+    assert value(totals["engine"]) == 5 * 6  # one add per element of the hidden gradient
+    direct = {layer["path"]: value(layer["backward_flops"]["direct"]) for layer in report["training"]["layers"]}
+    assert direct[""] == 2 * 5 * 3  # the product's backward: one multiply per element for each factor
+    assert value(totals["backward"]) == sum(direct.values()) + value(totals["loss_backward"]) + value(totals["engine"])
+    assert value(totals["step"]) == manual_step(model, x)
+
+
 def test_widening_one_layer_moves_backward_flops_only_where_shapes_changed() -> None:
     narrow, wide = train(small_cnn(8), image()), train(small_cnn(16), image())
     flops = {name: {layer["path"]: value(layer["backward_flops"]["direct"]) for layer in report["training"]["layers"]}

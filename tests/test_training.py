@@ -227,19 +227,42 @@ def test_a_meta_llama_step_is_complete_and_attributed() -> None:
     assert value(crawl_module(model, args=args)["operator_flops"]["total"]) == forward
 
 
-class Opaque(nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.special.bessel_j0(x) * self.scale
+class OpaqueBackward(torch.autograd.Function):
+    """A counted forward (a multiply) whose backward runs an operator no formula knows."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * torch.special.bessel_j0(x)
+
+
+class Scaled(nn.Module):
+    """Not a leaf: the module view prices its own multiply as direct work."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.scale = nn.Parameter(torch.ones(3))
+        self.inner = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return OpaqueBackward.apply(self.inner(x))
 
 
 def test_strict_names_the_uncounted_backward_operators_and_their_calls() -> None:
-    model = nn.Sequential(nn.Linear(3, 3), Opaque())
-    with pytest.raises(IncompleteAnalysisError, match="bessel_j0"):
-        crawl_training_step(model, args=(torch.randn(2, 3),), strict=True)
+    model, x = nn.Sequential(nn.Linear(3, 3), Scaled()), torch.randn(2, 3)
+    report = train(model, x)
+    assert report["operator_flops"]["total"]["status"] == "complete"
+    assert report["training"]["totals"]["backward"]["status"] == "partial"
+    rows = {row["path"]: row["backward_flops"] for row in report["training"]["layers"]}
+    assert rows["1"]["direct"]["status"] == rows[""]["inclusive"]["status"] == "partial"
+    assert rows["0"]["direct"]["status"] == "complete"
+    with pytest.raises(IncompleteAnalysisError, match=r"aten\.special_bessel_j0 in the backward of the layer "
+                       r"calls 1#0"):
+        crawl_training_step(model, args=(x,), strict=True)
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [

@@ -225,6 +225,7 @@ def test_a_meta_llama_step_is_complete_and_attributed() -> None:
     forward, backward = value(totals["forward"]), value(totals["backward"])
     assert 1.5 * forward < backward < 2.5 * forward
     assert value(crawl_module(model, args=args)["operator_flops"]["total"]) == forward
+    assert value(totals["step"]) == manual_step(model, args[0], torch.optim.AdamW)
 
 
 class OpaqueBackward(torch.autograd.Function):

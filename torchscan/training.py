@@ -134,12 +134,12 @@ class GraphOwners:
 
         Nodes that inner calls claimed, the inputs' own nodes and ``AccumulateGrad`` (engine work) stop the walk.
         """
-        boundary = {id(tensor.grad_fn) for tensor in tensors_in(inputs) if tensor.grad_fn is not None}
+        boundary = {tensor.grad_fn for tensor in tensors_in(inputs) if tensor.grad_fn is not None}
         owners = self.owners
         todo = [tensor.grad_fn for tensor in tensors_in(outputs) if tensor.grad_fn is not None]
         while todo:
             node = todo.pop()
-            if node in owners or id(node) in boundary or type(node).__name__ == "AccumulateGrad":
+            if node in owners or node in boundary or type(node).__name__ == "AccumulateGrad":
                 continue
             owners[node] = owner
             todo.extend(parent for parent, _ in node.next_functions if parent is not None)

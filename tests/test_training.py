@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from torchscan_testing import checked
 from zoo import llama
 
@@ -70,6 +71,7 @@ def test_the_layer_backward_and_the_buckets_add_up_to_the_backward_total() -> No
     layers = report["training"]["layers"]
     direct = sum(value(layer["backward_flops"]["direct"]) for layer in layers)
     assert direct == value(totals["layers_backward"]) > 0
+    assert value(totals["recomputation"]) == 0
     assert direct + value(totals["loss_backward"]) + value(totals["engine"]) == value(totals["backward"])
     root = next(layer for layer in layers if layer["path"] == "")
     assert value(root["backward_flops"]["inclusive"]) == direct
@@ -98,6 +100,27 @@ def test_gradient_accumulation_goes_to_the_engine_bucket_and_the_root_keeps_its_
     direct = {layer["path"]: value(layer["backward_flops"]["direct"]) for layer in report["training"]["layers"]}
     assert direct[""] == 2 * 5 * 3  # the product's backward: one multiply per element for each factor
     assert value(totals["backward"]) == sum(direct.values()) + value(totals["loss_backward"]) + value(totals["engine"])
+    assert value(totals["step"]) == manual_step(model, x)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(6, 6), nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(lambda y: self.second(self.first(y).tanh()), x, use_reentrant=False)
+
+
+def test_module_calls_recomputed_under_checkpointing_are_shown_as_recomputation() -> None:
+    model, x = nn.Sequential(nn.Linear(4, 6), Checkpointed(), nn.Linear(6, 2)), torch.randn(3, 4)
+    report = train(model, x)
+    totals = report["training"]["totals"]
+    # the second linear's saved tensors are its input and weight: recomputation stops after the first linear
+    assert value(totals["recomputation"]) == 2 * 3 * 6 * 6 + 3 * 6
+    direct = sum(value(layer["backward_flops"]["direct"]) for layer in report["training"]["layers"])
+    parts = ("loss_backward", "engine", "recomputation")
+    assert value(totals["backward"]) == direct + sum(value(totals[name]) for name in parts)
     assert value(totals["step"]) == manual_step(model, x)
 
 

@@ -5,7 +5,8 @@ Attribution: while the forward runs, each closing layer call claims the autograd
 that no inner call claimed and that its inputs did not bring (`GraphOwners`); the loss claims what the loss created.
 During the backward each claimed node enters its owner's operator scope while it runs (node pre-hook and hook), so
 the recorder files the node's operators there; everything else (``AccumulateGrad``, the engine's summing of
-gradients for a tensor with several consumers) lands in the ``engine`` bucket.
+gradients for a tensor with several consumers) lands in the ``engine`` bucket, and the model's module calls re-run
+during the backward (activation checkpointing) in the ``recomputation`` bucket.
 
 State: the user's ``.grad`` tensors are set aside (the step accumulates into fresh ones) and put back, buffers
 (BatchNorm running statistics) are copied before and restored after (one copy of the buffers, never of the
@@ -57,6 +58,7 @@ OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
     "adam": lambda params: torch.optim.Adam(params),
     "adamw": lambda params: torch.optim.AdamW(params),
 }
+BACKWARD_PARTS = ("layers_backward", "loss_backward", "engine", "recomputation")
 Owner = int | str  # a layer call's index in the report's layers, or LOSS
 
 
@@ -211,6 +213,7 @@ class Phases:
         self.loss_forward = OperatorScope()
         self.engine = OperatorScope()
         self.optimizer = OperatorScope()
+        self.recomputation = OperatorScope()  # module calls re-run during the backward (activation checkpointing)
         self.backward: dict[Owner, OperatorScope] = {}
         self.optimizer_type: str | None = None
         self.loss_default = True
@@ -233,13 +236,42 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         step.graph.claim(LOSS, value, step.output)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
-        value.backward()
+        with recomputation_observed(model, phases):
+            value.backward()
         recorder.leave()
     step.graph.owners.clear()
     step.output = None
     if make_optimizer is not None:
         _optimizer_step(model, make_optimizer, phases)
     return phases
+
+
+@contextmanager
+def recomputation_observed(model: nn.Module, phases: Phases) -> Iterator[None]:
+    """While the backward runs, the model's module calls (recomputed forwards under ``torch.utils.checkpoint``)
+    count into the recomputation bucket, whichever node triggered them."""
+    modules = {id(module) for module in model.modules()}
+    recorder = phases.recorder
+    depth = [0]
+
+    def opened(module: nn.Module, args: tuple) -> None:
+        if id(module) in modules:
+            depth[0] += 1
+            recorder.enter(phases.recomputation)
+
+    def closed(module: nn.Module, args: tuple, *rest: Any) -> None:
+        if id(module) in modules and depth[0]:
+            depth[0] -= 1
+            recorder.leave()
+
+    handles = [register_module_forward_pre_hook(opened),
+               register_module_forward_hook(closed, with_kwargs=True, always_call=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+            _global_forward_hooks_with_kwargs.pop(handle.id, None)
 
 
 def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:
@@ -378,8 +410,9 @@ def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases
         "layers_backward": add_results((layer["backward_flops"][DIRECT] for layer in layers), "FLOPs", MODEL, method),
         "loss_backward": flops_result(loss_backward.flops, MODEL, loss_backward.uncounted),
         "engine": flops_result(phases.engine.flops, MODEL, phases.engine.uncounted),
+        "recomputation": flops_result(phases.recomputation.flops, MODEL, phases.recomputation.uncounted),
     }
-    parts["backward"] = add_results((parts[name] for name in ("layers_backward", "loss_backward", "engine")),
+    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS),
                                     "FLOPs", MODEL, method)
     if phases.optimizer_type is None:
         parts["optimizer"] = not_requested("FLOPs", MODEL)

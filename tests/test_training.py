@@ -289,6 +289,16 @@ def test_strict_names_the_uncounted_backward_operators_and_their_calls() -> None
         crawl_training_step(model, args=(x,), strict=True)
 
 
+def test_lazy_parameters_materialize_and_lazy_buffers_are_refused() -> None:
+    model = nn.Sequential(nn.LazyLinear(4), nn.ReLU(), nn.Linear(4, 2))
+    report = train(model, torch.randn(2, 3), optimizer="sgd")
+    assert report["training"]["totals"]["step"]["status"] == "complete" and model[0].weight.shape == (4, 3)
+    lazy = nn.Sequential(nn.Conv2d(3, 4, 3), nn.LazyBatchNorm2d())
+    with pytest.raises(ValueError, match=r"uninitialized lazy buffers \(1\.running_mean"):
+        crawl_training_step(lazy, args=(torch.randn(2, 3, 6, 6),))
+    assert isinstance(lazy[1].running_mean, nn.parameter.UninitializedBuffer)
+
+
 @pytest.mark.parametrize(("options", "error", "match"), [
     ({"optimizer": "lion"}, ValueError, "optimizer must be one of"),
     ({"loss": 3}, TypeError, "loss must be a callable"),

@@ -334,6 +334,10 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
 @contextmanager
 def preserved_state(model: nn.Module) -> Iterator[None]:
     """Gradients set aside, buffers copied, RNG forked for the step; all put back, also after an error."""
+    lazy = [name for name, buffer in model.named_buffers() if isinstance(buffer, nn.parameter.UninitializedBuffer)]
+    if lazy:
+        raise ValueError(f"model has uninitialized lazy buffers ({', '.join(lazy)}) whose values a training step would "
+                         "set: run one forward (or crawl_module) to materialize them first")
     parameters = list(model.parameters())
     grads = [parameter.grad for parameter in parameters]
     buffers = [(buffer, buffer.clone()) for buffer in model.buffers()]

@@ -94,7 +94,7 @@ def crawl_training_step(
     with preserved_state(model):
         report = _analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step))
         phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
-    report["training"] = training_section(report, step, phases, mapping, optimizer)
+    report["training"] = training_section(report, phases, mapping, optimizer)
     if strict:
         _raise_if_incomplete(report)
         _raise_if_training_incomplete(report, phases)
@@ -358,8 +358,8 @@ def preserved_state(model: nn.Module) -> Iterator[None]:
 # -- the report section ----------------------------------------------------------------------------------------------
 
 
-def training_section(report: dict[str, Any], step: TrainingForward, phases: Phases, mapping: Mapping[Any, Any],
-                     optimizer: Any) -> dict[str, Any]:
+def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any
+                     ) -> dict[str, Any]:
     """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices."""
     layers = report["layers"]
     section_layers = _layer_backward(layers, phases)

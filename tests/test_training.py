@@ -65,6 +65,20 @@ def test_totals_equal_measure_flops_of_the_same_step() -> None:
     assert without["training"]["totals"]["optimizer"]["status"] == "not_requested"
 
 
+def test_a_callable_optimizer_gets_only_the_trainable_parameters() -> None:
+    model, x = small_cnn(), image()
+
+    def make(params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.SGD(params, lr=0.1)
+    report = train(model, x, optimizer=make)
+    assert report["training"]["optimizer"] == {"name": "callable", "type": "torch.optim.sgd.SGD", "counted_on": "meta"}
+    assert value(report["training"]["totals"]["step"]) == manual_step(model, x, make)
+    everything = value(report["training"]["totals"]["optimizer"])
+    model[0].weight.requires_grad_(False)
+    frozen = value(train(model, x, optimizer=make)["training"]["totals"]["optimizer"])
+    assert everything - frozen == 2 * model[0].weight.numel()  # SGD without momentum: a multiply and an add
+
+
 def test_the_layer_backward_and_the_buckets_add_up_to_the_backward_total() -> None:
     report = train(small_cnn(), image())
     totals = report["training"]["totals"]

@@ -21,6 +21,7 @@ _EXPORTS = {
     "ModuleHandler": "handlers",
     "compare_reports": "compare",
     "crawl_module": "crawler",
+    "crawl_training_step": "training",
     "measure_flops": "operators",
     "measure_peak_memory": "memory",
     "summary": "text",
@@ -35,6 +36,7 @@ __all__ = [
     "ModuleHandler",
     "compare_reports",
     "crawl_module",
+    "crawl_training_step",
     "measure_flops",
     "measure_peak_memory",
     "summary",
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary
+    from .training import crawl_training_step
 
 
 def __getattr__(name: str) -> Any:

@@ -123,6 +123,34 @@ def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
     return tuple(args or ()), dict(kwargs or {})
 
 
+class ForwardStep:
+    """How the traced forward runs: ``crawl_module``'s is one forward in eval mode under ``no_grad``.
+
+    The training step (`torchscan.training`) subclasses it to run the forward in train mode with gradients on and
+    to observe the autograd graph it builds; the tracer, the recorder and the report assembly stay shared.
+    """
+
+    def execution(self) -> dict[str, Any]:
+        """The report's ``context.execution``."""
+        return {"mode": "eval", "grad": "no_grad", "forward_passes": 1}
+
+    def set_modes(self, model: nn.Module, training_flags: list[tuple[nn.Module, bool]]) -> None:
+        """Put the model in the step's mode (the flags are restored after the forward)."""
+        if any(flag for _, flag in training_flags):
+            model.eval()
+
+    def grad_mode(self) -> Any:
+        """The gradient mode of the forward, a context manager."""
+        return torch.no_grad()
+
+    def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
+        """Run the forward with the tracer attached (and the recorder active in a full analysis)."""
+        return analysis.model(*analysis.args, **analysis.kwargs)
+
+
+EVAL_FORWARD = ForwardStep()
+
+
 @dataclass(frozen=True)
 class Analysis:
     """One requested analysis, validated: the model, the call (and whether its inputs were generated or provided),
@@ -135,6 +163,7 @@ class Analysis:
     handlers: dict[type, ModuleHandler]
     mapping: dict[Any, Any]
     mode: Mode
+    step: ForwardStep = EVAL_FORWARD
 
     @property
     def full(self) -> bool:
@@ -154,15 +183,15 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     recorder = new_recorder(build_formula_table(analysis.mapping)) if analysis.full else None
     tracer = CallTracer(model, analysis.handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
+    step = analysis.step
     try:
-        if any(flag for _, flag in training_flags):
-            model.eval()
+        step.set_modes(model, training_flags)
         tracer.attach()
         with ExitStack() as stack:
-            stack.enter_context(torch.no_grad())
+            stack.enter_context(step.grad_mode())
             if recorder is not None:
                 stack.enter_context(recorder)
-            model(*analysis.args, **analysis.kwargs)
+            step.forward(analysis, tracer)
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
@@ -280,7 +309,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         "torch": str(torch.__version__),  # a plain str, not TorchVersion: unpickling a report must not import torch
         "python": platform.python_version(),
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
-        "execution": {"mode": "eval", "grad": "no_grad", "forward_passes": 1},
+        "execution": analysis.step.execution(),
         "prior_training": {"root": bool(model.training),
                            "training_modules": sum(flag for _, flag in training_flags),
                            "modules": len(training_flags)},

@@ -1,0 +1,442 @@
+"""One training step analyzed: the forward as ``crawl_module`` traces it, then the loss, the backward and an optional
+optimizer step, with every backward operator filed under the layer call whose forward created its autograd node.
+
+Attribution: while the forward runs, each closing layer call claims the autograd nodes reachable from its outputs
+that no inner call claimed and that its inputs did not bring (`GraphOwners`); the loss claims what the loss created.
+During the backward each claimed node enters its owner's operator scope while it runs (node pre-hook and hook), so
+the recorder files the node's operators there; everything else (``AccumulateGrad``, the engine's summing of
+gradients for a tensor with several consumers) lands in the ``engine`` bucket, and the model's module calls re-run
+during the backward (activation checkpointing) in the ``recomputation`` bucket.
+
+State: the user's ``.grad`` tensors are set aside (the step accumulates into fresh ones) and put back, buffers
+(BatchNorm running statistics) are copied before and restored after (one copy of the buffers, never of the
+weights), the RNG state is forked, training flags and hooks are restored by the shared tracer path. The optimizer
+step runs on ``meta`` stand-ins of the parameters and their gradients, so the weights never change and no second
+copy of them is made; the stand-ins keep shapes and dtypes, not the device's choice of optimizer implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.module import (
+    _global_forward_hooks_with_kwargs,
+    register_module_forward_hook,
+    register_module_forward_pre_hook,
+)
+
+from .crawler import (
+    Analysis,
+    ForwardStep,
+    IncompleteAnalysisError,
+    _analyze,
+    _raise_if_incomplete,
+    _resolve_call,
+)
+from .handlers import validate_handler_map
+from .operators import (
+    OperatorRecorder,
+    OperatorScope,
+    build_formula_table,
+    flops_result,
+    new_recorder,
+    operator_report,
+    validate_custom_mapping,
+)
+from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, add_results, not_requested
+from .tracing import CallTracer
+
+TRAINING_VERSION = 1
+LOSS = "loss"
+DEFAULT_LOSS = "sum of every floating-point output tensor that requires grad"
+OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
+    "adam": lambda params: torch.optim.Adam(params),
+    "adamw": lambda params: torch.optim.AdamW(params),
+}
+BACKWARD_PARTS = ("layers_backward", "loss_backward", "engine", "recomputation")
+Owner = int | str  # a layer call's index in the report's layers, or LOSS
+
+
+def crawl_training_step(
+    model: nn.Module,
+    input_shape: Any = None,
+    dtype: Any = None,
+    *,
+    args: tuple | list | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    device: torch.device | str | None = None,
+    loss: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: str | Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+    custom_modules: Mapping[type, Any] | None = None,
+    custom_mapping: Mapping[Any, Any] | None = None,
+    strict: bool = False,
+    keep_modes: bool = False,
+) -> dict[str, Any]:
+    """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step).
+
+    Returns ``crawl_module``'s report of the forward (run in train mode with gradients on; ``keep_modes=True`` keeps
+    every module's own mode) plus a ``training`` section: backward operator FLOPs per layer call and totals for
+    forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
+    every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
+    ``params -> torch.optim.Optimizer``. The model is left exactly as it was, also when the step raises.
+    """
+    _check_options(model, loss, strict, keep_modes)
+    make_optimizer = _optimizer_factory(optimizer)
+    handlers = validate_handler_map(custom_modules)
+    mapping = validate_custom_mapping(custom_mapping)
+    call_args, call_kwargs, source = _resolve_call(model, input_shape, dtype, args, kwargs, device)
+    step = TrainingForward(keep_modes)
+    with preserved_state(model):
+        report = _analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step))
+        phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
+    report["training"] = training_section(report, phases, mapping, optimizer)
+    if strict:
+        _raise_if_incomplete(report)
+        _raise_if_training_incomplete(report, phases)
+    return report
+
+
+def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any) -> None:
+    """The model, the loss and the flags, checked (errors name the argument)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, flag in (("strict", strict), ("keep_modes", keep_modes)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
+
+
+def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None:
+    """The optimizer to build, checked: None, a known name, or a callable ``params -> Optimizer``."""
+    if optimizer is None or callable(optimizer):
+        return optimizer
+    if isinstance(optimizer, str) and optimizer in OPTIMIZERS:
+        return OPTIMIZERS[optimizer]
+    raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)} or a callable params -> torch.optim.Optimizer, "
+                     f"got {optimizer!r}")
+
+
+# -- the forward: train mode, gradients on, graph ownership ------------------------------------------------------------
+
+
+class GraphOwners:
+    """Which owner (layer call index or the loss) created each autograd node of the step."""
+
+    def __init__(self) -> None:
+        self.owners: dict[Any, Owner] = {}
+
+    def claim(self, owner: Owner, outputs: Any, inputs: Any) -> None:
+        """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``, stopping where ``inputs`` came in.
+
+        Nodes that inner calls claimed, the inputs' own nodes and ``AccumulateGrad`` (engine work) stop the walk.
+        """
+        boundary = {tensor.grad_fn for tensor in tensors_in(inputs) if tensor.grad_fn is not None}
+        owners = self.owners
+        todo = [tensor.grad_fn for tensor in tensors_in(outputs) if tensor.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node in owners or node in boundary or type(node).__name__ == "AccumulateGrad":
+                continue
+            owners[node] = owner
+            todo.extend(parent for parent, _ in node.next_functions if parent is not None)
+
+
+def tensors_in(value: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a nested value of tuples, lists, dicts (and mappings such as model outputs)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from tensors_in(item)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from tensors_in(item)
+
+
+class TrainingForward(ForwardStep):
+    """The forward of a training step: train mode (unless kept), gradients on, autograd nodes claimed per call."""
+
+    def __init__(self, keep_modes: bool) -> None:
+        self.keep_modes = keep_modes
+        self.graph = GraphOwners()
+        self.output: Any = None
+        self.calls: list[int | None] = []  # the open calls' layer indices (None: not a call of the model)
+
+    def execution(self) -> dict[str, Any]:
+        return {"mode": "kept" if self.keep_modes else "train", "grad": "enabled", "forward_passes": 1}
+
+    def set_modes(self, model: nn.Module, training_flags: list[tuple[nn.Module, bool]]) -> None:
+        if not self.keep_modes:
+            model.train()
+
+    def grad_mode(self) -> Any:
+        return torch.enable_grad()
+
+    def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
+        """The forward with two more global hooks, run after the tracer's (registered later)."""
+        handles = [register_module_forward_pre_hook(lambda module, args: self._opened(tracer, module)),
+                   register_module_forward_hook(self._closed, with_kwargs=True, always_call=True)]
+        try:
+            self.output = analysis.model(*analysis.args, **analysis.kwargs)
+        finally:
+            for handle in handles:
+                handle.remove()
+                _global_forward_hooks_with_kwargs.pop(handle.id, None)
+        return self.output
+
+    def _opened(self, tracer: CallTracer, module: nn.Module) -> None:
+        stack = tracer.stack
+        ours = bool(stack) and stack[-1].module_id == id(module) and id(module) in tracer.infos
+        self.calls.append(stack[-1].index if ours else None)
+
+    def _closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:
+        """``rest`` is ``(kwargs, output)``, or ``(output,)`` when the call failed (nothing to claim then)."""
+        index = self.calls.pop() if self.calls else None
+        if index is not None and len(rest) == 2:
+            self.graph.claim(index, rest[1], (args, rest[0]))
+
+
+# -- after the forward: loss, backward, optimizer --------------------------------------------------------------------
+
+
+class Phases:
+    """The operator scopes of the step after the forward, all in one recorder."""
+
+    def __init__(self, recorder: OperatorRecorder) -> None:
+        self.recorder = recorder
+        self.loss_forward = OperatorScope()
+        self.engine = OperatorScope()
+        self.optimizer = OperatorScope()
+        self.recomputation = OperatorScope()  # module calls re-run during the backward (activation checkpointing)
+        self.backward: dict[Owner, OperatorScope] = {}
+        self.optimizer_type: str | None = None
+        self.loss_default = True
+
+    def backward_scope(self, owner: Owner) -> OperatorScope:
+        return self.backward.setdefault(owner, OperatorScope())
+
+
+def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[Any], Any] | None,
+                      make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
+                      formulas: Mapping[Any, Any]) -> Phases:
+    """Run the loss, the backward and the optimizer step under a recorder of their own."""
+    phases = Phases(new_recorder(formulas))
+    recorder = phases.recorder
+    phases.loss_default = loss is None
+    with torch.enable_grad(), recorder:
+        recorder.enter(phases.loss_forward)
+        value = compute_loss(loss, step.output)
+        recorder.leave()
+        step.graph.claim(LOSS, value, step.output)
+        _hook_nodes(step.graph, phases)
+        recorder.enter(phases.engine)
+        with recomputation_observed(model, phases):
+            value.backward()
+        recorder.leave()
+    step.graph.owners.clear()
+    step.output = None
+    if make_optimizer is not None:
+        _optimizer_step(model, make_optimizer, phases)
+    return phases
+
+
+@contextmanager
+def recomputation_observed(model: nn.Module, phases: Phases) -> Iterator[None]:
+    """While the backward runs, the model's module calls (recomputed forwards under ``torch.utils.checkpoint``)
+    count into the recomputation bucket, whichever node triggered them."""
+    modules = {id(module) for module in model.modules()}
+    recorder = phases.recorder
+    depth = [0]
+
+    def opened(module: nn.Module, args: tuple) -> None:
+        if id(module) in modules:
+            depth[0] += 1
+            recorder.enter(phases.recomputation)
+
+    def closed(module: nn.Module, args: tuple, *rest: Any) -> None:
+        if id(module) in modules and depth[0]:
+            depth[0] -= 1
+            recorder.leave()
+
+    handles = [register_module_forward_pre_hook(opened),
+               register_module_forward_hook(closed, with_kwargs=True, always_call=True)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+            _global_forward_hooks_with_kwargs.pop(handle.id, None)
+
+
+def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:
+    """The caller's loss of the output, checked, or the default: the sum of every floating output tensor that
+    requires grad."""
+    if loss is None:
+        floats = [t for t in tensors_in(output) if t.is_floating_point() and t.requires_grad]
+        if not floats:
+            raise ValueError("the default loss found no floating-point output tensor that requires grad; pass "
+                             "loss=callable(output) -> scalar tensor")
+        value = floats[0].sum()
+        for tensor in floats[1:]:
+            value = value + tensor.sum()
+        return value
+    value = loss(output)
+    if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
+        raise TypeError("loss must return a one-element tensor that requires grad, got "
+                        f"{type(value).__name__}" + (f" of shape {tuple(value.shape)}" if isinstance(
+                            value, torch.Tensor) else ""))
+    return value
+
+
+def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
+    """Each claimed node enters its owner's backward scope while it runs (the hooks die with the graph)."""
+    recorder = phases.recorder
+
+    def leave(grad_inputs: Any, grad_outputs: Any) -> None:
+        recorder.leave()
+
+    for node, owner in graph.owners.items():
+        scope = phases.backward_scope(owner)
+        node.register_prehook(lambda grad_outputs, scope=scope: recorder.enter(scope))
+        node.register_hook(leave)
+
+
+def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
+                    phases: Phases) -> None:
+    """One optimizer step over ``meta`` stand-ins of the trainable parameters and their new gradients."""
+    stand_ins = []
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            stand_in = torch.empty_like(parameter, device="meta").requires_grad_()
+            if parameter.grad is not None:
+                stand_in.grad = torch.empty_like(parameter.grad, device="meta")
+            stand_ins.append(stand_in)
+    optimizer = make_optimizer(stand_ins)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    recorder = phases.recorder
+    with recorder:
+        recorder.enter(phases.optimizer)
+        optimizer.step()
+        recorder.leave()
+
+
+# -- state -----------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def preserved_state(model: nn.Module) -> Iterator[None]:
+    """Gradients set aside, buffers copied, RNG forked for the step; all put back, also after an error."""
+    lazy = [name for name, buffer in model.named_buffers() if isinstance(buffer, nn.parameter.UninitializedBuffer)]
+    if lazy:
+        raise ValueError(f"model has uninitialized lazy buffers ({', '.join(lazy)}) whose values a training step would "
+                         "set: run one forward (or crawl_module) to materialize them first")
+    parameters = list(model.parameters())
+    grads = [parameter.grad for parameter in parameters]
+    buffers = [(buffer, buffer.clone()) for buffer in model.buffers()]
+    devices = sorted({t.device.index or 0 for t in parameters if t.device.type == "cuda"})
+    try:
+        for parameter in parameters:
+            parameter.grad = None
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        with torch.no_grad():
+            for buffer, saved in buffers:
+                buffer.copy_(saved)
+        for parameter, grad in zip(parameters, grads, strict=True):
+            parameter.grad = grad
+
+
+# -- the report section ----------------------------------------------------------------------------------------------
+
+
+def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any
+                     ) -> dict[str, Any]:
+    """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices."""
+    layers = report["layers"]
+    section_layers = _layer_backward(layers, phases)
+    operators, diagnostics = operator_report(phases.recorder.totals(), mapping, phases.recorder)
+    return {
+        "version": TRAINING_VERSION,
+        "devices": list(report["context"]["devices"]),
+        "loss": {"source": "default" if phases.loss_default else "callable",
+                 "description": DEFAULT_LOSS if phases.loss_default else "the caller's loss(output)"},
+        "optimizer": _optimizer_entry(optimizer, phases),
+        "totals": _totals(report, section_layers, phases),
+        "layers": section_layers,
+        "operator_flops": operators,
+        "diagnostics": diagnostics,
+    }
+
+
+def _optimizer_entry(optimizer: Any, phases: Phases) -> dict[str, Any] | None:
+    if optimizer is None:
+        return None
+    return {"name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
+            "counted_on": "meta"}
+
+
+def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[str, Any]]:
+    """Each layer call's backward FLOPs: direct (its own nodes) and inclusive (its descendants' added)."""
+    empty = OperatorScope()
+    direct = [phases.backward.get(index, empty) for index in range(len(layers))]
+    flops = [scope.flops for scope in direct]
+    uncounted = [scope.uncounted for scope in direct]
+    position = {(layer["path"], layer["call_index"]): index for index, layer in enumerate(layers)}
+    for index in range(len(layers) - 1, -1, -1):  # children start after their parent: they are added first
+        parent = layers[index]["parent"]
+        if parent is not None:
+            into = position[(parent["path"], parent["call_index"])]
+            flops[into] += flops[index]
+            uncounted[into] = uncounted[into] or uncounted[index]
+    return [{"path": layer["path"], "call_index": layer["call_index"],
+             "backward_flops": {DIRECT: flops_result(direct[index].flops, DIRECT, direct[index].uncounted),
+                                INCLUSIVE: flops_result(flops[index], INCLUSIVE, uncounted[index])}}
+            for index, layer in enumerate(layers)]
+
+
+def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases) -> dict[str, MetricResult]:
+    """Forward, loss, layer backward, engine, backward, optimizer and whole-step FLOPs, each a MetricResult."""
+    method = "operator_dispatch"
+    loss_backward = phases.backward.get(LOSS, OperatorScope())
+    forward: MetricResult = dict(report["operator_flops"]["total"])  # type: ignore[assignment]
+    parts: dict[str, MetricResult] = {
+        "forward": forward,
+        "loss_forward": flops_result(phases.loss_forward.flops, MODEL, phases.loss_forward.uncounted),
+        "layers_backward": add_results((layer["backward_flops"][DIRECT] for layer in layers), "FLOPs", MODEL, method),
+        "loss_backward": flops_result(loss_backward.flops, MODEL, loss_backward.uncounted),
+        "engine": flops_result(phases.engine.flops, MODEL, phases.engine.uncounted),
+        "recomputation": flops_result(phases.recomputation.flops, MODEL, phases.recomputation.uncounted),
+    }
+    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS),
+                                    "FLOPs", MODEL, method)
+    if phases.optimizer_type is None:
+        parts["optimizer"] = not_requested("FLOPs", MODEL)
+    else:
+        parts["optimizer"] = flops_result(phases.optimizer.flops, MODEL, phases.optimizer.uncounted)
+    steps = [parts[name] for name in ("forward", "loss_forward", "backward")]
+    if phases.optimizer_type is not None:
+        steps.append(parts["optimizer"])
+    parts["step"] = add_results(steps, "FLOPs", MODEL, method)
+    return parts
+
+
+def _raise_if_training_incomplete(report: dict[str, Any], phases: Phases) -> None:
+    """``strict=True``: the loss, backward or optimizer ran operators without a formula."""
+    uncounted = [row["operator"] for row in report["training"]["operator_flops"]["uncounted"]]
+    if not uncounted:
+        return
+    layers = report["layers"]
+    calls = [f"{layers[owner]['path'] or '(root)'}#{layers[owner]['call_index']}"
+             for owner, scope in phases.backward.items() if scope.uncounted and isinstance(owner, int)]
+    raise IncompleteAnalysisError(
+        f"the training step ran uncounted operators {', '.join(uncounted)}"
+        + (f" in the backward of the layer calls {', '.join(sorted(calls))}" if calls else ""), report)

@@ -2,7 +2,7 @@
 
 Every report that ``crawl_module`` or ``summary`` builds while the tests run (whatever test builds it, and however
 it is called) is validated against the shipped JSON Schema and its MetricResult invariants, must be written by ``json.dumps`` as
-is, and must share no list or dict between two places: the check wraps the analysis itself (``torchscan.crawler._analyze``), so a report that breaks
+is, and must share no list or dict between two places: the check wraps the analysis itself (``torchscan.crawler.analyze``), so a report that breaks
 the contract fails the test that produced it. Reports analyzed in other processes (the ``torchscan-report``
 workers of the end-to-end tests) are outside this check; those tests read the JSON files the workers wrote.
 """
@@ -29,7 +29,7 @@ def _every_report_is_validated() -> Iterator[None]:
     from torchscan import crawler
     from torchscan.schema import validate_report
 
-    analyze = crawler._analyze
+    analyze = crawler.analyze
 
     def validated_analysis(*args: Any, **kwargs: Any) -> dict[str, Any]:
         report = analyze(*args, **kwargs)
@@ -40,7 +40,7 @@ def _every_report_is_validated() -> Iterator[None]:
         return report
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(crawler, "_analyze", validated_analysis)
+        patch.setattr(crawler, "analyze", validated_analysis)
         yield
 
 

@@ -86,14 +86,14 @@ def crawl_module(
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
-    call_args, call_kwargs, source = _resolve_call(model, input_shape, dtype, args, kwargs, device)
-    report = _analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode))
+    call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
+    report = analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode))
     if strict:
-        _raise_if_incomplete(report)
+        raise_if_incomplete(report)
     return report
 
 
-def _resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
+def resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
                   ) -> tuple[tuple, dict[str, Any], str]:
     provided = args is not None or kwargs is not None
     if provided and input_shape is not None:
@@ -170,7 +170,7 @@ class Analysis:
         return self.mode == "full"
 
 
-def _analyze(analysis: Analysis) -> dict[str, Any]:
+def analyze(analysis: Analysis) -> dict[str, Any]:
     inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs)}
     with cyclic_gc_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
@@ -340,6 +340,6 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
             module.training = flag
 
 
-def _raise_if_incomplete(report: dict[str, Any]) -> None:
+def raise_if_incomplete(report: dict[str, Any]) -> None:
     if incomplete_metrics(report):
         raise IncompleteAnalysisError(incomplete_message(report), report)

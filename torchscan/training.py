@@ -29,14 +29,8 @@ from torch.nn.modules.module import (
     register_module_forward_pre_hook,
 )
 
-from .crawler import (
-    Analysis,
-    ForwardStep,
-    IncompleteAnalysisError,
-    _analyze,
-    _raise_if_incomplete,
-    _resolve_call,
-)
+from . import crawler
+from .crawler import Analysis, ForwardStep, IncompleteAnalysisError, raise_if_incomplete, resolve_call
 from .handlers import validate_handler_map
 from .operators import (
     OperatorRecorder,
@@ -89,14 +83,14 @@ def crawl_training_step(
     make_optimizer = _optimizer_factory(optimizer)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
-    call_args, call_kwargs, source = _resolve_call(model, input_shape, dtype, args, kwargs, device)
+    call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     step = TrainingForward(keep_modes)
     with preserved_state(model):
-        report = _analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step))
+        report = crawler.analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step))
         phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
     report["training"] = training_section(report, phases, mapping, optimizer)
     if strict:
-        _raise_if_incomplete(report)
+        raise_if_incomplete(report)
         _raise_if_training_incomplete(report, phases)
     return report
 

@@ -59,9 +59,9 @@ from torchscan import crawl_module, measure_flops  # noqa: E402
 Case = tuple[nn.Module, tuple, dict]
 
 
-def image(model: nn.Module, size: int = 224) -> Case:
-    """One seeded ``size`` x ``size`` RGB image."""
-    return model, (torch.rand(1, 3, size, size, generator=torch.Generator().manual_seed(0)),), {}
+def image(model: nn.Module, size: int = 224, batch: int = 1) -> Case:
+    """``batch`` seeded ``size`` x ``size`` RGB images (one by default)."""
+    return model, (torch.rand(batch, 3, size, size, generator=torch.Generator().manual_seed(0)),), {}
 
 
 def synthetic(calls: int) -> Case:
@@ -152,17 +152,24 @@ def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[
     }
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-STATISTICS = {"median": statistics.median, "min": min}
+STATISTICS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 
 
 def measure(model: nn.Module, args: tuple, kwargs: dict, repeats: int, clock: Callable[[], float] = time.perf_counter,
             statistic: Callable[[list[float]], float] = statistics.median) -> dict[str, float]:
     """Seconds of each variant over ``repeats`` alternating rounds (their median or min), after a warm-up round."""
     model.eval()
-    functions = variants(model, args, kwargs)
+    samples = alternate(variants(model, args, kwargs), repeats, clock)
+    return {name: statistic(values) for name, values in samples.items()}
+
+
+def alternate(functions: dict[str, Callable[[], object]], repeats: int,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Seconds of each function in each of ``repeats`` rounds that call every function in turn, after a warm-up
+    round: machine noise hits every function alike, and first-use costs stay out of the samples."""
     for function in functions.values():
         function()
     samples: dict[str, list[float]] = {name: [] for name in functions}
@@ -171,7 +178,7 @@ def measure(model: nn.Module, args: tuple, kwargs: dict, repeats: int, clock: Ca
             start = clock()
             function()
             samples[name].append(clock() - start)
-    return {name: statistic(values) for name, values in samples.items()}
+    return samples
 
 
 def layer_calls(model: nn.Module, args: tuple, kwargs: dict) -> int:

@@ -48,22 +48,24 @@ def define_torchvision_ops() -> None:
         _LIBRARY.impl(name, _nms, "CPU")
 
 
-def torchvision_resnet50() -> tuple[torch.nn.Module, tuple, dict]:
-    """torchvision's ResNet-50, random init, one 224x224 image."""
+def torchvision_resnet50(size: int = 224, batch: int = 1) -> tuple[torch.nn.Module, tuple, dict]:
+    """torchvision's ResNet-50, random init, ``batch`` seeded ``size`` x ``size`` images (one 224x224 by default)."""
     define_torchvision_ops()
     import torchvision
 
     generator = torch.Generator().manual_seed(0)
-    return torchvision.models.resnet50(), (torch.rand(1, 3, 224, 224, generator=generator),), {}
+    return torchvision.models.resnet50(), (torch.rand(batch, 3, size, size, generator=generator),), {}
 
 
-def transformers_bert_base(seq_len: int = 128) -> tuple[torch.nn.Module, tuple, dict]:
-    """transformers' ``BertModel`` with the bert-base-uncased config, random init, one padded 128-token row."""
+def transformers_bert_base(seq_len: int = 128, batch: int = 1) -> tuple[torch.nn.Module, tuple, dict]:
+    """transformers' ``BertModel`` with the bert-base-uncased config, random init, ``batch`` rows of ``seq_len``
+    tokens whose last quarter is padding (one 128-token row by default)."""
+    define_torchvision_ops()  # transformers imports torchvision
     from transformers import BertConfig, BertModel
 
     model = BertModel(BertConfig())
     generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(1000, 30522, (1, seq_len), generator=generator)
-    attention_mask = torch.ones(1, seq_len, dtype=torch.int64)
+    input_ids = torch.randint(1000, 30522, (batch, seq_len), generator=generator)
+    attention_mask = torch.ones(batch, seq_len, dtype=torch.int64)
     attention_mask[:, (3 * seq_len) // 4:] = 0
     return model, (input_ids,), {"attention_mask": attention_mask}

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integrations"), str(ROOT / "site_models"), str(ROOT / "tests")]
 import third_party_models as t  # noqa: E402 -- found through the paths above
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+from losses import loss_of  # noqa: E402 -- benchmarks/, the script's own folder
 from torch import nn  # noqa: E402
 
 from torchscan import measure_flops  # noqa: E402
@@ -74,22 +74,6 @@ EXTRA = [
 def batch2(args, kwargs):
     twice = lambda v: torch.cat([v, v]) if isinstance(v, torch.Tensor) else v
     return tuple(twice(a) for a in args), {k: twice(v) for k, v in kwargs.items()}
-
-
-def first_tensor(out):
-    if isinstance(out, torch.Tensor):
-        return out
-    if isinstance(out, dict) or hasattr(out, "values"):
-        return next(v for v in out.values() if isinstance(v, torch.Tensor))
-    return first_tensor(out[0])
-
-
-def loss_of(out):
-    out = first_tensor(out).float()
-    if out.dim() >= 2 and out.shape[-1] >= 8:  # logits: cross-entropy on fixed targets
-        logits = out.reshape(-1, out.shape[-1])
-        return F.cross_entropy(logits, torch.zeros(logits.shape[0], dtype=torch.long, device=out.device))
-    return F.mse_loss(out, torch.zeros_like(out))
 
 
 OPTIMIZERS = {

@@ -12,6 +12,7 @@ from typing import Any
 from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
+from ..views.training import TrainingView, training_view
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
 from .wording import plural
 
@@ -19,6 +20,9 @@ from .wording import plural
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
                   "incomplete (strict)": "failed"}
 
+
+#: The training column's cell of a run that did not ask for its training step.
+NO_TRAINING = Cell("—", "not_requested", "no training step requested (training = { ... } in models.toml)")
 
 #: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
 SHORT_HASH = 12
@@ -54,6 +58,10 @@ class RunSummary:
     flops: Cell = EMPTY
     operator_flops: Cell = EMPTY
     dmas: Cell = EMPTY
+    #: The whole training step's FLOPs (forward, loss, backward, optimizer) when the run asked for its training
+    #: step, else a "—" cell.
+    training_flops: Cell = NO_TRAINING
+    training: TrainingView | None = None
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
     view: ReportView | None = None
@@ -172,6 +180,11 @@ class CatalogView:
         return [entry for entry in self.entries if entry.failed]
 
     @property
+    def has_training(self) -> bool:
+        """Whether some run asked for its training step: only then does the site's catalog show the column."""
+        return any(run.run.training is not None for run in self.runs)
+
+    @property
     def runs(self) -> list[RunSummary]:
         return [run for entry in self.entries for run in entry.runs]
 
@@ -214,7 +227,11 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])
     summary.dmas = metric_cell(totals["dmas"])
-    summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")])
+    summary.training = training_view(report)
+    if summary.training is not None:
+        summary.training_flops = metric_cell(report["training"]["totals"]["step"])
+    summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")]
+                                  + [report.get("training", {}).get("totals", {}).get("step")])
     summary.incomplete = incomplete_metrics(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.view.extra["notices"] = summary.notices

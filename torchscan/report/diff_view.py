@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compare import compare_reports
+from ..compare import compare_reports, metric_delta
 from ..formatting import PARAMETER_SCALES, format_count, format_parameters, format_percent, format_signed
 from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
@@ -21,6 +21,10 @@ from .wording import plural
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
                 ("module_flops", "FLOPs", "module view"), ("dmas", "DMAs", "module view"),
                 ("operator_flops", "FLOPs", "operator view"))
+#: The training step's totals a review compares when both reports have one (``crawl_training_step``'s section).
+TRAINING_LABELS = (("forward", "Training forward"), ("backward", "Backward"), ("optimizer", "Optimizer step"),
+                   ("step", "Training step"))
+TRAINING_VIEW = "training step"
 LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "receptive field",
                        "effective_stride": "stride", "effective_padding": "padding"}
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in TOTAL_LABELS}
@@ -145,6 +149,8 @@ class DiffView:
 
 def _short_label(row: DeltaRow) -> str:
     """``MACs``, ``parameters``, ``module FLOPs``: a total named without its table's View column."""
+    if row.view == TRAINING_VIEW:
+        return row.label.lower() + " FLOPs"
     if row.label == "FLOPs":
         return f"{row.view.split()[0]} FLOPs"
     return "parameters" if row.label == "Parameters" else row.label
@@ -181,7 +187,8 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
     return DiffView(
         title=title or default_title(*models),
         context=_context(*sides),
-        totals=[_total_row(comparison["totals"][name], label, view) for name, label, view in TOTAL_LABELS],
+        totals=[_total_row(comparison["totals"][name], label, view) for name, label, view in TOTAL_LABELS]
+        + training_rows(before, after),
         added=[_identity(item) for item in layers["added"]],
         removed=[_identity(item) for item in layers["removed"]],
         changed=[LayerChange(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
@@ -274,6 +281,19 @@ def total_cells(report: dict[str, Any]) -> list[Cell]:
     totals = report["totals"]
     return [parameter_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
             for name, _, _ in TOTAL_LABELS]
+
+
+def training_rows(before: dict[str, Any], after: dict[str, Any]) -> list[DeltaRow]:
+    """Rows of the training step's totals (operator FLOPs) when both reports have a ``training`` section, else none:
+    a forward-only report has no training cost to compare against. The optimizer row is left out when neither
+    step ran one."""
+    if "training" not in before or "training" not in after:
+        return []
+    sides = before["training"]["totals"], after["training"]["totals"]
+    return [_total_row({"before": sides[0][name], "after": sides[1][name],
+                        "delta": metric_delta(sides[0][name], sides[1][name])}, label, TRAINING_VIEW)
+            for name, label in TRAINING_LABELS
+            if {sides[0][name]["status"], sides[1][name]["status"]} != {"not_requested"}]
 
 
 def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:

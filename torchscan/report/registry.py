@@ -25,11 +25,14 @@ TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "memory",
-              "tags", "description", "strict", "variants", "custom_modules", "custom_mapping")
+              "tags", "description", "strict", "variants", "custom_modules", "custom_mapping", "training")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
-VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs")
+VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs", "training")
+#: ``training = { optimizer = ... }``: the keys of the table and the optimizers ``crawl_training_step`` knows by name.
+TRAINING_KEYS = ("optimizer",)
+TRAINING_OPTIMIZERS = ("sgd", "adam", "adamw")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
 #: Added to a run's stem for the files of its last good report (``reports/<stem>.last-good.json``): a variant of
 #: that name would give a run the stem of another run's last good files, so the name is reserved.
@@ -77,6 +80,7 @@ class Run:
     description: str = ""
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
     extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
+    training: dict[str, str] | None = None  # crawl_training_step's options (``optimizer``), or None: forward only
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
@@ -86,6 +90,8 @@ class Run:
             **self.extensions}
         if self.memory is not None:
             job["memory"] = self.memory
+        if self.training is not None:  # only then: runs without training keep their jobs (and cache keys)
+            job["training"] = dict(self.training)
         return job
 
 
@@ -184,8 +190,8 @@ class _Checker:
             self.problem(f"{where}: strict", f"expected true or false, got {_describe(strict)}")
             strict = False
         description = self.string(f"{where}: description", item.get("description", ""))
-        base: dict[str, Any] = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs")
-                                if key in item}
+        base: dict[str, Any] = {key: item[key] for key in ("kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs",
+                                                        "training") if key in item}
         variants = item.get("variants")
         common = {"entry": name, "factory": factory, "device": device, "strict": strict,
                   "memory": self.memory(f"{where}: memory", item.get("memory")),
@@ -239,7 +245,7 @@ class _Checker:
             if key in variant:
                 merged[key] = {**self.table(f"{at}.{key}", base.get(key, {})),
                                **self.table(f"{at}.{key}", variant[key])}
-        for key in ("input_shape", "dtype"):
+        for key in ("input_shape", "dtype", "training"):
             if key in variant:
                 merged[key] = variant[key]
         return merged
@@ -248,7 +254,28 @@ class _Checker:
             description: str) -> Run:
         kwargs = self.plain_table(f"{where}.kwargs" if variant else f"{where}: kwargs", spec.get("kwargs", {}))
         return Run(variant=variant, stem=stem, kwargs=kwargs, inputs=self.inputs(where, spec), description=description,
+                   training=self.training(f"{where}.training" if variant else f"{where}: training",
+                                          spec.get("training")),
                    **common)
+
+    def training(self, where: str, value: Any) -> dict[str, str] | None:
+        """``training = { optimizer = "adamw" }`` (the optimizer optional; ``false`` in a variant turns the entry's
+        off): the options of the run's training step, or None when the run analyzes the forward only."""
+        if value is None or value is False:
+            return None
+        if not isinstance(value, dict):
+            self.problem(where, "expected a table such as { optimizer = \"adamw\" } (or {} for forward, loss and "
+                         f"backward without an optimizer step), or false, got {_describe(value)}")
+            return None
+        self.unknown_keys(where, value, TRAINING_KEYS)
+        optimizer = value.get("optimizer")
+        if optimizer is None:
+            return {}
+        if optimizer not in TRAINING_OPTIMIZERS:
+            self.problem(f"{where}.optimizer", f"expected one of {', '.join(TRAINING_OPTIMIZERS)}, got "
+                         f"{_describe(optimizer)}")
+            return {}
+        return {"optimizer": optimizer}
 
     def inputs(self, where: str, spec: dict[str, Any]) -> InputSpec:
         has_shape, has_callable = "input_shape" in spec, "inputs" in spec

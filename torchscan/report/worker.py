@@ -45,6 +45,7 @@ import torch  # noqa: E402
 from ..crawler import crawl_module  # noqa: E402
 from ..handlers import validate_handler_map  # noqa: E402
 from ..operators import validate_custom_mapping  # noqa: E402
+from ..training import crawl_training_step  # noqa: E402
 from .resources import require_device  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).
@@ -70,7 +71,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
             stage = "inputs"
             call = _call(job, inputs_callable)
             stage = "analysis"
-            report = crawl_module(model, **call, **extensions)
+            report = analyze_model(model, call, extensions, job.get("training"))
         except BaseException as error:
             if isinstance(error, KeyboardInterrupt):
                 raise
@@ -79,6 +80,22 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
     if recorded:
         report["context"]["warnings"] = recorded
     return {"status": "ok", "report": report}
+
+
+def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
+                  training: dict[str, Any] | None) -> dict[str, Any]:
+    """``crawl_module``'s report of the model; with ``training`` options, plus the ``training`` section of
+    ``crawl_training_step`` on the same call.
+
+    The report's forward stays ``crawl_module``'s (eval mode, no gradients) so that the catalog's forward columns
+    mean the same for every entry: a training step's forward runs in train mode, where batch normalization
+    computes batch statistics and dropout runs. Its own forward total is kept in ``training.totals.forward``.
+    """
+    report = crawl_module(model, **call, **extensions)
+    if training is not None:
+        step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"))
+        report["training"] = step["training"]
+    return report
 
 
 def _call(job: dict[str, Any], inputs_callable: Any) -> dict[str, Any]:

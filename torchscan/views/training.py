@@ -1,0 +1,96 @@
+"""The training step of a report (``crawl_training_step``'s ``training`` section) as plain rows.
+
+`training_view` turns the section into the breakdown of one step (forward, loss, backward and its parts, optimizer,
+whole step) and the layer calls that cost the most backward FLOPs, so that every renderer shows the same cells.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .cells import Cell, metric_cell
+from .layers import layer_label
+
+#: The step's totals in the order the breakdown shows them: key, label, whether it is a part of the backward.
+TRAINING_PARTS = (
+    ("forward", "Forward (train mode)", False),
+    ("loss_forward", "Loss forward", False),
+    ("layers_backward", "Layer calls", True),
+    ("loss_backward", "Loss", True),
+    ("engine", "Engine (gradient accumulation)", True),
+    ("recomputation", "Recomputation (activation checkpointing)", True),
+    ("backward", "Backward", False),
+    ("optimizer", "Optimizer step", False),
+    ("step", "Whole step", False),
+)
+#: How many layer calls the top-layers table lists.
+TOP_LAYER_CALLS = 10
+
+
+@dataclass(frozen=True)
+class TrainingPart:
+    """One row of the breakdown: ``part_of_backward`` rows are "of which" rows of the backward total."""
+
+    key: str
+    label: str
+    flops: Cell
+    part_of_backward: bool
+
+
+@dataclass(frozen=True)
+class TrainingLayer:
+    """A layer call ranked by the backward FLOPs of its own autograd nodes (direct, so parents do not outrank it)."""
+
+    label: str
+    type: str
+    forward: Cell
+    backward: Cell
+    ratio: str  # backward / forward operator FLOPs of the call, "—" when either is not an exact number
+
+
+@dataclass(frozen=True)
+class TrainingView:
+    optimizer: str
+    loss: str
+    devices: str
+    parts: list[TrainingPart]
+    top_layers: list[TrainingLayer]
+
+
+def training_view(report: dict[str, Any]) -> TrainingView | None:
+    """The training step's breakdown and top layer calls, or None for a report without a ``training`` section."""
+    section = report.get("training")
+    if section is None:
+        return None
+    totals = section["totals"]
+    parts = [TrainingPart(key, label, metric_cell(totals[key]), part) for key, label, part in TRAINING_PARTS]
+    optimizer = section["optimizer"]
+    return TrainingView(optimizer="none" if optimizer is None else f"{optimizer['name']} ({optimizer['type']})",
+                        loss=section["loss"]["description"], devices=", ".join(section["devices"]),
+                        parts=parts, top_layers=top_backward_layers(report["layers"], section["layers"]))
+
+
+def top_backward_layers(layers: list[dict[str, Any]], backward: list[dict[str, Any]],
+                        limit: int = TOP_LAYER_CALLS) -> list[TrainingLayer]:
+    """The ``limit`` layer calls with the most direct backward FLOPs (ties in call order), zero-cost calls left out.
+
+    Calls are joined by ``(path, call_index)``: the forward may come from another analysis of the same call."""
+    by_key = {(layer["path"], layer["call_index"]): layer for layer in layers}
+    ranked = sorted((item for item in backward if _known(item["backward_flops"]["direct"]) > 0),
+                    key=lambda item: -_known(item["backward_flops"]["direct"]))
+    return [_training_layer(by_key[(item["path"], item["call_index"])], item["backward_flops"]["direct"])
+            for item in ranked[:limit] if (item["path"], item["call_index"]) in by_key]
+
+
+def _training_layer(layer: dict[str, Any], backward: dict[str, Any]) -> TrainingLayer:
+    forward = layer["operator_flops"]["direct"]
+    exact = forward["status"] == backward["status"] == "complete" and forward["value"]
+    ratio = f"{backward['value'] / forward['value']:.2f}×" if exact else "—"
+    return TrainingLayer(layer_label(layer["path"], layer["call_index"]), layer["type"], metric_cell(forward), metric_cell(backward), ratio)
+
+
+def _known(result: dict[str, Any]) -> float:
+    """The counted part of a MetricResult (0 when nothing was counted)."""
+    number = result["known_value"]
+    return float(number) if isinstance(number, (int, float)) else 0.0

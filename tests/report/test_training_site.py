@@ -84,8 +84,7 @@ def test_a_variant_asks_for_its_own_training_step(folder: Path) -> None:
 
 @pytest.mark.parametrize(("training", "problem"), [
     ('training = { optimizer = "lamb" }', 'models[0] (trained): training.optimizer: expected one of sgd, adam, adamw'),
-    ('training = { optimiser = "adam" }', "models[0] (trained): training: optimiser: unknown key (did you mean "
-                                          "'optimizer'?)"),
+    ('training = { optimiser = "adam" }', "models[0] (trained): training: optimiser: unknown key"),
     ('training = "adamw"', 'models[0] (trained): training: expected a table such as { optimizer = "adamw" }'),
 ])
 def test_a_wrong_training_value_names_the_key(folder: Path, training: str, problem: str) -> None:

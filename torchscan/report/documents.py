@@ -18,6 +18,7 @@ from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
 from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
+from .charts.training_step import training_chart
 from .diff_view import DiffView, diff_view
 from .render import render
 
@@ -125,7 +126,14 @@ def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | No
         charts = [] if view is None else report_charts(view)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
-                  callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}", charts=charts)
+                  callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}",
+                  charts=charts, training_charts=training_charts(entry) if site else {})
+
+
+def training_charts(entry: EntrySummary) -> dict[str, Chart]:
+    """The top-backward-calls chart of each run that has a training step, by run stem (the site draws them; the
+    portable snippet shows the same rows as a table)."""
+    return {run.stem: training_chart(run.training) for run in entry.runs if run.training is not None}
 
 
 def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str, templates: Path | None = None,

@@ -132,6 +132,7 @@ def test_the_catalog_and_the_model_page_show_the_training_step(folder: Path) -> 
     assert "Training FLOPs" not in portable  # the snippet keeps its six columns
     page = entry_markdown(catalog.entries[0], "../reports/", site=True)
     assert "## Training step" in page and "| of which: Layer calls |" in page
+    assert page.index("| Backward |") < page.index("| of which: Layer calls |") < page.index("| Optimizer step |")
     assert "| Optimizer step |" in page and "adamw (torch.optim.adamw.AdamW)" in page
     top = trained.training.top_layers if trained.training else []
     assert "Layer calls with the most backward FLOPs" in page  # the site draws the ranking ...

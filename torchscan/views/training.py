@@ -16,11 +16,11 @@ from .layers import layer_label
 TRAINING_PARTS = (
     ("forward", "Forward (train mode)", False),
     ("loss_forward", "Loss forward", False),
+    ("backward", "Backward", False),
     ("layers_backward", "Layer calls", True),
     ("loss_backward", "Loss", True),
     ("engine", "Engine (gradient accumulation)", True),
     ("recomputation", "Recomputation (activation checkpointing)", True),
-    ("backward", "Backward", False),
     ("optimizer", "Optimizer step", False),
     ("step", "Whole step", False),
 )

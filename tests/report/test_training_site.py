@@ -13,7 +13,7 @@ from torch import nn
 
 from torchscan import crawl_module, crawl_training_step
 from torchscan.report.cache import cache_key
-from torchscan.report.catalog import catalog_view
+from torchscan.report.catalog import catalog_view, summarize_run
 from torchscan.report.cli import main
 from torchscan.report.diff_view import diff_view
 from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file
@@ -180,3 +180,18 @@ def test_a_review_leaves_out_the_optimizer_when_neither_step_ran_one() -> None:
     report = crawl_training_step(model, (8,))
     labels = [row.label for row in diff_view(report, report).totals if row.view == "training step"]
     assert labels == ["Training forward", "Backward", "Training step"]
+
+
+def test_an_incomplete_training_step_makes_the_run_partial_and_fails_a_strict_entry(folder: Path) -> None:
+    loaded = registry(folder)
+    run = loaded.runs[0]
+    report = analyze_run(run.to_job(loaded.folder))["report"]
+    for name in ("backward", "step"):  # as a backward operator without a formula would leave them
+        result = report["training"]["totals"][name]
+        result.update(status="partial", value=None)
+    lenient = summarize_run(run, {"status": "ok", "report": report}, strict=False)
+    assert lenient.status == "partial" and lenient.training_flops.text.startswith("≥")
+    assert not lenient.failed
+    strict = summarize_run(run, {"status": "ok", "report": report}, strict=True)
+    assert strict.failed and strict.status == "incomplete (strict)"
+    assert strict.incomplete == ["training.totals.backward", "training.totals.step"]

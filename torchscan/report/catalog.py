@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..formatting import format_count
-from ..results import SUMMABLE_METRICS, incomplete_metrics
+from ..results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from ..views.training import TrainingView, training_view
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
@@ -232,12 +232,19 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
         summary.training_flops = metric_cell(report["training"]["totals"]["step"])
     summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")]
                                   + [report.get("training", {}).get("totals", {}).get("step")])
-    summary.incomplete = incomplete_metrics(report)
+    summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.view.extra["notices"] = summary.notices
     if summary.strict_failed:
         summary.status = "incomplete (strict)"
     return summary
+
+
+def incomplete_training(report: dict[str, Any]) -> list[str]:
+    """The training step's totals that are partial or unavailable (``training.totals.backward``), so that a strict
+    entry fails when its training step is incomplete too."""
+    totals = report.get("training", {}).get("totals", {})
+    return [f"training.totals.{name}" for name, result in totals.items() if is_incomplete(result)]
 
 
 def run_title(run: Run) -> str:

@@ -16,10 +16,11 @@ from torchscan.report.cache import cache_key
 from torchscan.report.catalog import catalog_view, summarize_run
 from torchscan.report.cli import main
 from torchscan.report.diff_view import diff_view
-from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file
+from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
 from torchscan.report.registry import Registry, RegistryError, load_registry
 from torchscan.report.worker import analyze_run
 from torchscan.schema import validate_report
+from torchscan.views import metric_cell
 
 MODELS = '''
 from torch import nn
@@ -195,3 +196,13 @@ def test_an_incomplete_training_step_makes_the_run_partial_and_fails_a_strict_en
     strict = summarize_run(run, {"status": "ok", "report": report}, strict=True)
     assert strict.failed and strict.status == "incomplete (strict)"
     assert strict.incomplete == ["training.totals.backward", "training.totals.step"]
+
+
+def test_the_standalone_report_shows_the_training_step() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    step = crawl_training_step(model, (8,), optimizer="adam")
+    page = render_report_file(step, "html")
+    assert '<section id="training">' in page and '<a href="#training">Training step</a>' in page
+    step_cell = metric_cell(step["training"]["totals"]["step"])
+    assert f">{step_cell.text}</td>" in page and "adam (torch.optim.adam.Adam)" in page
+    assert '<section id="training">' not in render_report_file(crawl_module(model, (8,)), "html")

@@ -12,7 +12,7 @@ from typing import Any
 from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from ..views.training import TrainingView, training_view
+from ..views.training import TrainingView
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
 from .wording import plural
 
@@ -227,13 +227,13 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])
     summary.dmas = metric_cell(totals["dmas"])
-    summary.training = training_view(report)
-    if summary.training is not None:
+    if "training" in report:
         summary.training_flops = metric_cell(report["training"]["totals"]["step"])
     summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")]
                                   + [report.get("training", {}).get("totals", {}).get("step")])
     summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
+    summary.training = summary.view.training
     summary.view.extra["notices"] = summary.notices
     if summary.strict_failed:
         summary.status = "incomplete (strict)"

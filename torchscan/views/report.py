@@ -19,6 +19,7 @@ from .breakdown import PartRow
 from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
+from .training import TrainingView, training_view
 from .values import value_text
 
 FIXED_METHODS = {
@@ -96,6 +97,8 @@ class ReportView:
     inputs: list[tuple[str, str]]
     #: What is incomplete, in one sentence ("" for a complete report).
     incomplete: str = ""
+    #: The training step of a `crawl_training_step` report (its ``training`` section), else None.
+    training: TrainingView | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -158,6 +161,7 @@ def report_view(report: dict[str, Any], title: str = "", description: str = "") 
         context=context_rows(report["context"]),
         inputs=input_rows(report["inputs"]),
         incomplete=incomplete_summary(report),
+        training=training_view(report),
     )
 
 

@@ -133,3 +133,10 @@ def operator_flops(workload: Any) -> dict[str, Any]:
     result = measure_flops(workload)
     assert result["uncounted"] == [], result["uncounted"]
     return {row["operator"]: row["flops"] for row in result["by_operator"]}
+
+
+def backward_flops(forward: Any, *inputs: torch.Tensor) -> dict[str, Any]:
+    """`operator_flops` of the backward of ``forward(*inputs)`` against a gradient of ones (the forward runs
+    outside the count)."""
+    output = forward(*inputs)
+    return operator_flops(lambda: output.backward(torch.ones_like(output)))

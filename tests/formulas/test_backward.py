@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchscan_testing import operator_flops
+from torchscan_testing import backward_flops, operator_flops
 
 from torchscan import measure_flops
 from torchscan.formulas.operators.table import OPERATOR_FORMULAS
@@ -19,12 +19,6 @@ from torchscan.formulas.operators.table import OPERATOR_FORMULAS
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def backward_flops(forward, *inputs: torch.Tensor) -> dict:
-    """Operator FLOPs of ``forward(*inputs).sum().backward()`` (the forward and the sum run outside the count)."""
-    output = forward(*inputs)
-    return operator_flops(lambda: output.backward(torch.ones_like(output)))
 
 
 def leaf(*shape: int) -> torch.Tensor:

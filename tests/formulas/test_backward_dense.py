@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import flop_registry
-from torchscan_testing import operator_flops
+from torchscan_testing import backward_flops, operator_flops
 
 from torchscan.formulas.operators.backward_dense import COSTS, attention_backward_cost
 from torchscan.formulas.operators.table import OPERATOR_FORMULAS, operator_significance
@@ -23,11 +23,6 @@ aten = torch.ops.aten
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-def backward_flops(forward, *inputs: torch.Tensor) -> dict:
-    output = forward(*inputs)
-    return operator_flops(lambda: output.backward(torch.ones_like(output)))
 
 
 def test_convolution_backward_counts_input_weight_and_bias_gradients():

@@ -13,6 +13,8 @@ the fields it covers from them first. Records are written once, never edited aft
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from threading import get_ident
 from typing import Any
 
@@ -23,6 +25,7 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
+from torch.utils.hooks import RemovableHandle
 
 from .breakdown import keep_breakdown, without_metrics
 from .diagnostics import Diagnostic
@@ -188,17 +191,12 @@ class CallTracer:
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
         per-module handles cost more to attach than a small model's whole forward)."""
-        self.handles.append(register_module_forward_pre_hook(self._pre_hook))
-        self.handles.append(register_module_forward_hook(self._post_hook, with_kwargs=True, always_call=True))
+        self.handles.extend(global_hook_pair(self._pre_hook, self._post_hook))
         for module in self.facts.fused_path_owners:  # PyTorch keeps the decomposed path while a module hook is on
             self.handles.append(module.register_forward_pre_hook(_keep_the_decomposed_path))
 
     def detach(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-            # PyTorch's handle of a global forward hook registered with ``with_kwargs=True`` removes the hook and its
-            # ``always_call`` flag but not its ``with_kwargs`` flag: one entry would remain per analysis.
-            _global_forward_hooks_with_kwargs.pop(handle.id, None)
+        remove_hooks(self.handles)
         self.handles.clear()
 
     # -- hooks -------------------------------------------------------------------------------------------------
@@ -376,3 +374,29 @@ class CallTracer:
                 with torch.no_grad():
                     return estimate_call(context, call)
             return estimate_call(context, call)
+
+
+def global_hook_pair(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> list[RemovableHandle]:
+    """A global forward pre-hook and a global forward hook (with kwargs, called also when the forward raises): the
+    way every analysis observes module calls."""
+    return [register_module_forward_pre_hook(pre_hook),
+            register_module_forward_hook(post_hook, with_kwargs=True, always_call=True)]
+
+
+def remove_hooks(handles: Iterable[RemovableHandle]) -> None:
+    """Remove hooks, leaving PyTorch's global hook tables as they were found."""
+    for handle in handles:
+        handle.remove()
+        # PyTorch's handle of a global forward hook registered with ``with_kwargs=True`` removes the hook and its
+        # ``always_call`` flag but not its ``with_kwargs`` flag: one entry would remain per analysis.
+        _global_forward_hooks_with_kwargs.pop(handle.id, None)
+
+
+@contextmanager
+def global_call_hooks(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> Iterator[None]:
+    """`global_hook_pair` for the duration of a ``with`` block, removed by `remove_hooks`, also after an error."""
+    handles = global_hook_pair(pre_hook, post_hook)
+    try:
+        yield
+    finally:
+        remove_hooks(handles)

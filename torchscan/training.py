@@ -23,11 +23,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.module import (
-    _global_forward_hooks_with_kwargs,
-    register_module_forward_hook,
-    register_module_forward_pre_hook,
-)
 
 from . import crawler
 from .crawler import Analysis, ForwardStep, IncompleteAnalysisError, raise_if_incomplete, resolve_call
@@ -42,7 +37,7 @@ from .operators import (
     validate_custom_mapping,
 )
 from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, add_results, not_requested
-from .tracing import CallTracer
+from .tracing import CallTracer, global_call_hooks
 
 TRAINING_VERSION = 1
 LOSS = "loss"
@@ -174,14 +169,8 @@ class TrainingForward(ForwardStep):
 
     def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
         """The forward with two more global hooks, run after the tracer's (registered later)."""
-        handles = [register_module_forward_pre_hook(lambda module, args: self._opened(tracer, module)),
-                   register_module_forward_hook(self._closed, with_kwargs=True, always_call=True)]
-        try:
+        with global_call_hooks(lambda module, args: self._opened(tracer, module), self._closed):
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
-        finally:
-            for handle in handles:
-                handle.remove()
-                _global_forward_hooks_with_kwargs.pop(handle.id, None)
         return self.output
 
     def _opened(self, tracer: CallTracer, module: nn.Module) -> None:
@@ -258,14 +247,8 @@ def recomputation_observed(model: nn.Module, phases: Phases) -> Iterator[None]:
             depth[0] -= 1
             recorder.leave()
 
-    handles = [register_module_forward_pre_hook(opened),
-               register_module_forward_hook(closed, with_kwargs=True, always_call=True)]
-    try:
+    with global_call_hooks(opened, closed):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
-            _global_forward_hooks_with_kwargs.pop(handle.id, None)
 
 
 def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:

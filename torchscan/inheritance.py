@@ -46,7 +46,7 @@ from .diagnostics import diagnostic
 from .direct_work import METHOD as FUNCTIONAL_METHOD
 from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
-from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator
+from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator, zero_work_names
 from .operators import operator_name
 from .results import METRIC_UNITS, MODULE_CALL, complete, unavailable
 
@@ -68,6 +68,10 @@ PADDING = frozenset({
     "aten.constant_pad_nd", "aten.pad", "aten.reflection_pad1d", "aten.reflection_pad2d", "aten.reflection_pad3d",
     "aten.replication_pad1d", "aten.replication_pad2d", "aten.replication_pad3d", "aten._pad_circular",
 })
+#: Operators that read no element (sizes, strides).
+METADATA = zero_work_names(["metadata"])
+#: Element movement after which the formula's receptive field and stride still hold.
+KEEPS_RECEPTIVE_FIELDS = RESHAPING | COPIES | PADDING | METADATA
 SPATIAL_FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
 
@@ -178,11 +182,7 @@ def _spatial_fields_lost(observed: ObservedWork, described: frozenset[str]) -> t
     reshaping, copying or padding; the effective padding after a padding copy."""
     moved = {operator_name(packet) for packet in observed.observed
              if packet not in observed.arithmetic and packet not in observed.indices} - described
-    if any(name not in RESHAPING | COPIES | PADDING and not _metadata(name) for name in moved):
+    if not moved <= KEEPS_RECEPTIVE_FIELDS:
         return SPATIAL_FIELDS
     return ("effective_padding",) if moved & PADDING else ()
 
-
-def _metadata(name: str) -> bool:
-    """Operators that read no element (sizes, strides)."""
-    return name.startswith("aten.sym_") or name == "aten.is_same_size"

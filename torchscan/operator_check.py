@@ -37,13 +37,14 @@ ALLOWED_FAMILIES = frozenset({"view", "metadata"})
 ALLOWED_CASTS = frozenset({"aten._to_copy"})
 
 
-def _allowed_names() -> frozenset[str]:
-    names = {operator_name(packet) for packet, reason in ZERO_WORK_OPERATORS.items() if reason in ALLOWED_FAMILIES}
-    return frozenset(names | ALLOWED_CASTS)
+def zero_work_names(families: Iterable[str]) -> frozenset[str]:
+    """The names of the zero-work operators of the given families (`ZERO_WORK_OPERATORS` reasons)."""
+    wanted = frozenset(families)
+    return frozenset(operator_name(packet) for packet, reason in ZERO_WORK_OPERATORS.items() if reason in wanted)
 
 
 #: Every operator name a call may run without its handler declaring it.
-ALLOWED_ANYWHERE: frozenset[str] = _allowed_names()
+ALLOWED_ANYWHERE: frozenset[str] = zero_work_names(ALLOWED_FAMILIES) | ALLOWED_CASTS
 
 
 def resolves(name: str) -> bool:

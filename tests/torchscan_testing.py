@@ -7,6 +7,7 @@ Imported by name (``from torchscan_testing import ...``): ``tests/conftest.py`` 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -140,3 +141,15 @@ def backward_flops(forward: Any, *inputs: torch.Tensor) -> dict[str, Any]:
     outside the count)."""
     output = forward(*inputs)
     return operator_flops(lambda: output.backward(torch.ones_like(output)))
+
+
+# -- documentation ---------------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def documented_file(page: str, title: str) -> str:
+    """The content of the fenced block titled ``title`` (``title="..."`` on its fence) on ``docs/<page>``."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    block = text[text.index(f'title="{title}"'):]
+    return block[:block.index("\n```\n")]

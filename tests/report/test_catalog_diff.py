@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from browser import new_tab
+from torchscan_testing import documented_file
 
 from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, build
@@ -165,13 +166,8 @@ def test_an_entry_budget_is_refused_for_two_reports(sites: Path, capsys: pytest.
     assert "an ENTRY: prefix applies to a catalog diff" in capsys.readouterr().err
 
 
-CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
-
-
 def test_the_catalog_ci_example_uses_commands_and_budgets_that_exist() -> None:
-    page = CLI_PAGE.read_text(encoding="utf-8")
-    workflow = page[page.index('```yaml title=".github/workflows/catalog-cost.yml"'):]
-    workflow = workflow[:workflow.index("\n```\n")]
+    workflow = documented_file("cli.md", ".github/workflows/catalog-cost.yml")
     budgets = re.findall(r'--fail-if "([^"]+)"', workflow)
     assert [(budget.metric, budget.limit, budget.relative) for budget in map(parse_budget, budgets)] == [
         ("macs", 5.0, True), ("parameters", 10.0, True)]

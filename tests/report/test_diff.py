@@ -12,6 +12,7 @@ import pytest
 import torch
 from e2e import run_cli
 from torch import nn
+from torchscan_testing import documented_file
 
 from torchscan import crawl_module
 from torchscan.report.budgets import check_budgets, parse_budget, percent_change
@@ -243,9 +244,7 @@ CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_the_ci_example_uses_options_and_budgets_that_exist() -> None:
-    page = CLI_PAGE.read_text(encoding="utf-8")
-    workflow = page[page.index('```yaml title=".github/workflows/model-cost.yml"'):]
-    workflow = workflow[:workflow.index("\n```\n")]
+    workflow = documented_file("cli.md", ".github/workflows/model-cost.yml")
     budgets = re.findall(r'--fail-if "([^"]+)"', workflow)
     assert budgets == ["macs>+5%", "parameters>1M"]
     assert [parse_budget(budget).limit for budget in budgets] == [5.0, 1e6]

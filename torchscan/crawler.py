@@ -28,6 +28,7 @@ from .inputs import (
     normalize_dtypes,
     normalize_shapes,
 )
+from .memory_report import memory_section, traced_forward
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .results import (
@@ -71,12 +72,15 @@ def crawl_module(
     custom_mapping: Mapping[Any, Any] | None = None,
     mode: Mode = "full",
     strict: bool = False,
+    memory: bool = False,
 ) -> dict[str, Any]:
     """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
 
     Pass either ``input_shape`` (shapes without the batch dimension; inputs are generated) or the complete call
     as ``args``/``kwargs`` (forwarded unchanged). ``mode="structure"`` reports structure only; ``strict=True``
-    raises `IncompleteAnalysisError` when any requested metric is incomplete.
+    raises `IncompleteAnalysisError` when any requested metric is incomplete. ``memory=True`` traces the bytes of
+    live tensors through the forward (in either mode) and adds the ``memory`` section, the ``forward_peak_bytes``
+    and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -84,10 +88,12 @@ def crawl_module(
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
     if not isinstance(strict, bool):
         raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
+    if not isinstance(memory, bool):
+        raise TypeError(f"memory must be a bool, got {type(memory).__name__}")
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
-    report = analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode))
+    report = analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode, memory=memory))
     if strict:
         raise_if_incomplete(report)
     return report
@@ -164,6 +170,7 @@ class Analysis:
     mapping: dict[Any, Any]
     mode: Mode
     step: ForwardStep = EVAL_FORWARD
+    memory: bool = False
 
     @property
     def full(self) -> bool:
@@ -184,6 +191,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     tracer = CallTracer(model, analysis.handlers, recorder, builtin_for)
     training_flags = tracer.facts.training_flags
     step = analysis.step
+    probe = None
     try:
         step.set_modes(model, training_flags)
         tracer.attach()
@@ -191,11 +199,17 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
             stack.enter_context(step.grad_mode())
             if recorder is not None:
                 stack.enter_context(recorder)
+            if analysis.memory:
+                probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer.stack,
+                                                           recorder))
             step.forward(analysis, tracer)
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
-    return _assemble(analysis, tracer, recorder, inputs)
+    report = _assemble(analysis, tracer, recorder, inputs)
+    if probe is not None:
+        memory_section(report, probe)
+    return report
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -161,6 +161,15 @@ class MemoryTimeline:
             self.level -= record.nbytes
         return freed
 
+    def adopt(self, tensor: torch.Tensor, category: str) -> None:
+        """Follow ``tensor``'s storage as one that existed before the trace, filed under ``category`` (parameters,
+        buffers, inputs); a storage followed already keeps its category (a tied weight is filed once)."""
+        following = self._following
+        if following is None or id(tensor.untyped_storage()) in following:
+            return
+        if self._follow(following, tensor, -1):
+            self.label(tensor, category)
+
     def label(self, tensor: torch.Tensor, category: str) -> bool:
         """File ``tensor``'s followed storage under ``category`` (gradients, optimizer state, ...); False when
         the timeline does not follow it. Categories split what is live; they never change the level."""
@@ -223,6 +232,12 @@ def operator_label(func: Any) -> str:
     return operator_name(getattr(func, "overloadpacket", func))
 
 
+class Recording(Protocol):
+    """What a dispatch mode feeds: a `MemoryTimeline`, or a probe that feeds one (`.memory_report`)."""
+
+    def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None: ...
+
+
 class TraceMode(TorchDispatchMode):
     """The thin dispatch mode of `trace_memory`: runs each operator and feeds its event to a timeline."""
 
@@ -231,7 +246,7 @@ class TraceMode(TorchDispatchMode):
         # PyTorch would otherwise wrap __torch_dispatch__ to import torch._dynamo on first use (about a second).
         return False
 
-    def __init__(self, timeline: MemoryTimeline) -> None:
+    def __init__(self, timeline: Recording) -> None:
         super().__init__()
         self.timeline = timeline
 

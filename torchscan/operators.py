@@ -189,6 +189,8 @@ class OperatorRecorder(TorchDispatchMode):
         self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [OperatorScope()]  # the root, then one scope per open call
         self._pause = _Pause()
+        #: Fed every counted operator's event (``record(func, args, kwargs, out)``) when memory is traced.
+        self.memory: Any = None
 
     @property
     def root(self) -> OperatorScope:
@@ -225,6 +227,8 @@ class OperatorRecorder(TorchDispatchMode):
         out = plan.run(*args, **kwargs)
         if self._pause.depth:
             return out
+        if self.memory is not None:
+            self.memory.record(func, args, kwargs, out)
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
         scope.add(outcome)

@@ -13,6 +13,8 @@ from .results import METRIC_UNITS, SPATIAL_METRICS, SUMMABLE_METRICS, validation
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "report.schema.json"
+#: The units of the optional memory totals (``crawl_module(..., memory=True)``), which are not estimate fields.
+MEMORY_UNITS = {"forward_peak_bytes": "bytes", "activations": "activations"}
 
 
 @cache
@@ -39,7 +41,8 @@ def validate_report(report: dict[str, Any]) -> None:
 
     _validator().validate(report)
     for where, name, result in _metric_results(report):
-        problem = validation_error(result, unit=METRIC_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
+        unit = MEMORY_UNITS.get(name) or METRIC_UNITS.get(name, "FLOPs")
+        problem = validation_error(result, unit=unit, spatial=name in SPATIAL_METRICS)
         if problem:
             raise jsonschema.ValidationError(f"{where}: {problem}")
 
@@ -50,13 +53,27 @@ def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
         if name not in ("parameters", "buffers"):
             yield f"totals.{name}", name, result
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
+    yield from _memory_results(report.get("memory"))
     for layer in report["layers"]:
         where = f"layers[{layer['path'] or '<root>'}, {layer['call_index']}]"
         for name, result in layer["metrics"].items():
             yield f"{where}.metrics.{name}", name, result
         for name, result in layer["operator_flops"].items():
             yield f"{where}.operator_flops.{name}", "operator_flops", result
+        for name, result in layer.get("memory", {}).items():
+            yield f"{where}.memory.{name}", "forward_peak_bytes", result
         for index, part in enumerate(layer.get("breakdown", [])):
             for name in SUMMABLE_METRICS:
                 if name in part:
                     yield f"{where}.breakdown[{index}].{name}", name, part[name]
+
+
+def _memory_results(memory: dict[str, Any] | None) -> Iterator[tuple[str, str, Any]]:
+    """The MetricResults of a ``memory`` section: bytes, except the activation count."""
+    if memory is None:
+        return
+    for name in ("peak", "peak_above_start"):
+        yield f"memory.{name}", "forward_peak_bytes", memory[name]
+    for name, result in memory["at_peak"].items():
+        yield f"memory.at_peak.{name}", "forward_peak_bytes", result
+    yield "memory.activations", "activations", memory["activations"]

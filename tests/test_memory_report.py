@@ -1,0 +1,192 @@
+"""``crawl_module(..., memory=True)``: the memory section, checked against hand counts, against the same trace on
+``meta``, against ``measure_peak_memory`` of the same forward, and the activation count against fvcore."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from integrations.third_party_models import import_timm, import_torchvision, import_transformers
+from torch import nn
+from torch.nn import functional
+from torchscan_testing import analyze_call
+
+from torchscan import crawl_module, measure_peak_memory, summary
+from torchscan.memory_report import ACTIVATIONS_METHOD, METHOD, attention_kernel
+
+FLOAT = 4
+
+
+def value(result: dict[str, Any], unit: str = "bytes") -> Any:
+    assert result["status"] == "complete" and result["unit"] == unit
+    assert result["method"] == (METHOD if unit == "bytes" else ACTIVATIONS_METHOD)
+    return result["value"]
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def test_a_linear_stack_has_the_bytes_counted_by_hand():
+    report = analyze_call(mlp(), torch.randn(2, 8), memory=True)
+    memory = report["memory"]
+    parameters, inputs = (8 * 16 + 16 + 16 * 4 + 4) * FLOAT, 2 * 8 * FLOAT
+    hidden, logits = 2 * 16 * FLOAT, 2 * 4 * FLOAT
+    # the peak is after the ReLU: the first Linear's output and the ReLU's output are live together
+    at_peak = {name: value(result) for name, result in memory["at_peak"].items()}
+    assert at_peak == {"parameters": parameters, "buffers": 0, "inputs": inputs, "activations": 2 * hidden}
+    assert value(memory["peak"]) == parameters + inputs + 2 * hidden == sum(at_peak.values())
+    assert value(memory["peak_above_start"]) == 2 * hidden
+    assert memory["peak_at"] == {"layer": {"path": "1", "call_index": 0}, "operator": "aten.relu",
+                                 "operator_index": 2}
+    assert memory["device"] == "cpu" and memory["attention_kernel"]["name"] == "none"
+    assert value(memory["activations"], "activations") == 2 * 16 + 2 * 4  # the two Linear outputs, in elements
+    layers = {layer["path"]: {name: value(result) for name, result in layer["memory"].items()}
+              for layer in report["layers"]}
+    start = parameters + inputs
+    assert layers == {"": {"output_bytes": logits, "live_bytes_at_end": start + logits},
+                      "0": {"output_bytes": hidden, "live_bytes_at_end": start + hidden},
+                      "1": {"output_bytes": hidden, "live_bytes_at_end": start + 2 * hidden},
+                      "2": {"output_bytes": logits, "live_bytes_at_end": start + hidden + logits}}
+    assert report["totals"]["forward_peak_bytes"] == memory["peak_above_start"]
+    assert report["totals"]["activations"] == memory["activations"]
+
+
+def test_memory_is_absent_unless_requested_and_the_flag_must_be_a_bool():
+    report = analyze_call(mlp(), torch.randn(2, 8))
+    assert "memory" not in report and "forward_peak_bytes" not in report["totals"]
+    assert all("memory" not in layer for layer in report["layers"])
+    with pytest.raises(TypeError, match="memory must be a bool"):
+        crawl_module(mlp(), args=(torch.randn(2, 8),), memory="yes")
+
+
+def test_structure_mode_traces_the_same_memory_as_a_full_analysis():
+    full = analyze_call(mlp(), torch.randn(2, 8), memory=True)
+    structure = analyze_call(mlp(), torch.randn(2, 8), memory=True, mode="structure")
+    assert structure["memory"] == full["memory"]
+    assert [layer["memory"] for layer in structure["layers"]] == [layer["memory"] for layer in full["layers"]]
+
+
+def test_summary_forwards_the_memory_flag(capsys):
+    report = summary(mlp(), (8,), memory=True)
+    assert value(report["memory"]["peak_above_start"]) > 0
+    capsys.readouterr()
+
+
+def test_a_tied_weight_counts_once_among_the_parameters():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(10, 6), nn.Linear(6, 10, bias=False))
+    model[1].weight = model[0].weight
+    report = analyze_call(model, torch.tensor([[1, 2, 3]]), memory=True)
+    assert value(report["memory"]["at_peak"]["parameters"]) == 10 * 6 * FLOAT
+
+
+class SmallCNN(nn.Module):
+    """Convolutions, pooling and a classifier: the same kernels on CPU and on meta (no batch norm, whose meta
+    kernel returns statistics the CPU kernel leaves empty in evaluation mode, and average rather than max pooling,
+    which on meta also returns the indices that CPU's inference kernel never makes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
+                                      nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.classifier = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+def test_a_convolutional_net_traces_the_same_memory_on_meta_as_on_cpu():
+    reports = []
+    for device in ("cpu", "meta"):
+        torch.manual_seed(0)
+        reports.append(crawl_module(SmallCNN().to(device), (3, 32, 32), device=device, memory=True))
+    cpu, meta = reports
+    assert (cpu["memory"]["device"], meta["memory"]["device"]) == ("cpu", "meta")
+    assert {**cpu["memory"], "device": "meta"} == meta["memory"]
+    assert [layer["memory"] for layer in cpu["layers"]] == [layer["memory"] for layer in meta["layers"]]
+
+
+def measured_forward(model: nn.Module, *args: Any) -> int:
+    def forward() -> None:
+        with torch.no_grad():
+            model(*args)
+    return measure_peak_memory(forward, device="cpu")["peak_bytes"]
+
+
+def test_the_traced_forward_peak_of_resnet18_is_within_one_percent_of_the_measured_peak():
+    torch.manual_seed(0)
+    model = import_torchvision().models.resnet18().eval()
+    images = torch.randn(4, 3, 160, 160)
+    report = crawl_module(model, args=(images,), memory=True)
+    assert value(report["memory"]["peak_above_start"]) == pytest.approx(measured_forward(model, images), rel=0.01)
+
+
+def small_gpt2() -> nn.Module:
+    library = import_transformers()
+    torch.manual_seed(0)
+    config = library.GPT2Config(vocab_size=1000, n_positions=64, n_embd=128, n_layer=2, n_head=4)
+    return library.GPT2LMHeadModel(config).eval()
+
+
+def test_the_traced_forward_peak_of_a_small_gpt2_is_within_one_percent_and_names_the_attention_kernel():
+    model = small_gpt2()
+    tokens = torch.randint(0, 1000, (2, 64))
+    report = crawl_module(model, args=(tokens,), memory=True)
+    memory = report["memory"]
+    assert value(memory["peak_above_start"]) == pytest.approx(measured_forward(model, tokens), rel=0.01)
+    assert memory["attention_kernel"]["name"] == "flash"  # CPU's fused kernel: no score matrix
+
+
+def test_on_meta_attention_takes_the_math_path_and_the_report_says_so():
+    library = import_transformers()
+    with torch.device("meta"):
+        model = library.GPT2LMHeadModel(library.GPT2Config(vocab_size=1000, n_positions=64, n_embd=128, n_layer=1,
+                                                           n_head=4)).eval()
+    report = crawl_module(model, args=(torch.zeros(2, 64, dtype=torch.long, device="meta"),), memory=True)
+    assert report["memory"]["attention_kernel"]["name"] == "math"
+    assert "score matrix is materialized" in report["memory"]["attention_kernel"]["reason"]
+
+
+def test_an_attention_kernel_name_lists_every_kernel_seen_in_its_reason():
+    assert attention_kernel([]) == {"name": "none", "reason": attention_kernel([])["reason"]}
+    mixed = attention_kernel(["flash", "math"])
+    assert mixed["name"] == "flash" and "flash, math" in mixed["reason"]
+
+
+def fvcore_activations(model: nn.Module, *args: Any) -> int:
+    analysis = pytest.importorskip("fvcore.nn").ActivationCountAnalysis(model, args)
+    analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return int(analysis.total())
+
+
+@pytest.mark.parametrize("case", ["small_cnn", "resnet18"])
+def test_the_activation_count_equals_fvcores(case):
+    torch.manual_seed(0)
+    model = (SmallCNN() if case == "small_cnn" else import_torchvision().models.resnet18()).eval()
+    images = torch.randn(2, 3, 64, 64)
+    report = crawl_module(model, args=(images,), memory=True)
+    assert value(report["memory"]["activations"], "activations") == fvcore_activations(model, images)
+
+
+def test_a_fused_attention_counts_its_score_matrix_and_output_like_the_math_path():
+    query = torch.randn(2, 4, 8, 16)
+
+    class Attention(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return functional.scaled_dot_product_attention(q, q, q)
+
+    counts = [value(crawl_module(Attention(), args=(query.to(device),), memory=True)["memory"]["activations"],
+                    "activations") for device in ("cpu", "meta")]
+    assert counts == [2 * 4 * 8 * 8 + 2 * 4 * 8 * 16] * 2
+
+
+@pytest.mark.parametrize(("name", "published"), [("resnet50", 11.1), ("vit_base_patch16_224", 23.9)])
+def test_timm_model_card_activations_match_to_their_rounding(name, published):
+    timm = import_timm()
+    with torch.device("meta"):
+        model = timm.create_model(name, pretrained=False).eval()
+    report = crawl_module(model, (3, 224, 224), device="meta", memory=True)
+    assert round(value(report["memory"]["activations"], "activations") / 1e6, 1) == published

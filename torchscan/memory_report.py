@@ -1,0 +1,233 @@
+"""The memory section of a ``crawl_module`` report: the traced timeline of one forward, attributed to layer calls.
+
+`ForwardMemory` is fed by the analysis's operator recorder (or, in ``mode="structure"``, by a thin dispatch mode of
+its own) with every dispatched operator, and by a global forward-hook pair with every layer call of the model. It
+follows the storages of the parameters, buffers and inputs from the start (their own categories of the timeline),
+notes which layer call was open when the peak was reached, each call's output bytes and the live bytes at its end,
+counts activations in fvcore's convention and names the attention kernel that ran. `memory_section` turns it into
+the report's ``memory`` section, the ``forward_peak_bytes`` and ``activations`` totals and each record's ``memory``.
+Nothing here runs unless the caller asked for memory: the recorder checks one attribute per operator.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from .memory_trace import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label, tensors_in
+from .operators import OperatorRecorder
+from .results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
+from .tracing import global_call_hooks
+
+METHOD = "traced_live_tensor_bytes"
+ACTIVATIONS_METHOD = "fvcore_activation_count"
+PARAMETERS, BUFFERS, INPUTS, ACTIVATIONS = "parameters", "buffers", "inputs", "activations"
+
+_aten = torch.ops.aten
+#: Operators whose output elements fvcore's ActivationCountAnalysis counts, as they reach dispatch: its
+#: ``_convolution``, ``addmm``, ``bmm``, ``einsum``, ``matmul`` and ``linear`` become these (matmul, linear and einsum
+#: decompose into mm, addmm, bmm, mv and dot with the same number of output elements).
+PRODUCT_OPERATORS = frozenset({_aten.convolution, _aten.addmm, _aten.mm, _aten.bmm, _aten.baddbmm, _aten.mv,
+                               _aten.dot})
+#: Fused attention kernels, by the name the report gives the kernel. The math path has no operator of its own: it
+#: decomposes into products, and ``_safe_softmax`` (used only there) marks it.
+ATTENTION_KERNELS: dict[Any, str] = {
+    _aten._scaled_dot_product_flash_attention: "flash",
+    _aten._scaled_dot_product_flash_attention_for_cpu: "flash",
+    _aten._scaled_dot_product_efficient_attention: "efficient",
+    _aten._efficient_attention_forward: "efficient",
+    _aten._scaled_dot_product_cudnn_attention: "cudnn",
+    _aten._safe_softmax: "math",
+}
+KERNEL_REASONS = {
+    "math": "PyTorch's math attention path ran (scaled_dot_product_attention decomposed into products and a "
+            "softmax): the score matrix is materialized, as on meta, where no fused kernel exists",
+    "flash": "a flash attention kernel ran: the score matrix is never allocated",
+    "efficient": "the memory-efficient attention kernel ran: the score matrix is never allocated",
+    "cudnn": "cuDNN's attention kernel ran: the score matrix is never allocated",
+    "none": "no scaled_dot_product_attention kernel ran; attention written as separate operators, if any, is "
+            "traced as those operators ran",
+}
+
+
+def attention_products(args: tuple) -> int:
+    """fvcore's convention for a fused attention kernel: the elements of its two products, the score matrix
+    (batch x heads x queries x keys) and the output (batch x heads x queries x value features)."""
+    query, key, value = args[0], args[1], args[2]
+    *batch, queries, _ = query.shape
+    rows = queries * _product(batch)
+    return rows * key.shape[-2] + rows * value.shape[-1]
+
+
+def _product(sizes: Iterable[int]) -> int:
+    result = 1
+    for size in sizes:
+        result *= int(size)
+    return result
+
+
+def tensor_bytes(value: Any) -> int:
+    """The bytes of the elements of the tensors in ``value`` (each tensor once, a view as its own size)."""
+    seen: dict[int, int] = {}
+    for tensor in tensors_in(value):
+        seen[id(tensor)] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+class ForwardMemory:
+    """The traced memory of one forward, attributed to the layer calls that the tracer's ``stack`` holds open."""
+
+    def __init__(self, stack: list[Any], device: torch.device) -> None:
+        self.timeline = MemoryTimeline(None)
+        self.device = device
+        self.stack = stack  # the tracer's open frames (their ``record`` names the call)
+        self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
+        self.activations = 0
+        self.kernels: list[str] = []  # attention kernels, in first-seen order
+        self.open: list[dict[str, Any] | None] = []  # the records of the calls the probe's hooks opened
+        self.ends: dict[int, tuple[int, int]] = {}  # id(record) -> (output bytes, level at the call's end)
+
+    def adopt(self, tensors: Iterable[torch.Tensor], category: str) -> None:
+        """Follow tensors that exist before the forward under ``category`` (storages already followed keep theirs)."""
+        for tensor in tensors:
+            self.timeline.adopt(tensor, category)
+
+    def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        """One dispatched operator: the timeline, the layer call at a new peak, activations and attention."""
+        timeline = self.timeline
+        peak = timeline.peak
+        timeline.record(func, args, kwargs, out)
+        if timeline.peak != peak:
+            stack = self.stack
+            self.peak_at = ({"path": stack[-1].record["path"], "call_index": stack[-1].record["call_index"]}
+                            if stack else None)
+        packet = getattr(func, "overloadpacket", None)
+        if packet in PRODUCT_OPERATORS:
+            self.activations += out.numel() if isinstance(out, torch.Tensor) else 0
+        elif packet in ATTENTION_KERNELS:
+            self._attention(packet, args)
+
+    def _attention(self, packet: Any, args: tuple) -> None:
+        kernel = ATTENTION_KERNELS[packet]
+        if kernel not in self.kernels:
+            self.kernels.append(kernel)
+        if kernel != "math":  # the math path's products are counted as products
+            self.activations += attention_products(args)
+
+    def opened(self, module: nn.Module, args: tuple) -> None:
+        """Global pre-hook, run after the tracer's: note the record of the call the tracer just opened."""
+        stack = self.stack
+        ours = bool(stack) and stack[-1].module_id == id(module) and len(stack) > len(self.open)
+        self.open.append(stack[-1].record if ours else None)
+
+    def closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:
+        """Global post-hook: a call of the model ended; note its output bytes and the level now."""
+        record = self.open.pop() if self.open else None
+        if record is not None:
+            output = rest[-1] if len(rest) == 2 else None
+            self.ends[id(record)] = (tensor_bytes(output), self.timeline.level)
+
+    def close(self) -> None:
+        self.timeline.close()
+
+
+def attention_kernel(kernels: list[str]) -> dict[str, str]:
+    """The report's ``attention_kernel``: the kernel that ran (several are named in the reason), or ``none``."""
+    if not kernels:
+        return {"name": "none", "reason": KERNEL_REASONS["none"]}
+    reason = KERNEL_REASONS[kernels[0]]
+    if len(kernels) > 1:
+        reason += f" (kernels seen, in order: {', '.join(kernels)})"
+    return {"name": kernels[0], "reason": reason}
+
+
+def traced_bytes(value: int, partial: bool, scope: Scope = MODEL) -> MetricResult:
+    return (lower_bound if partial else complete)(value, "bytes", scope, METHOD)
+
+
+def memory_section(report: dict[str, Any], probe: ForwardMemory) -> None:
+    """Add the ``memory`` section, the two memory totals and each layer record's ``memory`` to ``report``."""
+    timeline = probe.timeline
+    partial = timeline.untracked > 0
+    base = sum(record.nbytes for record in timeline.records if record.pre_existing)
+    at = -1 if timeline.peak_index is None else timeline.peak_index
+    live = timeline.live_at(at)
+    at_peak = {PARAMETERS: live.get(PARAMETERS, 0), BUFFERS: live.get(BUFFERS, 0) + live[PRE_EXISTING],
+               INPUTS: live.get(INPUTS, 0), ACTIVATIONS: live[CREATED]}
+    section: dict[str, Any] = {
+        "method": METHOD,
+        "device": str(probe.device),
+        "attention_kernel": attention_kernel(probe.kernels),
+        "peak": traced_bytes(sum(at_peak.values()), partial),
+        "peak_above_start": traced_bytes(timeline.peak, partial),
+        "at_peak": {name: traced_bytes(value, partial) for name, value in at_peak.items()},
+        "peak_at": {"layer": None if probe.peak_at is None else dict(probe.peak_at),
+                    "operator": operator_label(timeline.operators[at]) if timeline.operators else None,
+                    "operator_index": at},
+        "activations": activation_count(probe.activations, bool(timeline.operators)),
+    }
+    report["memory"] = section
+    report["totals"]["forward_peak_bytes"] = dict(section["peak_above_start"])
+    report["totals"]["activations"] = dict(section["activations"])
+    for layer in report["layers"]:
+        output, level = probe.ends.get(id(layer), (0, 0))
+        layer["memory"] = {"output_bytes": traced_bytes(output, False, MODULE_CALL),
+                           "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
+
+
+def activation_count(count: int, observed: bool) -> MetricResult:
+    """The fvcore activation count as a result; unavailable when no operator was observed at all."""
+    if not observed:
+        return unavailable("activations", MODEL, ACTIVATIONS_METHOD)
+    return complete(count, "activations", MODEL, ACTIVATIONS_METHOD)
+
+
+def trace_device(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> torch.device:
+    """The device the trace runs on: that of the first input tensor, else of the first parameter or buffer."""
+    for tensor in (*tensors_in(args), *tensors_in(kwargs)):
+        return tensor.device
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+@functools.cache
+def _load_meta_kernels() -> None:
+    """Run one operator on ``meta`` before the first traced forward there.
+
+    PyTorch imports its meta kernels (some 800 modules) on the first ``meta`` operator of a process, and the
+    exceptions that importing raises and catches leave reference cycles through the frames of the running forward:
+    with the cyclic collector paused for the analysis, they would keep that forward's tensors alive.
+    """
+    torch.empty(1, device="meta").add(1)
+
+
+@contextmanager
+def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], stack: list[Any],
+                   recorder: OperatorRecorder | None) -> Iterator[ForwardMemory]:
+    """Trace the memory of the forward run inside the block: the probe follows the parameters, buffers and inputs,
+    hooks every call after the tracer (``stack`` is its stack of open frames), and is fed by ``recorder`` (a full
+    analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder)."""
+    probe = ForwardMemory(stack, trace_device(model, args, kwargs))
+    if probe.device.type == "meta":
+        _load_meta_kernels()
+    probe.adopt(model.parameters(), PARAMETERS)
+    probe.adopt(model.buffers(), BUFFERS)
+    probe.adopt([*tensors_in(args), *tensors_in(kwargs)], INPUTS)
+    try:
+        with ExitStack() as contexts:
+            contexts.enter_context(global_call_hooks(probe.opened, probe.closed))
+            if recorder is None:
+                contexts.enter_context(TraceMode(probe))
+            else:
+                recorder.memory = probe
+            yield probe
+    finally:
+        if recorder is not None:
+            recorder.memory = None
+        probe.close()

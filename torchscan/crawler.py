@@ -28,7 +28,7 @@ from .inputs import (
     normalize_dtypes,
     normalize_shapes,
 )
-from .memory_report import memory_section, traced_forward
+from .memory_report import ForwardMemory, memory_section, traced_forward
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .results import (
@@ -153,6 +153,13 @@ class ForwardStep:
         """Run the forward with the tracer attached (and the recorder active in a full analysis)."""
         return analysis.model(*analysis.args, **analysis.kwargs)
 
+    def memory_traced(self, probe: ForwardMemory) -> None:
+        """``memory=True``: ``probe`` traces the forward that follows (a training step keeps it to continue)."""
+
+    def memory_reported(self, probe: ForwardMemory) -> None:
+        """The forward's memory section is written: stop following storages."""
+        probe.close()
+
 
 EVAL_FORWARD = ForwardStep()
 
@@ -202,6 +209,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
             if analysis.memory:
                 probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer.stack,
                                                            recorder))
+                step.memory_traced(probe)
             step.forward(analysis, tracer)
     finally:
         tracer.detach()
@@ -209,6 +217,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     report = _assemble(analysis, tracer, recorder, inputs)
     if probe is not None:
         memory_section(report, probe)
+        step.memory_reported(probe)
     return report
 
 

@@ -212,7 +212,8 @@ def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], stack:
                    recorder: OperatorRecorder | None) -> Iterator[ForwardMemory]:
     """Trace the memory of the forward run inside the block: the probe follows the parameters, buffers and inputs,
     hooks every call after the tracer (``stack`` is its stack of open frames), and is fed by ``recorder`` (a full
-    analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder)."""
+    analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder). The probe's timeline
+    stays open: its owner closes it (a training step continues it through the backward)."""
     probe = ForwardMemory(stack, trace_device(model, args, kwargs))
     if probe.device.type == "meta":
         _load_meta_kernels()
@@ -230,4 +231,3 @@ def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], stack:
     finally:
         if recorder is not None:
             recorder.memory = None
-        probe.close()

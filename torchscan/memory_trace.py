@@ -170,6 +170,11 @@ class MemoryTimeline:
         if self._follow(following, tensor, -1):
             self.label(tensor, category)
 
+    def followed(self, tensor: torch.Tensor) -> StorageRecord | None:
+        """The record of ``tensor``'s storage while the timeline follows it, else None."""
+        known = (self._following or {}).get(id(tensor.untyped_storage()))
+        return None if known is None else known[1]
+
     def label(self, tensor: torch.Tensor, category: str) -> bool:
         """File ``tensor``'s followed storage under ``category`` (gradients, optimizer state, ...); False when
         the timeline does not follow it. Categories split what is live; they never change the level."""

@@ -18,7 +18,7 @@ copy of them is made; the stand-ins keep shapes and dtypes, not the device's cho
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -27,8 +27,10 @@ from torch import nn
 from . import crawler
 from .crawler import Analysis, ForwardStep, raise_if_incomplete, resolve_call
 from .handlers import validate_handler_map
+from .memory_report import ForwardMemory
 from .operators import build_formula_table, new_recorder, validate_custom_mapping
 from .tracing import CallTracer, global_call_hooks
+from .training_memory import StepMemory, add_step_memory
 from .training_report import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
 OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
@@ -52,6 +54,7 @@ def crawl_training_step(
     custom_mapping: Mapping[Any, Any] | None = None,
     strict: bool = False,
     keep_modes: bool = False,
+    memory: bool = False,
 ) -> dict[str, Any]:
     """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step).
 
@@ -59,29 +62,39 @@ def crawl_training_step(
     every module's own mode) plus a ``training`` section: backward operator FLOPs per layer call and totals for
     forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
     every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
-    ``params -> torch.optim.Optimizer``. The model is left exactly as it was, also when the step raises.
+    ``params -> torch.optim.Optimizer``. ``memory=True`` traces the bytes of live tensors through the whole step:
+    the forward's ``memory`` section as in ``crawl_module``, and ``training.memory`` with the step's peak broken
+    down into parameters, gradients, optimizer state, saved activations (per layer call) and temporaries. The model
+    is left exactly as it was, also when the step raises.
     """
-    _check_options(model, loss, strict, keep_modes)
+    _check_options(model, loss, strict, keep_modes, memory)
     make_optimizer = _optimizer_factory(optimizer)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
-    step = TrainingForward(keep_modes)
-    with preserved_state(model):
-        report = crawler.analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step))
-        phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
-    report["training"] = training_section(report, phases, mapping, optimizer)
+    step = TrainingForward(keep_modes, StepMemory() if memory else None)
+    try:
+        with preserved_state(model):
+            report = crawler.analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step,
+                                              memory=memory))
+            phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
+        report["training"] = training_section(report, phases, mapping, optimizer)
+        if step.memory is not None:
+            add_step_memory(report["training"], step.memory)
+    finally:
+        if step.memory is not None:
+            step.memory.close()
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
     return report
 
 
-def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any) -> None:
+def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any, memory: Any) -> None:
     """The model, the loss and the flags, checked (errors name the argument)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    for name, flag in (("strict", strict), ("keep_modes", keep_modes)):
+    for name, flag in (("strict", strict), ("keep_modes", keep_modes), ("memory", memory)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     if loss is not None and not callable(loss):
@@ -138,8 +151,9 @@ def tensors_in(value: Any) -> Iterator[torch.Tensor]:
 class TrainingForward(ForwardStep):
     """The forward of a training step: train mode (unless kept), gradients on, autograd nodes claimed per call."""
 
-    def __init__(self, keep_modes: bool) -> None:
+    def __init__(self, keep_modes: bool, memory: StepMemory | None = None) -> None:
         self.keep_modes = keep_modes
+        self.memory = memory  # the step's traced memory, when requested
         self.graph = GraphOwners()
         self.output: Any = None
         self.calls: list[int | None] = []  # the open calls' layer indices (None: not a call of the model)
@@ -156,9 +170,21 @@ class TrainingForward(ForwardStep):
 
     def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
         """The forward with two more global hooks, run after the tracer's (registered later)."""
-        with global_call_hooks(lambda module, args: self._opened(tracer, module), self._closed):
+        with global_call_hooks(lambda module, args: self._opened(tracer, module), self._closed), self.saving():
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
         return self.output
+
+    def saving(self) -> Any:
+        """Where autograd saves tensors for the backward: noted when memory is traced."""
+        return nullcontext() if self.memory is None else self.memory.saving()
+
+    def memory_traced(self, probe: ForwardMemory) -> None:
+        if self.memory is not None:
+            self.memory.probe = probe  # the step continues the forward's timeline
+
+    def memory_reported(self, probe: ForwardMemory) -> None:
+        if self.memory is None:
+            probe.close()
 
     def _opened(self, tracer: CallTracer, module: nn.Module) -> None:
         stack = tracer.stack
@@ -182,20 +208,28 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     phases = Phases(new_recorder(formulas))
     recorder = phases.recorder
     phases.loss_default = loss is None
+    memory = step.memory
+    recorder.memory = None if memory is None else memory.probe
     with torch.enable_grad(), recorder:
         recorder.enter(phases.loss_forward)
-        value = compute_loss(loss, step.output)
+        with step.saving():
+            value = compute_loss(loss, step.output)
         recorder.leave()
         step.graph.claim(LOSS, value, step.output)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
+        if memory is not None:
+            memory.backward_starts()
         with recomputation_observed(model, phases):
             value.backward()
         recorder.leave()
     step.graph.owners.clear()
     step.output = None
+    if memory is not None:
+        memory.backward_ended(model)
     if make_optimizer is not None:
-        _optimizer_step(model, make_optimizer, phases)
+        _optimizer_step(model, make_optimizer, phases, memory)
+    recorder.memory = None
     return phases
 
 
@@ -255,8 +289,9 @@ def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
 
 
 def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
-                    phases: Phases) -> None:
-    """One optimizer step over ``meta`` stand-ins of the trainable parameters and their new gradients."""
+                    phases: Phases, memory: StepMemory | None) -> None:
+    """One optimizer step over ``meta`` stand-ins of the trainable parameters and their new gradients (traced on
+    a timeline of its own when memory is: the stand-ins have the bytes of what they stand for)."""
     stand_ins = []
     for parameter in model.parameters():
         if parameter.requires_grad:
@@ -269,10 +304,13 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
         raise TypeError(f"optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
     phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     recorder = phases.recorder
+    recorder.memory = None if memory is None else memory.optimizer_timeline()
     with recorder:
         recorder.enter(phases.optimizer)
         optimizer.step()
         recorder.leave()
+    if memory is not None:
+        memory.optimizer_ended(optimizer)
 
 
 # -- state -----------------------------------------------------------------------------------------------------------

@@ -62,10 +62,8 @@ def crawl_training_step(
     every module's own mode) plus a ``training`` section: backward operator FLOPs per layer call and totals for
     forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
     every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
-    ``params -> torch.optim.Optimizer``. ``memory=True`` traces the bytes of live tensors through the whole step:
-    the forward's ``memory`` section as in ``crawl_module``, and ``training.memory`` with the step's peak broken
-    down into parameters, gradients, optimizer state, saved activations (per layer call) and temporaries. The model
-    is left exactly as it was, also when the step raises.
+    ``params -> torch.optim.Optimizer``. ``memory=True`` adds ``crawl_module``'s memory sections and
+    ``training.memory``, the step's peak of live tensor bytes broken down. The model is left as it was.
     """
     _check_options(model, loss, strict, keep_modes, memory)
     make_optimizer = _optimizer_factory(optimizer)
@@ -73,21 +71,31 @@ def crawl_training_step(
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     step = TrainingForward(keep_modes, StepMemory() if memory else None)
-    try:
-        with preserved_state(model):
-            report = crawler.analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step,
-                                              memory=memory))
-            phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(mapping))
-        report["training"] = training_section(report, phases, mapping, optimizer)
-        if step.memory is not None:
-            add_step_memory(report["training"], step.memory)
-    finally:
-        if step.memory is not None:
-            step.memory.close()
+    analysis = Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step, memory=memory)
+    report, phases = _run_step(analysis, step, loss, make_optimizer)
+    report["training"] = training_section(report, phases, mapping, optimizer)
+    if step.memory is not None:
+        add_step_memory(report["training"], step.memory)
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
     return report
+
+
+def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], Any] | None,
+              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None
+              ) -> tuple[dict[str, Any], Phases]:
+    """The forward's report and the phases of the rest of the step; the model's state is put back and the step's
+    memory timeline (if any) stops following storages, also when the step raises."""
+    model = analysis.model
+    try:
+        with preserved_state(model):
+            report = crawler.analyze(analysis)
+            phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(analysis.mapping))
+    finally:
+        if step.memory is not None:
+            step.memory.close()
+    return report, phases
 
 
 def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any, memory: Any) -> None:

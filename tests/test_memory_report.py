@@ -190,3 +190,25 @@ def test_timm_model_card_activations_match_to_their_rounding(name, published):
         model = timm.create_model(name, pretrained=False).eval()
     report = crawl_module(model, (3, 224, 224), device="meta", memory=True)
     assert round(value(report["memory"]["activations"], "activations") / 1e6, 1) == published
+
+
+def llama_parameters(layers: int) -> int:
+    """Llama-2-7B's parameter count with ``layers`` decoder layers: embedding and LM head (32,000 x 4,096 each),
+    per layer four attention projections, three MLP projections and two norms, and the final norm."""
+    hidden, intermediate, vocabulary = 4096, 11008, 32000
+    per_layer = 4 * hidden * hidden + 3 * hidden * intermediate + 2 * hidden
+    return 2 * vocabulary * hidden + layers * per_layer + hidden
+
+
+def test_a_llama_2_7b_config_on_meta_reports_its_bfloat16_parameters_exactly():
+    # Two of the 32 layers keep the test short; benchmarks/memory_llama.py runs all 32 (6,738,415,616 x 2 bytes).
+    from zoo.hf_llama import llama2_7b
+
+    assert llama_parameters(32) == 6_738_415_616
+    with torch.device("meta"):
+        model = llama2_7b(max_position_embeddings=32768, num_hidden_layers=2)
+    model = model.to(torch.bfloat16)
+    report = crawl_module(model, args=(torch.zeros(1, 16, dtype=torch.long, device="meta"),), memory=True)
+    memory = report["memory"]
+    assert value(memory["at_peak"]["parameters"]) == llama_parameters(2) * 2
+    assert memory["device"] == "meta" and memory["attention_kernel"]["name"] == "math"

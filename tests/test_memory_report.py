@@ -212,3 +212,21 @@ def test_a_llama_2_7b_config_on_meta_reports_its_bfloat16_parameters_exactly():
     memory = report["memory"]
     assert value(memory["at_peak"]["parameters"]) == llama_parameters(2) * 2
     assert memory["device"] == "meta" and memory["attention_kernel"]["name"] == "math"
+
+
+class WithHelper(nn.Module):
+    """Calls a module that is not one of its submodules (held in a plain list) before its own layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.helper = [nn.ReLU()]
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.helper[0](x))
+
+
+def test_a_call_of_a_module_outside_the_model_does_not_hide_the_next_calls_memory():
+    report = analyze_call(WithHelper(), torch.randn(2, 4), memory=True)
+    layers = {layer["path"]: layer["memory"] for layer in report["layers"]}
+    assert value(layers["fc"]["output_bytes"]) == 2 * 4 * FLOAT

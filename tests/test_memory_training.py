@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from torchscan import crawl_training_step, measure_peak_memory
 from torchscan.memory_report import METHOD
+from torchscan.schema import validate_report
 
 FLOAT = 4
 BATCH, WIDTH, BLOCKS = 4, 32, 3
@@ -31,6 +32,7 @@ def test_an_adamw_step_of_a_linear_stack_peaks_in_the_optimizer_with_the_bytes_c
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     report = crawl_training_step(model, args=(torch.randn(2, 8),), optimizer="adamw", memory=True)
+    validate_report(report)
     memory = report["training"]["memory"]
     parameters = (8 * 16 + 16 + 16 * 4 + 4) * FLOAT
     # AdamW's state: two moments per parameter and one float32 step count per parameter tensor

@@ -122,7 +122,7 @@ class ForwardMemory:
     def opened(self, module: nn.Module, args: tuple) -> None:
         """Global pre-hook, run after the tracer's: note the record of the call the tracer just opened."""
         stack = self.stack
-        ours = bool(stack) and stack[-1].module_id == id(module) and len(stack) > len(self.open)
+        ours = bool(stack) and stack[-1].module_id == id(module)  # else not a call the tracer opened
         self.open.append(stack[-1].record if ours else None)
 
     def closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:

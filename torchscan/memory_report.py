@@ -34,13 +34,13 @@ _aten = torch.ops.aten
 #: decompose into mm, addmm, bmm, mv and dot with the same number of output elements).
 PRODUCT_OPERATORS = frozenset({_aten.convolution, _aten.addmm, _aten.mm, _aten.bmm, _aten.baddbmm, _aten.mv,
                                _aten.dot})
-#: Fused attention kernels, by the name the report gives the kernel. The math path has no operator of its own: it
-#: decomposes into products, and ``_safe_softmax`` (used only there) marks it.
+#: Fused attention kernels, by the name the report gives the kernel; all take (batch, heads, length, features)
+#: tensors. The math path has no operator of its own: it decomposes into products, and ``_safe_softmax`` (used only
+#: there) marks it.
 ATTENTION_KERNELS: dict[Any, str] = {
     _aten._scaled_dot_product_flash_attention: "flash",
     _aten._scaled_dot_product_flash_attention_for_cpu: "flash",
     _aten._scaled_dot_product_efficient_attention: "efficient",
-    _aten._efficient_attention_forward: "efficient",
     _aten._scaled_dot_product_cudnn_attention: "cudnn",
     _aten._safe_softmax: "math",
 }

@@ -118,3 +118,14 @@ def test_importing_torchscan_and_its_decode_module_does_not_import_transformers(
               "print('transformers' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert result.stdout.strip() == "False"
+
+
+class _Unreadable:
+    """An argument whose attribute lookup raises something other than AttributeError."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name} here")
+
+
+def test_an_argument_that_cannot_be_inspected_is_not_a_cache() -> None:
+    assert kv_cache_section((_Unreadable(),), {}) == {}

@@ -113,9 +113,13 @@ def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int
 
 
 def _is_cache(value: Any) -> bool:
-    """Duck typing on ``transformers``' Cache API: per-layer storage, a length and an update."""
-    return isinstance(getattr(value, "layers", None), (list, tuple)) and all(
-        callable(getattr(value, name, None)) for name in ("get_seq_length", "update"))
+    """Duck typing on ``transformers``' Cache API: per-layer storage, a length and an update. An argument whose
+    attribute lookup raises is not a cache (the analysis must not fail on what it merely inspects)."""
+    try:
+        return isinstance(getattr(value, "layers", None), (list, tuple)) and all(
+            callable(getattr(value, name, None)) for name in ("get_seq_length", "update"))
+    except Exception:  # noqa: BLE001 -- an argument that cannot be inspected is not a cache
+        return False
 
 
 def find_cache(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

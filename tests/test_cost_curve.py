@@ -146,3 +146,19 @@ def test_a_resnet_at_multiples_of_its_stride_is_an_exact_quadratic() -> None:
     for view in EXACT_VIEWS:
         assert curves[view]["kind"] == "polynomial", curves[view]["reason"]
         assert curves[view]["pieces"][0]["step"] == 32 and len(curves[view]["pieces"][0]["coefficients"]) == 3
+
+
+def test_cost_curve_puts_the_call_on_the_device() -> None:
+    with torch.device("meta"):
+        model = nn.Linear(4, 2)
+    curve = cost_curve(model, [1, 2, 3, 4], lambda batch: ((), {"input": torch.zeros(batch, 4)}), device="meta")
+    assert curve["curves"]["macs"]["pieces"][0]["coefficients"] == ["0", "8"]
+    with pytest.raises(ValueError, match="device must be"):
+        cost_curve(model, [1], lambda batch: ((), {}), device="no-such-device")
+
+
+def test_a_structure_sweep_has_parameter_curves_and_says_why_it_has_no_cost_curves() -> None:
+    curve = cost_curve(nn.Linear(4, 2), [1, 2, 3], lambda batch: ((torch.zeros(batch, 4),), {}), mode="structure")
+    assert curve["curves"]["parameters.total"]["kind"] == "polynomial"
+    assert curve["curves"]["macs"] == {"kind": "points", "pieces": [], "verified_at": [],
+                                       "reason": "not_requested at size 1: the analysis mode did not count it"}

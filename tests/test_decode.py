@@ -108,6 +108,8 @@ def test_bad_arguments_are_named(library) -> None:
         decode_step_inputs(bert, 4)
     with pytest.raises(ValueError, match="context_length must be an integer >= 0"):
         decode_step_inputs(llama(library, "meta"), -1)
+    with pytest.raises(ValueError, match=r"context_length 256: .* max_position_embeddings \(256\)"):
+        decode_step_inputs(gpt2(library, "meta"), 256, device="meta")
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         decode_step_inputs(llama(library, "meta"), 4, batch_size=0)
 

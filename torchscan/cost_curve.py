@@ -22,6 +22,9 @@ __all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "evaluate_piece", "fit_curves"]
 CURVE_SCHEMA_VERSION = "1"
 
 Series = list[int] | str
+#: Why a metric with this status at one size has no exact curve (after "<status> at size <s>").
+_STATUS_REASONS = {"unavailable": ": nothing is known of it there", "not_requested": ": the analysis mode did not count it",
+                   "not_applicable": ": it has no value there"}
 
 
 def _counts(totals: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -42,7 +45,7 @@ def _exact_integer(value: Any, size: int) -> int | str:
             return (f"partial at size {size}: its known value is a lower bound, and a curve through lower bounds "
                     "is not exact")
         if value.get("status") != "complete":
-            return f"{value.get('status')} at size {size}"
+            return f"{value.get('status')} at size {size}{_STATUS_REASONS.get(value.get('status'), '')}"
         value = value.get("value")
     if isinstance(value, bool) or not isinstance(value, int):
         return f"not an integer count at size {size} ({value!r})"
@@ -104,23 +107,37 @@ def cost_curve(
 ) -> dict[str, Any]:
     """Analyze ``model`` at every size and return the versioned, JSON-serializable curve of its totals.
 
-    ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size; the other arguments are
-    `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given), ``points`` (one
-    ``{"size", "totals"}`` per size, each a full report's totals) and ``curves`` (`fit_curves`).
+    ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size. ``device``, when given, is where the
+    call's tensors go (those nested in tuples, lists and dicts too; other objects, such as a KV cache, are passed
+    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules`` and
+    ``custom_mapping`` are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
+    ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals) and ``curves`` (`fit_curves`).
     """
     from .crawler import crawl_module
+    from .inputs import normalize_device
 
     sizes = _check_sizes(sizes)
     if not callable(inputs):
         raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
+    target = normalize_device(device)
     points = []
     for size in sizes:
-        args, kwargs = _call_of(inputs, size)
-        report = crawl_module(model, args=args, kwargs=kwargs, device=device, mode=mode,  # type: ignore[arg-type]
+        args, kwargs = _moved(_call_of(inputs, size), target)
+        report = crawl_module(model, args=args, kwargs=kwargs, mode=mode,  # type: ignore[arg-type]
                               custom_modules=custom_modules, custom_mapping=custom_mapping)
         points.append({"size": size, "totals": report["totals"]})
     return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
             "curves": fit_curves(sizes, [point["totals"] for point in points])}
+
+
+def _moved(call: tuple[tuple[Any, ...], dict[str, Any]], device: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with its tensors on ``device`` (unchanged when ``device`` is ``None``)."""
+    if device is None:
+        return call
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda value: value.to(device) if isinstance(value, torch.Tensor) else value, call)
 
 
 def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -41,11 +41,12 @@ def _counts(totals: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
 def _exact_integer(value: Any, size: int) -> int | str:
     """The integer a count holds at one size, or why it cannot lie on an exact curve."""
     if isinstance(value, Mapping):
-        if value.get("status") == "partial":
+        status = str(value.get("status"))
+        if status == "partial":
             return (f"partial at size {size}: its known value is a lower bound, and a curve through lower bounds "
                     "is not exact")
-        if value.get("status") != "complete":
-            return f"{value.get('status')} at size {size}{_STATUS_REASONS.get(value.get('status'), '')}"
+        if status != "complete":
+            return f"{status} at size {size}{_STATUS_REASONS.get(status, '')}"
         value = value.get("value")
     if isinstance(value, bool) or not isinstance(value, int):
         return f"not an integer count at size {size} ({value!r})"

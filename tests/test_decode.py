@@ -97,6 +97,9 @@ def test_decode_macs_are_an_exact_linear_curve_in_the_context(library) -> None:
         assert curve["curves"][name]["kind"] == "polynomial", curve["curves"][name]["reason"]
         assert len(curve["curves"][name]["pieces"][0]["coefficients"]) == 2  # linear, with a nonzero slope
         assert curve["curves"][name]["verified_at"]
+    per_position = 2 * LAYERS * KV_HEADS * (WIDTH // HEADS) * 4
+    assert curve["curves"]["kv_cache"]["pieces"][0]["coefficients"] == ["0", str(per_position)]
+    assert [point["kv_cache"]["positions"] for point in curve["points"]] == [16, 32, 64, 96, 128]
 
 
 def test_bad_arguments_are_named(library) -> None:

@@ -112,7 +112,9 @@ def cost_curve(
     call's tensors go (those nested in tuples, lists and dicts too; other objects, such as a KV cache, are passed
     as they are: build them there); the model stays where it is. ``mode``, ``custom_modules`` and
     ``custom_mapping`` are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
-    ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals) and ``curves`` (`fit_curves`).
+    ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals, plus ``kv_cache``, the report's
+    ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
+    KV-cache bytes under ``kv_cache``).
     """
     from .crawler import crawl_module
     from .inputs import normalize_device
@@ -126,9 +128,24 @@ def cost_curve(
         args, kwargs = _moved(_call_of(inputs, size), target)
         report = crawl_module(model, args=args, kwargs=kwargs, mode=mode,  # type: ignore[arg-type]
                               custom_modules=custom_modules, custom_mapping=custom_mapping)
-        points.append({"size": size, "totals": report["totals"]})
+        points.append(_point(size, report))
     return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
-            "curves": fit_curves(sizes, [point["totals"] for point in points])}
+            "curves": fit_curves(sizes, [_fitted_counts(point) for point in points])}
+
+
+def _point(size: int, report: Mapping[str, Any]) -> dict[str, Any]:
+    """One size's point: its totals, and the call's KV cache (``inputs.kv_cache``) when it passed one."""
+    point = {"size": size, "totals": report["totals"]}
+    if "kv_cache" in report["inputs"]:
+        point["kv_cache"] = report["inputs"]["kv_cache"]
+    return point
+
+
+def _fitted_counts(point: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The counts a curve is fitted to: the totals, and the KV-cache bytes (curve ``kv_cache``) of a decode step."""
+    if "kv_cache" not in point:
+        return point["totals"]
+    return {**point["totals"], "kv_cache": point["kv_cache"]["bytes"]}
 
 
 def _moved(call: tuple[tuple[Any, ...], dict[str, Any]], device: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from integrations.third_party_models import import_torchvision, import_transformers
 from torch import nn
-from torchscan_testing import analyze_call
+from torchscan_testing import analyze_call, assert_nothing_shared
 
 from torchscan import CURVE_SCHEMA_VERSION, cost_curve, crawl_module, evaluate_piece, fit_curves
 
@@ -55,6 +55,7 @@ def test_cost_curve_analyzes_each_size_and_is_json() -> None:
     assert curve["curves"]["macs"]["pieces"] == [{"from": 8, "to": 40, "step": 8,
                                                   "coefficients": ["0", "0", str(3 * 4 * 9)]}]
     assert json.loads(json.dumps(curve)) == curve
+    assert_nothing_shared(curve)
 
 
 def test_cost_curve_refuses_inputs_that_are_not_a_call() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -163,3 +165,11 @@ def test_a_structure_sweep_has_parameter_curves_and_says_why_it_has_no_cost_curv
     assert curve["curves"]["parameters.total"]["kind"] == "polynomial"
     assert curve["curves"]["macs"] == {"kind": "points", "pieces": [], "verified_at": [],
                                        "reason": "not_requested at size 1: the analysis mode did not count it"}
+
+
+def test_fitting_curves_does_not_import_torch() -> None:
+    """The site builder fits and displays curves of cached sweeps without paying for importing torch."""
+    script = ("import sys\nfrom torchscan.cost_curve import CURVE_SCHEMA_VERSION, evaluate_piece, fit_curves\n"
+              "import torchscan\ntorchscan.fit_curves, torchscan.evaluate_piece\nprint('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert result.stdout.strip() == "False"

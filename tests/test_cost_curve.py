@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,5 +172,6 @@ def test_fitting_curves_does_not_import_torch() -> None:
     """The site builder fits and displays curves of cached sweeps without paying for importing torch."""
     script = ("import sys\nfrom torchscan.cost_curve import CURVE_SCHEMA_VERSION, evaluate_piece, fit_curves\n"
               "import torchscan\ntorchscan.fit_curves, torchscan.evaluate_piece\nprint('torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "False"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,7 +122,8 @@ def test_importing_torchscan_and_its_decode_module_does_not_import_transformers(
     script = ("import sys, torchscan, torchscan.decode, torchscan.crawler\n"
               "torchscan.decode_step_inputs, torchscan.cost_curve\n"
               "print('transformers' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "False"
 
 

@@ -15,6 +15,7 @@ from torch import nn
 from torchscan_testing import analyze_call, assert_nothing_shared
 
 from torchscan import CURVE_SCHEMA_VERSION, cost_curve, crawl_module, evaluate_piece, fit_curves
+from torchscan.curve_schema import validate_cost_curve
 
 
 def _linear_stack_totals(sizes: list[int]) -> list[dict[str, Any]]:
@@ -106,6 +107,7 @@ def _language_models() -> dict[str, Any]:
 def test_transformer_costs_are_exact_quadratics_in_the_sequence_length(name: str) -> None:
     model = _language_models()[name]
     curve = cost_curve(model, [16, 32, 64, 128, 256], _token_call())
+    validate_cost_curve(curve)
     direct = crawl_module(model, kwargs=_token_call()(80)[1])["totals"]  # 80 is on the lattice, not sampled
     for view in EXACT_VIEWS:
         fitted = curve["curves"][view]
@@ -129,7 +131,9 @@ def _held_out_agree(sizes: list[int], held_out: list[int]) -> dict[str, dict[str
     """The curves of ResNet-18 at ``sizes``, after checking every piece against direct analyses of the held-out
     sizes that lie on its lattice."""
     model = _resnet18()
-    curves = cost_curve(model, sizes, _image_call)["curves"]
+    curve = cost_curve(model, sizes, _image_call)
+    validate_cost_curve(curve)
+    curves = curve["curves"]
     for size in held_out:
         totals = crawl_module(model, args=_image_call(size)[0])["totals"]
         for view in EXACT_VIEWS:

@@ -13,6 +13,7 @@ from integrations.third_party_models import import_transformers
 from torchscan_testing import analyze_call
 
 from torchscan import cost_curve, decode_step_inputs
+from torchscan.curve_schema import validate_cost_curve
 from torchscan.decode import kv_cache_section
 
 LAYERS, HEADS, KV_HEADS, WIDTH = 2, 4, 2, 32
@@ -101,6 +102,7 @@ def test_decode_macs_are_an_exact_linear_curve_in_the_context(library) -> None:
     per_position = 2 * LAYERS * KV_HEADS * (WIDTH // HEADS) * 4
     assert curve["curves"]["kv_cache"]["pieces"][0]["coefficients"] == ["0", str(per_position)]
     assert [point["kv_cache"]["positions"] for point in curve["points"]] == [16, 32, 64, 96, 128]
+    validate_cost_curve(curve)
 
 
 def test_bad_arguments_are_named(library) -> None:

@@ -158,6 +158,12 @@ def _moved(call: tuple[tuple[Any, ...], dict[str, Any]], device: Any) -> tuple[t
     return tree_map(lambda value: value.to(device) if isinstance(value, torch.Tensor) else value, call)
 
 
+def counts_of_point(point: Mapping[str, Any]) -> dict[str, int | None]:
+    """Every count of one point of a cost curve by its curve's name, ``None`` where it is not an exact integer."""
+    exact = {name: _exact_integer(value, point["size"]) for name, value in _counts(_fitted_counts(point))}
+    return {name: value if isinstance(value, int) else None for name, value in exact.items()}
+
+
 def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``inputs(size)`` checked to be an ``(args, kwargs)`` pair."""
     call = inputs(size)

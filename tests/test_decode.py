@@ -138,3 +138,19 @@ class _Unreadable:
 
 def test_an_argument_that_cannot_be_inspected_is_not_a_cache() -> None:
     assert kv_cache_section((_Unreadable(),), {}) == {}
+
+
+def test_the_report_schema_checks_the_kv_cache_bytes(library) -> None:
+    import jsonschema
+
+    from torchscan.schema import validate_report
+
+    model = llama(library, "meta")
+    args, kwargs = decode_step_inputs(model, 4, device="meta")
+    report = analyze_call(model, *args, kwargs=kwargs)
+    report["inputs"]["kv_cache"]["bytes"]["unit"] = "FLOPs"
+    with pytest.raises(jsonschema.ValidationError, match="inputs.kv_cache.bytes: unit must be 'bytes'"):
+        validate_report(report)
+    report["inputs"]["kv_cache"]["heads"] = 2
+    with pytest.raises(jsonschema.ValidationError, match="'heads' was unexpected"):
+        validate_report(report)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .exact_fit import Fit, evaluate_piece, fit_points
 
-__all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "evaluate_piece", "fit_curves"]
+__all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "counts_of_point", "evaluate_piece", "fit_curves"]
 
 #: The version of a cost curve's wire form (docs/schema.md); bumped only for changes that break consumers.
 CURVE_SCHEMA_VERSION = "1"

@@ -13,6 +13,7 @@ __version__ = "0.1.0.dev0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
+    "CURVE_SCHEMA_VERSION": "cost_curve",
     "SCHEMA_VERSION": "schema",
     "IncompleteAnalysisError": "crawler",
     "MetricResult": "results",
@@ -20,14 +21,19 @@ _EXPORTS = {
     "ModuleEstimates": "handlers",
     "ModuleHandler": "handlers",
     "compare_reports": "compare",
+    "cost_curve": "cost_curve",
     "crawl_module": "crawler",
     "crawl_training_step": "training",
+    "decode_step_inputs": "decode",
+    "evaluate_piece": "cost_curve",
+    "fit_curves": "cost_curve",
     "measure_flops": "operators",
     "measure_peak_memory": "memory",
     "summary": "text",
     "trace_memory": "memory_trace",
 }
 __all__ = [
+    "CURVE_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "IncompleteAnalysisError",
     "MetricResult",
@@ -35,8 +41,12 @@ __all__ = [
     "ModuleEstimates",
     "ModuleHandler",
     "compare_reports",
+    "cost_curve",
     "crawl_module",
     "crawl_training_step",
+    "decode_step_inputs",
+    "evaluate_piece",
+    "fit_curves",
     "measure_flops",
     "measure_peak_memory",
     "summary",
@@ -45,7 +55,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .compare import compare_reports
+    from .cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
     from .crawler import IncompleteAnalysisError, crawl_module
+    from .decode import decode_step_inputs
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
     from .memory import measure_peak_memory
     from .memory_trace import trace_memory
@@ -59,7 +71,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'torchscan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+    # A function named like its module (cost_curve) is exported as the module, which forwards calls to it: importing
+    # the submodule rebinds this package's attribute to the module anyway, so one object serves both spellings.
+    value = module if name == _EXPORTS[name] and callable(module) else getattr(module, name)
     globals()[name] = value
     return value
 

@@ -15,6 +15,8 @@ SCHEMA_VERSION = 1
 SCHEMA_FILE = "report.schema.json"
 #: The units of the optional memory totals (``crawl_module(..., memory=True)``), which are not estimate fields.
 MEMORY_UNITS = {"forward_peak_bytes": "bytes", "activations": "activations"}
+#: The unit each MetricResult field must have (operator FLOPs and anything else not listed: ``FLOPs``).
+_UNITS = {**METRIC_UNITS, **MEMORY_UNITS, "kv_cache": "bytes"}
 
 
 @cache
@@ -41,8 +43,7 @@ def validate_report(report: dict[str, Any]) -> None:
 
     _validator().validate(report)
     for where, name, result in _metric_results(report):
-        unit = MEMORY_UNITS.get(name) or METRIC_UNITS.get(name, "FLOPs")
-        problem = validation_error(result, unit=unit, spatial=name in SPATIAL_METRICS)
+        problem = validation_error(result, unit=_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
         if problem:
             raise jsonschema.ValidationError(f"{where}: {problem}")
 
@@ -52,6 +53,8 @@ def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
     for name, result in report["totals"].items():
         if name not in ("parameters", "buffers"):
             yield f"totals.{name}", name, result
+    if "kv_cache" in report["inputs"]:
+        yield "inputs.kv_cache.bytes", "kv_cache", report["inputs"]["kv_cache"]["bytes"]
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
     yield from _memory_results(report.get("memory"))
     for layer in report["layers"]:

@@ -1,0 +1,82 @@
+"""The memory chart of a report: what is live at the peak, one stacked bar per peak (the forward's and, when the
+report has one, the training step's), each segment a category (parameters, activations, gradients, ...).
+
+Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
+view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
+not known is listed as n/a under the chart, never drawn as zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...views.memory import MemoryPart, MemoryView
+from .amounts import Amount, amount_of, total_of
+from .bar_plots import Bar, label_margin, paint_ranking, partial_legend
+from .canvas import Canvas
+from .chart import Chart
+from .style import NEUTRAL, PALETTE, ROW, WIDTH
+from .svg_output import draw
+
+#: One colour per category, the same in both bars (parameters and inputs are the same tensors in both).
+CATEGORY_COLOURS = {"parameters": PALETTE[0], "buffers": PALETTE[5], "inputs": NEUTRAL, "activations": PALETTE[1],
+                    "gradients": PALETTE[4], "optimizer_state": PALETTE[3], "saved_activations": PALETTE[2],
+                    "temporaries": PALETTE[6]}
+#: Legend entries per row (the legend wraps under the title).
+LEGEND_ROW = 4
+MEMORY_CHART_KEY = "memory"
+
+
+def memory_chart(memory: MemoryView) -> Chart:
+    """The peaks as stacked bars of their categories, with the categories' bytes and shares as the numbers."""
+    peaks = [("Forward peak", memory.parts)]
+    if memory.training is not None:
+        peaks.append((f"Training step peak ({memory.training.phase})", memory.training.parts))
+    bars = [stacked_bar(label, parts) for label, parts in peaks]
+    rows = [(label, part.label, part.bytes.text, part.share) for label, parts in peaks for part in parts]
+    notes = [f"n/a (not drawn, never zero): {part.label} at the {label.lower()}" for label, parts in peaks
+             for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
+    summary = (f"All live tensor bytes at the forward's peak ({memory.peak.text}, at {memory.peak_layer}, operator "
+               f"{memory.peak_operator})" + (f" and at the training step's peak ({memory.training.peak.text}, in the "
+                                              f"{memory.training.phase})" if memory.training else "")
+               + ", by category: traced tensor bytes, without allocator caching or kernel workspaces.")
+    chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", summary, ("Peak", "Category", "Bytes", "Share of the peak"),
+                  rows, notes)
+    categories = [(part.key, part.label) for _, parts in peaks for part in parts]
+    return draw(chart, lambda: paint_memory(bars, legend_items(categories), notes))
+
+
+def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:
+    """One peak: its categories end to end (an unknown category adds nothing drawn and makes the total a bound)."""
+    amounts = [(part.key, bytes_amount(part)) for part in parts]
+    segments = tuple((CATEGORY_COLOURS.get(key, NEUTRAL), amount) for key, amount in amounts if amount.drawn)
+    return Bar(label, replace(total_of([amount for _, amount in amounts]), unit="B"), PALETTE[0], segments=segments)
+
+
+def bytes_amount(part: MemoryPart) -> Amount:
+    return replace(amount_of(part.bytes) or Amount(0.0, "unavailable"), unit="B")
+
+
+def legend_items(categories: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """Each category once, in the order the bars show them."""
+    seen: dict[str, str] = {}
+    for key, label in categories:
+        seen.setdefault(key, label)
+    return [("fill", CATEGORY_COLOURS.get(key, NEUTRAL), label) for key, label in seen.items()]
+
+
+def paint_memory(bars: list[Bar], legend: list[tuple[str, str, str]], notes: list[str]) -> Canvas:
+    """The stacked bars under the title and a legend wrapped in rows of `LEGEND_ROW` entries."""
+    legend = legend + partial_legend(bars)
+    lines = [legend[start:start + LEGEND_ROW] for start in range(0, len(legend), LEGEND_ROW)]
+    bottom = 8.0 + (13.0 if notes else 0.0)
+    height = bottom + len(bars) * ROW * 1.6 + 30.0 + 14.0 * len(lines)
+    canvas = Canvas(WIDTH, height)
+    left = label_margin([bar.label for bar in bars])
+    axes = canvas.axes(left, bottom, WIDTH - 70 - left, len(bars) * ROW * 1.6)
+    canvas.title("Memory at the peak")
+    paint_ranking(canvas, axes, bars, empty="no peak")
+    for index, line in enumerate(lines):
+        canvas.legend(line, x=left, y=height - 32 - 14 * index)
+    canvas.footnote(notes)
+    return canvas

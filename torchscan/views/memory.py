@@ -52,17 +52,18 @@ class MemoryCall:
 class TrainingMemory:
     """The training step's peak (forward, backward and optimizer step), broken down at the peak."""
 
+    device: str
+    kernel: str
     peak: Cell
     phase: str
     operator: str
-    kernel: str
     parts: list[MemoryPart]
     top_saved: list[MemoryCall]
 
 
 @dataclass(frozen=True)
-class MemoryView:
-    """The forward's peak, what is live there and where it happens, the largest outputs, and the training step's."""
+class ForwardMemory:
+    """The forward's peak, what is live there and where it happens, and the largest outputs."""
 
     device: str
     kernel: str
@@ -75,25 +76,53 @@ class MemoryView:
     peak_operator: str
     parts: list[MemoryPart]
     top_outputs: list[MemoryCall]
-    training: TrainingMemory | None = None
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """A report's memory: the forward's (``crawl_module``) and the training step's, each when it was traced."""
+
+    forward: ForwardMemory | None
+    training: TrainingMemory | None
+
+    @property
+    def device(self) -> str:
+        """The device the trace ran on (the forward's, else the step's)."""
+        traced = self.forward or self.training
+        return traced.device if traced is not None else ""
+
+    @property
+    def kernel(self) -> str:
+        """The attention kernel the trace assumed, with its reason."""
+        traced = self.forward or self.training
+        return traced.kernel if traced is not None else ""
 
 
 def memory_view(report: dict[str, Any]) -> MemoryView | None:
-    """The report's memory, or None when its analysis was not asked for memory (no ``memory`` section)."""
+    """The report's memory, or None when its analysis traced none. A ``crawl_module`` report keeps the forward's
+    section in ``memory`` (and a site report its training step's in ``training.memory``); a ``crawl_training_step``
+    report keeps its step's in ``memory``."""
     section = report.get("memory")
-    if section is None:
+    step = report.get("training", {}).get("memory")
+    if section is not None and "phase_at_peak" in section:
+        section, step = None, section
+    if section is None and step is None:
         return None
+    return MemoryView(forward=None if section is None else forward_memory(section, report["layers"]),
+                      training=training_memory(step, report["layers"]))
+
+
+def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> ForwardMemory:
     where = section["peak_at"]
     layer = where["layer"]
-    return MemoryView(
+    return ForwardMemory(
         device=section["device"], kernel=kernel_text(section["attention_kernel"]),
         peak=metric_cell(section["peak"]), forward_peak=metric_cell(section["peak_above_start"]),
         activations=metric_cell(section["activations"]),
         peak_layer="outside every layer call" if layer is None else layer_label(layer["path"], layer["call_index"]),
         peak_operator=f"{where['operator']} (operator #{where['operator_index']})",
         parts=memory_parts(section["at_peak"], section["peak"], FORWARD_PARTS),
-        top_outputs=top_outputs(report["layers"]),
-        training=training_memory(report.get("training", {}).get("memory"), report["layers"]),
+        top_outputs=top_outputs(layers),
     )
 
 
@@ -135,8 +164,8 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
     saved = sorted((item for item in section["saved_by_layer"] if _known(item["bytes"]) > 0),
                    key=lambda item: -_known(item["bytes"]))
     return TrainingMemory(
+        device=section["device"], kernel=kernel_text(section["attention_kernel"]),
         peak=metric_cell(section["peak"]), phase=section["phase_at_peak"], operator=section["peak_operator"],
-        kernel=kernel_text(section["attention_kernel"]),
         parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS),
         top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
                               types.get((item["path"], item["call_index"]), ""), metric_cell(item["bytes"]))

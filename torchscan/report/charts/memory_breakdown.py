@@ -29,21 +29,31 @@ MEMORY_CHART_KEY = "memory"
 
 def memory_chart(memory: MemoryView) -> Chart:
     """The peaks as stacked bars of their categories, with the categories' bytes and shares as the numbers."""
-    peaks = [("Forward peak", memory.parts)]
+    peaks = [] if memory.forward is None else [("Forward peak", memory.forward.parts)]
     if memory.training is not None:
         peaks.append((f"Training step peak ({memory.training.phase})", memory.training.parts))
     bars = [stacked_bar(label, parts) for label, parts in peaks]
     rows = [(label, part.label, part.bytes.text, part.share) for label, parts in peaks for part in parts]
     notes = [f"n/a (not drawn, never zero): {part.label} at the {label.lower()}" for label, parts in peaks
              for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
-    summary = (f"All live tensor bytes at the forward's peak ({memory.peak.text}, at {memory.peak_layer}, operator "
-               f"{memory.peak_operator})" + (f" and at the training step's peak ({memory.training.peak.text}, in the "
-                                              f"{memory.training.phase})" if memory.training else "")
-               + ", by category: traced tensor bytes, without allocator caching or kernel workspaces.")
-    chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", summary, ("Peak", "Category", "Bytes", "Share of the peak"),
-                  rows, notes)
+    chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", memory_summary(memory),
+                  ("Peak", "Category", "Bytes", "Share of the peak"), rows, notes)
     categories = [(part.key, part.label) for _, parts in peaks for part in parts]
     return draw(chart, lambda: paint_memory(bars, legend_items(categories), notes))
+
+
+def memory_summary(memory: MemoryView) -> str:
+    """The caption: each peak, where it is, and the definition of the bytes."""
+    peaks = []
+    if memory.forward is not None:
+        forward = memory.forward
+        peaks.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
+                     f"{forward.peak_operator})")
+    if memory.training is not None:
+        peaks.append(f"at the training step's peak ({memory.training.peak.text}, in the {memory.training.phase}, "
+                     f"operator {memory.training.operator})")
+    return ("All live tensor bytes " + " and ".join(peaks) + ", by category: traced tensor bytes, without the "
+            "allocator's caching or kernel workspaces.")
 
 
 def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:

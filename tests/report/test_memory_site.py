@@ -1,0 +1,224 @@
+"""Memory on the site (issue 31, item 7): catalog columns for the forward peak, activations and the training peak;
+the model page's memory section with its chart; memory rows in reviews; memory budgets for ``--fail-if``.
+
+The reports carry memory sections in the engine's contract (``crawl_module(..., memory=True)``), made by
+``torchscan_testing.with_memory`` from real analyses of the registry's runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from torchscan_testing import with_memory
+
+from torchscan import compare_reports
+from torchscan.formatting import format_bytes
+from torchscan.report.budgets import parse_budget
+from torchscan.report.catalog import NO_MEMORY, catalog_view
+from torchscan.report.catalog_diff import catalog_diff_view
+from torchscan.report.catalog_index import Catalog, CatalogRun
+from torchscan.report.charts.memory_breakdown import memory_chart
+from torchscan.report.diff_view import diff_view
+from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
+from torchscan.report.registry import Registry, load_registry
+from torchscan.report.worker import analyze_run
+from torchscan.views import report_view
+
+MODELS = '''
+from torch import nn
+
+
+def mlp(width: int = 16):
+    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+'''
+
+REGISTRY = '''
+[[models]]
+name = "trained"
+factory = "memory_models:mlp"
+input_shape = [8]
+training = { optimizer = "adamw" }
+
+[[models]]
+name = "plain"
+factory = "memory_models:mlp"
+input_shape = [8]
+'''
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
+    folder = tmp_path_factory.mktemp("memory")
+    (folder / "memory_models.py").write_text(MODELS, encoding="utf-8")
+    (folder / "models.toml").write_text(REGISTRY, encoding="utf-8")
+    sys.modules.pop("memory_models", None)
+    return load_registry(folder / "models.toml")
+
+
+@pytest.fixture(scope="module")
+def reports(registry: Registry) -> dict[str, dict]:
+    """Each run's report as the worker wrote it, then with memory sections."""
+    return {run.stem: with_memory(analyze_run(run.to_job(registry.folder))["report"]) for run in registry.runs}
+
+
+def results(reports: dict[str, dict]) -> dict[str, dict]:
+    return {stem: {"status": "ok", "report": report} for stem, report in reports.items()}
+
+
+def test_the_catalog_shows_memory_columns_with_their_meaning(registry: Registry, reports: dict[str, dict]) -> None:
+    catalog = catalog_view(registry, results(reports), strict=False)
+    trained, plain = catalog.runs
+    assert catalog.has_memory
+    assert trained.forward_peak.text == format_bytes(reports["trained"]["memory"]["peak_above_start"]["value"])
+    assert trained.training_peak.status == "complete" and plain.training_peak.text == "—"
+    page = catalog_markdown(catalog, "models/", "reports/", site=True)
+    header = next(line for line in page.splitlines() if line.startswith("| Model |"))
+    assert ">Forward peak</span>" in header and ">Activations</span>" in header and ">Training peak</span>" in header
+    assert "parameters, buffers and inputs excluded" in header  # the tooltip says what the peak leaves out
+    assert "kB = 10³, MB = 10⁶, GB = 10⁹ (never KiB)" in page
+    row = next(line for line in page.splitlines() if line.startswith("| [trained]"))
+    assert f">{trained.forward_peak.text}</span>" in row and f">{trained.training_peak.text}</span>" in row
+
+
+def test_a_catalog_without_memory_keeps_its_columns(registry: Registry) -> None:
+    plain = {run.stem: {"status": "ok", "report": analyze_run(run.to_job(registry.folder))["report"]}
+             for run in registry.runs}
+    catalog = catalog_view(registry, plain, strict=False)
+    assert not catalog.has_memory and catalog.runs[0].forward_peak is NO_MEMORY
+    assert "Forward peak" not in catalog_markdown(catalog, "models/", "reports/", site=True)
+
+
+def test_the_model_page_has_a_memory_section_with_its_chart(registry: Registry, reports: dict[str, dict]) -> None:
+    catalog = catalog_view(registry, results(reports), strict=False)
+    trained = catalog.entries[0]
+    page = entry_markdown(trained, "../reports/", site=True)
+    memory = page[page.index("## Memory"):page.index("## Where the cost goes")]
+    assert "[Memory](#memory)" in page
+    assert memory.count("<svg") == 1 and "Memory at the peak" in memory  # the chart sits in the memory section
+    assert "Traced on `cpu`, attention kernel assumed: none (no attention operator ran)" in memory
+    assert "Saved for backward" in memory and "Output bytes" in memory
+    assert "Memory at the peak" not in page[page.index("## Where the cost goes"):]
+
+
+def test_the_memory_chart_stacks_each_peak_by_category(reports: dict[str, dict]) -> None:
+    view = report_view(reports["trained"])
+    chart = memory_chart(view.memory)
+    assert chart.key == "memory" and chart.svg.startswith("<svg")
+    peaks = {row[0] for row in chart.rows}
+    assert peaks == {"Forward peak", "Training step peak (optimizer)"}
+    assert ("Training step peak (optimizer)", "Optimizer state") in {row[:2] for row in chart.rows}
+    assert "Gradients" in chart.svg and "Created during the forward" in chart.svg  # the legend names each category
+
+
+def test_a_lower_bound_category_is_hatched_and_an_unknown_one_listed(reports: dict[str, dict]) -> None:
+    report = {**reports["plain"], "memory": {**reports["plain"]["memory"]}}
+    at_peak = {**report["memory"]["at_peak"]}
+    at_peak["inputs"] = {**at_peak["inputs"], "status": "unavailable", "value": None, "known_value": None}
+    at_peak["activations"] = {**at_peak["activations"], "status": "partial", "value": None}
+    report["memory"]["at_peak"] = at_peak
+    chart = memory_chart(report_view(report).memory)
+    assert chart.notes == ["n/a (not drawn, never zero): Inputs at the forward peak"]
+    assert "≥ lower bound (partial)" in chart.svg
+
+
+def test_the_standalone_report_shows_memory_and_a_report_without_it_does_not(reports: dict[str, dict]) -> None:
+    page = render_report_file(reports["trained"], "html")
+    assert '<section id="memory">' in page and '<a href="#memory">Memory</a>' in page
+    assert page.index('<section id="memory">') < page.index('<section id="charts">')
+    bare = {key: value for key, value in reports["plain"].items() if key != "memory"}
+    assert '<section id="memory">' not in render_report_file(bare, "html")
+
+
+def grown(report: dict, factor: int) -> dict:
+    """``report`` with every forward-peak byte figure and the training peak multiplied by ``factor``."""
+    copy = {**report, "totals": {**report["totals"]}}
+    for name in ("forward_peak_bytes",):
+        result = copy["totals"][name]
+        copy["totals"][name] = {**result, "value": result["value"] * factor, "known_value": result["value"] * factor}
+    if "training" in report:
+        totals = {**report["training"]["totals"]}
+        peak = totals["training_peak_bytes"]
+        totals["training_peak_bytes"] = {**peak, "value": peak["value"] * factor, "known_value": peak["value"] * factor}
+        copy["training"] = {**report["training"], "totals": totals}
+    return copy
+
+
+def test_compare_reports_compares_the_memory_totals(reports: dict[str, dict]) -> None:
+    before = reports["trained"]
+    comparison = compare_reports(before, grown(before, 2))
+    peak = before["totals"]["forward_peak_bytes"]["value"]
+    assert comparison["totals"]["forward_peak_bytes"]["delta"] == {"status": "complete", "value": peak,
+                                                                   "unit": "bytes"}
+    assert comparison["totals"]["activations"]["delta"]["value"] == 0
+    training = before["training"]["totals"]["training_peak_bytes"]["value"]
+    assert comparison["totals"]["training_peak_bytes"]["delta"]["value"] == training
+    plain = {**before, "totals": {key: value for key, value in before["totals"].items()
+                                  if key not in ("forward_peak_bytes", "activations")}}
+    assert "forward_peak_bytes" not in compare_reports(plain, plain)["totals"]
+    one_sided = compare_reports(plain, before)["totals"]["forward_peak_bytes"]
+    assert one_sided["before"] is None and one_sided["delta"]["status"] == "unavailable"
+
+
+def test_a_review_has_memory_rows_written_in_bytes(reports: dict[str, dict]) -> None:
+    before = reports["trained"]
+    rows = {row.key: row for row in diff_view(before, grown(before, 2)).totals if row.view == "memory"}
+    assert list(rows) == ["forward_peak_bytes", "activations", "training_peak_bytes"]
+    peak = before["totals"]["forward_peak_bytes"]["value"]
+    assert rows["forward_peak_bytes"].delta == f"+{peak}B" and rows["forward_peak_bytes"].percent == "+100.0%"
+    assert rows["activations"].change == "unchanged"
+    page = render_diff_file(before, grown(before, 2), "md")
+    assert f"| Forward peak | memory | {peak}B | {2 * peak}B | +{peak}B |" in page.replace("\\", "")
+
+
+def test_a_review_against_a_report_without_memory_says_so(reports: dict[str, dict]) -> None:
+    after = reports["plain"]
+    before = {**after, "totals": {key: value for key, value in after["totals"].items()
+                                  if key not in ("forward_peak_bytes", "activations")}}
+    row = next(row for row in diff_view(before, after).totals if row.key == "forward_peak_bytes")
+    assert row.before.text == "—" and row.delta == "unknown (a side did not trace memory)"
+
+
+@pytest.mark.parametrize(("budget", "status"), [
+    ("forward_peak_bytes>+50%", "exceeded"), ("forward_peak_bytes>+100%", "met"),
+    ("training_peak_bytes>1MB", "met"), ("training_peak_bytes>100B", "exceeded"),
+    ("activations>0", "met"),
+])
+def test_memory_budgets_check_the_memory_totals(reports: dict[str, dict], budget: str, status: str) -> None:
+    before = reports["trained"]
+    view = diff_view(before, grown(before, 2), budgets=[parse_budget(budget)])
+    assert [row.status for row in view.budgets] == [status]
+    if "training_peak" in budget:
+        assert "B → " in view.budgets[0].observed  # byte totals are written in bytes
+
+
+def test_a_memory_budget_without_memory_cannot_be_checked(reports: dict[str, dict]) -> None:
+    plain = {**reports["plain"], "totals": {key: value for key, value in reports["plain"]["totals"].items()
+                                            if key not in ("forward_peak_bytes", "activations")}}
+    view = diff_view(plain, plain, budgets=[parse_budget("forward_peak_bytes>+5%")])
+    assert [row.status for row in view.budgets] == ["unknown"]
+
+
+def test_byte_suffixes_read_as_the_views_write_bytes() -> None:
+    assert parse_budget("training_peak_bytes<80GB").limit == 80e9
+    assert parse_budget("forward_peak_bytes>1.5kB").limit == parse_budget("forward_peak_bytes>1.5KB").limit == 1500
+    assert parse_budget("forward_peak_bytes>512B").limit == 512
+    with pytest.raises(ValueError, match="'MB' is a byte suffix; module_flops is not counted in bytes"):
+        parse_budget("module_flops>1MB")
+
+
+def test_the_catalog_review_shows_memory_columns_only_when_an_entry_traced_memory(reports: dict[str, dict]) -> None:
+    def catalog(side: dict[str, dict]) -> Catalog:
+        return Catalog(Path("side"), tuple(CatalogRun(stem, stem, report) for stem, report in side.items()))
+
+    view = catalog_diff_view(catalog(reports), catalog({stem: grown(report, 2) for stem, report in reports.items()}))
+    assert list(view.columns.values())[-3:] == ["Forward peak", "Activations", "Training peak"]
+    trained = view.rows[0].totals["forward_peak_bytes"]
+    assert trained.moved and trained.percent == "+100.0%"
+    assert view.rows[1].totals["training_peak_bytes"].value.text == ""  # the plain entry has no training step
+    bare = {stem: {**report, "totals": {key: value for key, value in report["totals"].items()
+                                        if key not in ("forward_peak_bytes", "activations")}}
+            for stem, report in reports.items()}
+    bare = {stem: {key: value for key, value in report.items() if key != "training"} for stem, report in bare.items()}
+    assert "Forward peak" not in catalog_diff_view(catalog(bare), catalog(bare)).columns.values()

@@ -17,7 +17,7 @@ from ..formatting import format_count
 from ..views import EMPTY, Cell
 from .budgets import Budget
 from .catalog_index import Catalog, CatalogRun
-from .diff_view import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, diff_view, total_cells
+from .diff_view import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, DiffView, diff_view, total_cells
 from .wording import plural
 
 #: The order of the counts on the verdict line, and every change an entry can have.
@@ -189,10 +189,14 @@ def entry_row(old: CatalogRun | None, new: CatalogRun | None, budgets: Sequence[
     if old is None or old.report is None:
         return _without_before(old, new, new.report)
     view = diff_view(old.report, new.report, budgets=applying)
-    changes = {row.key: TotalChange(row.after, row.delta, row.percent) for row in view.totals if row.key}
-    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed",
-                    {name: changes.get(name, TotalChange(EMPTY)) for name in ALL_COLUMNS},
+    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed", _total_changes(view),
                     tuple(view.budgets), other_model=not view.same_model)
+
+
+def _total_changes(view: DiffView) -> dict[str, TotalChange]:
+    """The review's totals by column key (a memory total neither side traced is empty)."""
+    changes = {row.key: TotalChange(row.after, row.delta, row.percent) for row in view.totals if row.key}
+    return {name: changes.get(name, TotalChange(EMPTY)) for name in ALL_COLUMNS}
 
 
 def _without_before(old: CatalogRun | None, new: CatalogRun, report: dict[str, Any]) -> EntryRow:

@@ -222,3 +222,84 @@ def test_the_catalog_review_shows_memory_columns_only_when_an_entry_traced_memor
             for stem, report in reports.items()}
     bare = {stem: {key: value for key, value in report.items() if key != "training"} for stem, report in bare.items()}
     assert "Forward peak" not in catalog_diff_view(catalog(bare), catalog(bare)).columns.values()
+
+
+# -- a built site with memory, in a real browser ------------------------------------------------------------------
+
+SITE_MODELS = '''
+from torch import nn
+
+
+def convnet(width: int = 16):
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                         nn.Conv2d(width, 2 * width, 3, stride=2, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, 10))
+
+
+def mlp(width: int = 16):
+    return nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 4))
+'''
+
+SITE_REGISTRY = '''
+[catalog]
+title = "Memory catalog"
+
+[[models]]
+name = "convnet"
+factory = "memory_site_models:convnet"
+input_shape = [3, 32, 32]
+training = { optimizer = "adamw" }
+
+[[models.variants]]
+name = "w16"
+
+[[models.variants]]
+name = "w32"
+kwargs = { width = 32 }
+
+[[models]]
+name = "mlp"
+factory = "memory_site_models:mlp"
+input_shape = [8]
+'''
+
+
+def memory_site(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A site built in this process, each report given memory sections as the engine's ``memory=True`` adds them."""
+    import io
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torchscan.report import worker
+    from torchscan.report.build import BuildOptions, build
+    from torchscan.report.progress import Progress
+
+    analyze = worker.analyze_model
+    monkeypatch.setattr(worker, "analyze_model", lambda *args: with_memory(analyze(*args)))
+    (folder / "memory_site_models.py").write_text(SITE_MODELS, encoding="utf-8")
+    (folder / "models.toml").write_text(SITE_REGISTRY, encoding="utf-8")
+    sys.modules.pop("memory_site_models", None)
+    build(load_registry(folder / "models.toml"), BuildOptions(output=folder / "out", jobs=1, timeout=120),
+          Progress(io.StringIO()), executor_factory=lambda jobs, timeout: ThreadPoolExecutor(max_workers=1))
+    return folder / "out"
+
+
+def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog with its memory columns, a model page and a standalone report with the memory section: no table
+    wider than its column at 1280 px, in light and dark, and no script error."""
+    from browser import new_tab
+    from test_reading_width import TABLES, assert_fits
+
+    output = memory_site(tmp_path, monkeypatch)
+    pages = (output / "index.html", output / "models" / "convnet.html", output / "reports" / "convnet.w32.html")
+    for scheme in ("light", "dark"):
+        tab = new_tab(chromium, color_scheme=scheme)
+        for page in pages:
+            tab.open(page)
+            assert tab.count("#memory") or page.name == "index.html"
+            for table in tab.evaluate(TABLES):
+                if table["client"]:
+                    assert_fits(table, f"{page.name} ({scheme})")
+        assert tab.errors == []
+        tab.page.context.close()
+    assert ">Training peak</span>" in (output / "index.html").read_text(encoding="utf-8")

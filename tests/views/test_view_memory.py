@@ -35,7 +35,7 @@ def test_the_forward_peak_is_broken_down_with_shares_of_the_peak(report: dict) -
                                                            ("parameters", "buffers", "inputs", "activations")]
     peak = section["peak"]["value"]
     assert forward.parts[0].share == f"{100 * section['at_peak']['parameters']['value'] / peak:.1f}%"
-    assert forward.peak_layer == "0" and forward.peak_operator == "aten.addmm (operator #3)"
+    assert forward.peak_layer == "layer call 0" and forward.peak_operator == "aten.addmm (operator #3)"
     assert forward.forward_peak.text == format_metric(section["peak_above_start"])
     assert forward.forward_peak.text.endswith("B") and not forward.activations.text.endswith("B")
 

@@ -72,6 +72,7 @@ class ForwardMemory:
     #: The bytes created during the forward live at the peak (parameters, buffers and inputs excluded).
     forward_peak: Cell
     activations: Cell
+    #: Where the peak is: ``layer call encoder.0 #1``, or ``outside every layer call``.
     peak_layer: str
     peak_operator: str
     parts: list[MemoryPart]
@@ -119,7 +120,8 @@ def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> For
         device=section["device"], kernel=kernel_text(section["attention_kernel"]),
         peak=metric_cell(section["peak"]), forward_peak=metric_cell(section["peak_above_start"]),
         activations=metric_cell(section["activations"]),
-        peak_layer="outside every layer call" if layer is None else layer_label(layer["path"], layer["call_index"]),
+        peak_layer=("outside every layer call" if layer is None
+                    else "layer call " + layer_label(layer["path"], layer["call_index"])),
         peak_operator=f"{where['operator']} (operator #{where['operator_index']})",
         parts=memory_parts(section["at_peak"], section["peak"], FORWARD_PARTS),
         top_outputs=top_outputs(layers),

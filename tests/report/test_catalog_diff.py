@@ -119,7 +119,7 @@ def test_the_html_review_has_the_verdict_at_the_top(sites: Path) -> None:
     header = html[html.index("<header>"):html.index("</header>")]
     assert '<strong class="s-failed">Budgets not met</strong>: 1 of 3 checked entries' in header
     assert '<tr data-change="changed"><td class="mono">a</td>' in html
-    assert '<td class="s-failed">exceeded: macs&gt;+5%</td>' in html
+    assert '<td class="budgets s-failed">exceeded: macs&gt;+5%</td>' in html
     assert html.count("<tr data-change=") == 5
     assert "<li><code>broken</code>: build stage, RuntimeError: the factory broke (last good report" in html
 

@@ -264,6 +264,13 @@ input_shape = [8]
 '''
 
 
+@pytest.fixture(scope="module")
+def memory_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output folder of `memory_site`, built once for this module's browser tests."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return memory_site(tmp_path_factory.mktemp("memory-site"), monkeypatch)
+
+
 def memory_site(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A site built in this process, each report given memory sections as the engine's ``memory=True`` adds them."""
     import io
@@ -283,14 +290,13 @@ def memory_site(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder / "out"
 
 
-def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, memory_build: Path) -> None:
     """The catalog with its memory columns, a model page and a standalone report with the memory section: no table
     wider than its column at 1280 px, in light and dark, and no script error."""
     from browser import new_tab
     from test_reading_width import TABLES, assert_fits
 
-    output = memory_site(tmp_path, monkeypatch)
+    output = memory_build
     pages = (output / "index.html", output / "models" / "convnet.html", output / "reports" / "convnet.w32.html")
     for scheme in ("light", "dark"):
         tab = new_tab(chromium, color_scheme=scheme)
@@ -303,3 +309,32 @@ def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, 
         assert tab.errors == []
         tab.page.context.close()
     assert ">Training peak</span>" in (output / "index.html").read_text(encoding="utf-8")
+
+
+def test_a_catalog_review_with_memory_columns_fits_1280_px(chromium: object, memory_build: Path,
+                                                          tmp_path: Path) -> None:
+    """The review of two catalogs with memory: three more columns, and a long memory budget in the Budgets column
+    wraps inside the page instead of running past it."""
+    import json
+
+    from browser import new_tab
+
+    from torchscan.report.documents import catalog_diff_document
+
+    reports = {path.stem: json.loads(path.read_text(encoding="utf-8"))
+               for path in sorted((memory_build / "reports").glob("*.json"))}
+    old = Catalog(Path("old"), tuple(CatalogRun(stem, stem, report) for stem, report in reports.items()))
+    new = Catalog(Path("new"), tuple(CatalogRun(stem, stem, grown(report, 2)) for stem, report in reports.items()))
+    view = catalog_diff_view(old, new, [parse_budget("training_peak_bytes>+50%")])
+    assert list(view.columns.values())[-3:] == ["Forward peak", "Activations", "Training peak"]
+    page = tmp_path / "review.html"
+    page.write_text(catalog_diff_document(view, "html"), encoding="utf-8")
+    for scheme in ("light", "dark"):
+        tab = new_tab(chromium, color_scheme=scheme)
+        tab.open(page)
+        overflow = tab.evaluate("() => [...document.querySelectorAll('main table')].map(table => Math.max(...[...table"
+                                ".querySelectorAll('td, th')].map(cell => cell.getBoundingClientRect().right)) - "
+                                "document.querySelector('main').getBoundingClientRect().right)")
+        assert overflow and max(overflow) <= 0.5, overflow
+        assert tab.errors == []
+        tab.page.context.close()

@@ -44,7 +44,7 @@ class TotalChange:
 
     @property
     def moved(self) -> bool:
-        return bool(self.delta) and self.delta != "0"
+        return bool(self.delta) and self.delta not in ("0", "0B")  # "0B": an unchanged byte total
 
 
 @dataclass(frozen=True)

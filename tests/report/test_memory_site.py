@@ -19,7 +19,7 @@ from torchscan.report.budgets import parse_budget
 from torchscan.report.catalog import NO_MEMORY, catalog_view
 from torchscan.report.catalog_diff import catalog_diff_view
 from torchscan.report.catalog_index import Catalog, CatalogRun
-from torchscan.report.charts.memory_breakdown import memory_chart
+from torchscan.report.charts.memory_breakdown import memory_chart, memory_charts
 from torchscan.report.diff_view import diff_view
 from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
 from torchscan.report.registry import Registry, load_registry
@@ -96,14 +96,19 @@ def test_the_model_page_has_a_memory_section_with_its_chart(registry: Registry, 
     page = entry_markdown(trained, "../reports/", site=True)
     memory = page[page.index("## Memory"):page.index("## Where the cost goes")]
     assert "[Memory](#memory)" in page
-    assert memory.count("<svg") == 1 and "Memory at the peak" in memory  # the chart sits in the memory section
+    # The breakdown and the two call rankings sit in the memory section, never under "Where the cost goes".
+    assert memory.count("<svg") == 3 and "Memory at the peak" in memory
+    assert "Layer calls with the largest outputs" in memory and "Layer calls that saved the most for backward" in memory
     assert "Traced on `cpu`, attention kernel assumed: none (no attention operator ran)" in memory
-    assert "Saved for backward" in memory and "Output bytes" in memory
     assert "Memory at the peak" not in page[page.index("## Where the cost goes"):]
+    # The portable snippet, drawn without charts, lists the same calls as tables.
+    portable = entry_markdown(trained, "../reports/", charts=[])
+    assert "| Layer call | Type | Output bytes |" in portable and "| Layer call | Type | Saved for backward |" in portable
 
 
 def test_the_memory_chart_stacks_each_peak_by_category(reports: dict[str, dict]) -> None:
     view = report_view(reports["trained"])
+    assert [chart.key for chart in memory_charts(view.memory)] == ["memory", "memory-outputs", "memory-saved"]
     chart = memory_chart(view.memory)
     assert chart.key == "memory" and chart.svg.startswith("<svg")
     peaks = {row[0] for row in chart.rows}

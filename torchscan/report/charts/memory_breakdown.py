@@ -1,5 +1,6 @@
-"""The memory chart of a report: what is live at the peak, one stacked bar per peak (the forward's and, when the
-report has one, the training step's), each segment a category (parameters, activations, gradients, ...).
+"""The memory charts of a report: what is live at the peak, one stacked bar per peak (the forward's and, when the
+report has one, the training step's), each segment a category (parameters, activations, gradients, ...); and the
+layer calls with the largest outputs and those that saved the most for backward, as rankings.
 
 Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
 view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...views.memory import MemoryPart, MemoryView
-from .amounts import Amount, amount_of, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend
+from ...views.memory import MemoryCall, MemoryPart, MemoryView
+from .amounts import Amount, amount_of, counted, shorten, total_of
+from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
 from .canvas import Canvas
 from .chart import Chart
 from .style import NEUTRAL, PALETTE, ROW, WIDTH
@@ -25,6 +26,41 @@ CATEGORY_COLOURS = {"parameters": PALETTE[0], "buffers": PALETTE[5], "inputs": N
 #: Legend entries per row (the legend wraps under the title).
 LEGEND_ROW = 4
 MEMORY_CHART_KEY = "memory"
+#: The keys of the call rankings: the page shows each in place of its table.
+OUTPUTS_CHART_KEY, SAVED_CHART_KEY = "memory-outputs", "memory-saved"
+
+
+def memory_charts(memory: MemoryView) -> list[Chart]:
+    """The peaks' breakdown, then the rankings of the calls with the largest outputs and saved activations."""
+    charts = [memory_chart(memory)]
+    if memory.forward is not None and memory.forward.top_outputs:
+        charts.append(calls_chart(OUTPUTS_CHART_KEY, "Layer calls with the largest outputs",
+                                  "the bytes of the tensors each call returned", memory.forward.top_outputs))
+    if memory.training is not None and memory.training.top_saved:
+        charts.append(calls_chart(SAVED_CHART_KEY, "Layer calls that saved the most for backward",
+                                  "the bytes of the activations each call saved for backward, shared storages once",
+                                  memory.training.top_saved))
+    return charts
+
+
+def calls_chart(key: str, title: str, what: str, calls: list[MemoryCall]) -> Chart:
+    """A ranking of ``calls`` by their bytes (the view already ranked them), the numbers as its table."""
+    bars = [Bar(shorten(f"{call.label} ({call.type})", 48), replace(amount_of(call.bytes) or Amount(), unit="B"),
+                PALETTE[2] if key == SAVED_CHART_KEY else PALETTE[1]) for call in calls]
+    summary = f"The top {counted(len(calls), 'layer call')} by {what}."
+    chart = Chart(key, title, summary, ("Rank", "Layer call", "Type", "Bytes"),
+                  [(str(rank), call.label, call.type, call.bytes.text) for rank, call in enumerate(calls, 1)])
+
+    def paint() -> Canvas:
+        canvas = Canvas(WIDTH, ranking_height(len(bars), []))
+        left = label_margin([bar.label for bar in bars])
+        axes = canvas.axes(left, ranking_bottom([]), WIDTH - 60 - left, len(bars) * ROW)
+        canvas.title(title)
+        paint_ranking(canvas, axes, bars, empty="no call")
+        canvas.legend(partial_legend(bars))
+        return canvas
+
+    return draw(chart, paint)
 
 
 def memory_chart(memory: MemoryView) -> Chart:

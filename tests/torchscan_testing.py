@@ -213,10 +213,12 @@ def with_memory(report: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
 
 
 def _add_training_memory(report: dict[str, Any], forward: dict[str, int], outputs: list[int], device: str) -> None:
-    """The step's memory section: gradients as large as the parameters, AdamW's two moments, every output saved."""
+    """The step's memory section: gradients as large as the parameters, AdamW's two moments, every output saved
+    (``buffers``, which the engine adds to the contract's six categories, holds the buffers)."""
     parameters = forward["parameters"]
     at_peak = {"parameters": parameters, "gradients": parameters, "optimizer_state": 2 * parameters,
-               "saved_activations": sum(outputs), "temporaries": max(outputs, default=0), "inputs": forward["inputs"]}
+               "saved_activations": sum(outputs), "temporaries": max(outputs, default=0), "inputs": forward["inputs"],
+               "buffers": forward["buffers"]}
     peak = sum(at_peak.values())
     report["training"]["memory"] = {
         "method": MEMORY_METHOD, "device": device,

@@ -49,18 +49,26 @@ def test_the_largest_outputs_are_ranked_without_the_root(report: dict) -> None:
 def test_the_training_peak_is_broken_down_and_names_its_phase(report: dict) -> None:
     training = memory_view(report).training
     assert training.phase == "optimizer" and training.operator == "aten._foreach_addcdiv_"
-    assert [part.key for part in training.parts] == ["parameters", "gradients", "optimizer_state",
+    assert [part.key for part in training.parts] == ["parameters", "buffers", "gradients", "optimizer_state",
                                                      "saved_activations", "temporaries", "inputs"]
     assert sum(part.bytes.sort for part in training.parts) == report["training"]["memory"]["peak"]["value"]
     assert [call.label for call in training.top_saved] == ["0", "1", "2"]
 
 
-def test_a_training_step_report_keeps_its_step_memory_in_memory(report: dict) -> None:
-    """``crawl_training_step``'s own report holds the step's section at the top: the view reads it as the step's."""
-    step = {**report, "memory": report["training"]["memory"], "training": {**report["training"]}}
-    del step["training"]["memory"]
-    view = memory_view(step)
+def test_a_report_with_only_a_traced_training_step_shows_the_step(report: dict) -> None:
+    step_only = {key: value for key, value in report.items() if key != "memory"}
+    view = memory_view(step_only)
     assert view.forward is None and view.training.phase == "optimizer" and view.device == "cpu"
+
+
+def test_a_peak_without_an_operator_says_so(report: dict) -> None:
+    """An empty forward, or a step whose peak no operator reached, has no operator to name (null in the report)."""
+    copy = {**report, "memory": {**report["memory"], "peak_at": {"layer": None, "operator": None,
+                                                                 "operator_index": -1}},
+            "training": {**report["training"], "memory": {**report["training"]["memory"], "peak_operator": None}}}
+    view = memory_view(copy)
+    assert view.forward.peak_layer == "outside every layer call" and view.forward.peak_operator == "no operator ran"
+    assert view.training.operator == "no operator ran"
 
 
 def test_memory_totals_and_methods_join_the_report_view(report: dict) -> None:

@@ -95,8 +95,6 @@ def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
     if training is not None:
         step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"))
         report["training"] = step["training"]
-        if "memory" in step:  # the step's memory sits with its step: the report's own "memory" is the forward's
-            report["training"]["memory"] = step["memory"]
     return report
 
 

@@ -19,9 +19,11 @@ from .layers import layer_label
 FORWARD_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("inputs", "Inputs"),
                  ("activations", "Created during the forward"))
 #: What is live at the training step's peak: key, label.
-TRAINING_PARTS = (("parameters", "Parameters"), ("gradients", "Gradients"), ("optimizer_state", "Optimizer state"),
-                  ("saved_activations", "Activations saved for backward"), ("temporaries", "Temporaries"),
-                  ("inputs", "Inputs"))
+TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("gradients", "Gradients"),
+                  ("optimizer_state", "Optimizer state"), ("saved_activations", "Activations saved for backward"),
+                  ("temporaries", "Temporaries"), ("inputs", "Inputs"))
+#: Where a peak is when no operator ran (an empty forward): nothing to name.
+NO_OPERATOR = "no operator ran"
 #: How many layer calls the largest-outputs and largest-saved lists name.
 TOP_MEMORY_CALLS = 10
 #: The one sentence every memory figure carries (in the methodology page at length).
@@ -100,13 +102,10 @@ class MemoryView:
 
 
 def memory_view(report: dict[str, Any]) -> MemoryView | None:
-    """The report's memory, or None when its analysis traced none. A ``crawl_module`` report keeps the forward's
-    section in ``memory`` (and a site report its training step's in ``training.memory``); a ``crawl_training_step``
-    report keeps its step's in ``memory``."""
+    """The report's memory, or None when its analysis traced none: the forward's section is the report's
+    ``memory``, a training step's is ``training.memory`` (``crawl_training_step(..., memory=True)``)."""
     section = report.get("memory")
     step = report.get("training", {}).get("memory")
-    if section is not None and "phase_at_peak" in section:
-        section, step = None, section
     if section is None and step is None:
         return None
     return MemoryView(forward=None if section is None else forward_memory(section, report["layers"]),
@@ -122,7 +121,8 @@ def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> For
         activations=metric_cell(section["activations"]),
         peak_layer=("outside every layer call" if layer is None
                     else "layer call " + layer_label(layer["path"], layer["call_index"])),
-        peak_operator=f"{where['operator']} (operator #{where['operator_index']})",
+        peak_operator=(NO_OPERATOR if where["operator"] is None
+                       else f"{where['operator']} (operator #{where['operator_index']})"),
         parts=memory_parts(section["at_peak"], section["peak"], FORWARD_PARTS),
         top_outputs=top_outputs(layers),
     )
@@ -167,7 +167,8 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
                    key=lambda item: -_known(item["bytes"]))
     return TrainingMemory(
         device=section["device"], kernel=kernel_text(section["attention_kernel"]),
-        peak=metric_cell(section["peak"]), phase=section["phase_at_peak"], operator=section["peak_operator"],
+        peak=metric_cell(section["peak"]), phase=section["phase_at_peak"],
+        operator=section["peak_operator"] or NO_OPERATOR,
         parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS),
         top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
                               types.get((item["path"], item["call_index"]), ""), metric_cell(item["bytes"]))

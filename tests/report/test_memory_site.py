@@ -63,6 +63,18 @@ def reports(registry: Registry) -> dict[str, dict]:
     return {run.stem: with_memory(analyze_run(run.to_job(registry.folder))["report"]) for run in registry.runs}
 
 
+def without_memory(report: dict) -> dict:
+    """``report`` as an analysis that traced no memory writes it: no memory sections, no memory totals."""
+    copy = {key: value for key, value in report.items() if key != "memory"}
+    copy["totals"] = {key: value for key, value in report["totals"].items()
+                      if key not in ("forward_peak_bytes", "activations")}
+    if "training" in report:
+        totals = {key: value for key, value in report["training"]["totals"].items() if key != "training_peak_bytes"}
+        copy["training"] = {**{key: value for key, value in report["training"].items() if key != "memory"},
+                            "totals": totals}
+    return copy
+
+
 def results(reports: dict[str, dict]) -> dict[str, dict]:
     return {stem: {"status": "ok", "report": report} for stem, report in reports.items()}
 
@@ -82,10 +94,9 @@ def test_the_catalog_shows_memory_columns_with_their_meaning(registry: Registry,
     assert f">{trained.forward_peak.text}</span>" in row and f">{trained.training_peak.text}</span>" in row
 
 
-def test_a_catalog_without_memory_keeps_its_columns(registry: Registry) -> None:
-    plain = {run.stem: {"status": "ok", "report": analyze_run(run.to_job(registry.folder))["report"]}
-             for run in registry.runs}
-    catalog = catalog_view(registry, plain, strict=False)
+def test_a_catalog_without_memory_keeps_its_columns(registry: Registry, reports: dict[str, dict]) -> None:
+    catalog = catalog_view(registry, results({stem: without_memory(report) for stem, report in reports.items()}),
+                           strict=False)
     assert not catalog.has_memory and catalog.runs[0].forward_peak is NO_MEMORY
     assert "Forward peak" not in catalog_markdown(catalog, "models/", "reports/", site=True)
 
@@ -132,8 +143,7 @@ def test_the_standalone_report_shows_memory_and_a_report_without_it_does_not(rep
     page = render_report_file(reports["trained"], "html")
     assert '<section id="memory">' in page and '<a href="#memory">Memory</a>' in page
     assert page.index('<section id="memory">') < page.index('<section id="charts">')
-    bare = {key: value for key, value in reports["plain"].items() if key != "memory"}
-    assert '<section id="memory">' not in render_report_file(bare, "html")
+    assert '<section id="memory">' not in render_report_file(without_memory(reports["plain"]), "html")
 
 
 def grown(report: dict, factor: int) -> dict:
@@ -159,9 +169,8 @@ def test_compare_reports_compares_the_memory_totals(reports: dict[str, dict]) ->
     assert comparison["totals"]["activations"]["delta"]["value"] == 0
     training = before["training"]["totals"]["training_peak_bytes"]["value"]
     assert comparison["totals"]["training_peak_bytes"]["delta"]["value"] == training
-    plain = {**before, "totals": {key: value for key, value in before["totals"].items()
-                                  if key not in ("forward_peak_bytes", "activations")}}
-    assert "forward_peak_bytes" not in compare_reports(plain, plain)["totals"]
+    plain = without_memory(before)
+    assert not {"forward_peak_bytes", "training_peak_bytes"} & set(compare_reports(plain, plain)["totals"])
     one_sided = compare_reports(plain, before)["totals"]["forward_peak_bytes"]
     assert one_sided["before"] is None and one_sided["delta"]["status"] == "unavailable"
 
@@ -179,8 +188,7 @@ def test_a_review_has_memory_rows_written_in_bytes(reports: dict[str, dict]) -> 
 
 def test_a_review_against_a_report_without_memory_says_so(reports: dict[str, dict]) -> None:
     after = reports["plain"]
-    before = {**after, "totals": {key: value for key, value in after["totals"].items()
-                                  if key not in ("forward_peak_bytes", "activations")}}
+    before = without_memory(after)
     row = next(row for row in diff_view(before, after).totals if row.key == "forward_peak_bytes")
     assert row.before.text == "—" and row.delta == "unknown (a side did not trace memory)"
 
@@ -199,8 +207,7 @@ def test_memory_budgets_check_the_memory_totals(reports: dict[str, dict], budget
 
 
 def test_a_memory_budget_without_memory_cannot_be_checked(reports: dict[str, dict]) -> None:
-    plain = {**reports["plain"], "totals": {key: value for key, value in reports["plain"]["totals"].items()
-                                            if key not in ("forward_peak_bytes", "activations")}}
+    plain = without_memory(reports["plain"])
     view = diff_view(plain, plain, budgets=[parse_budget("forward_peak_bytes>+5%")])
     assert [row.status for row in view.budgets] == ["unknown"]
 
@@ -222,10 +229,7 @@ def test_the_catalog_review_shows_memory_columns_only_when_an_entry_traced_memor
     trained = view.rows[0].totals["forward_peak_bytes"]
     assert trained.moved and trained.percent == "+100.0%"
     assert view.rows[1].totals["training_peak_bytes"].value.text == ""  # the plain entry has no training step
-    bare = {stem: {**report, "totals": {key: value for key, value in report["totals"].items()
-                                        if key not in ("forward_peak_bytes", "activations")}}
-            for stem, report in reports.items()}
-    bare = {stem: {key: value for key, value in report.items() if key != "training"} for stem, report in bare.items()}
+    bare = {stem: without_memory(report) for stem, report in reports.items()}
     assert "Forward peak" not in catalog_diff_view(catalog(bare), catalog(bare)).columns.values()
 
 

@@ -79,6 +79,21 @@ def results(reports: dict[str, dict]) -> dict[str, dict]:
     return {stem: {"status": "ok", "report": report} for stem, report in reports.items()}
 
 
+def test_the_worker_traces_memory_for_the_forward_and_the_training_step(registry: Registry) -> None:
+    """The worker asks the engine for memory (``memory=True``): the forward's section and totals in the report, the
+    step's section in ``training.memory`` and its peak in the training totals."""
+    found = {run.stem: analyze_run(run.to_job(registry.folder))["report"] for run in registry.runs}
+    trained, plain = found["trained"], found["plain"]
+    assert trained["memory"]["method"] == plain["memory"]["method"] == "traced_live_tensor_bytes"
+    assert trained["totals"]["forward_peak_bytes"] == trained["memory"]["peak_above_start"]
+    assert trained["totals"]["activations"]["unit"] == "activations"
+    assert trained["training"]["memory"]["phase_at_peak"] in ("forward", "backward", "optimizer")
+    assert trained["training"]["totals"]["training_peak_bytes"] == trained["training"]["memory"]["peak"]
+    assert "training" not in plain
+    catalog = catalog_view(registry, results(found), strict=False)
+    assert catalog.has_memory and catalog.runs[0].training_peak.status == "complete"
+
+
 def test_the_catalog_shows_memory_columns_with_their_meaning(registry: Registry, reports: dict[str, dict]) -> None:
     catalog = catalog_view(registry, results(reports), strict=False)
     trained, plain = catalog.runs

@@ -234,3 +234,20 @@ def test_the_schema_version_comes_from_the_schema_module(monkeypatch):
     monkeypatch.setattr(compare, "SCHEMA_VERSION", 7)
     with pytest.raises(ValueError, match="this version reads 7"):
         compare_reports(report, report)
+
+
+def test_memory_totals_are_compared_when_either_report_traced_memory() -> None:
+    """``forward_peak_bytes``, ``activations`` (and a training step's ``training_peak_bytes``) join the totals of a
+    comparison when a side has them; a side without them reads ``None`` and the delta is unavailable."""
+    from torchscan_testing import with_memory
+
+    plain = crawl_module(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), (4,))
+    traced = with_memory(plain)
+    wider = with_memory(crawl_module(nn.Sequential(nn.Linear(4, 16), nn.ReLU()), (4,)))
+    totals = compare_reports(traced, wider)["totals"]
+    old, new = (report["totals"]["forward_peak_bytes"]["value"] for report in (traced, wider))
+    assert totals["forward_peak_bytes"]["delta"] == {"status": "complete", "value": new - old, "unit": "bytes"}
+    assert totals["activations"]["delta"]["unit"] == "activations"
+    assert "training_peak_bytes" not in totals
+    assert "forward_peak_bytes" not in compare_reports(plain, plain)["totals"]
+    assert compare_reports(plain, traced)["totals"]["forward_peak_bytes"]["delta"]["status"] == "unavailable"

@@ -24,9 +24,11 @@ from torchscan.formatting import (
     exact_count,
     format_bytes,
     format_count,
+    format_metric,
     format_parameters,
     format_percent,
     format_signed,
+    format_signed_bytes,
 )
 from torchscan.text import render_table
 from torchscan.views import LAYER_COLUMNS, Column, report_view
@@ -263,3 +265,13 @@ def test_chart_ticks_use_the_tables_units(reports: tuple[dict, dict], tmp_path: 
     assert any(tick.endswith("B") for tick in ticks)  # the parameters axis, as the Parameters column writes it
     assert any(tick.endswith("G") for tick in ticks)  # the MACs axis
 
+
+
+def test_byte_results_are_written_with_decimal_byte_suffixes() -> None:
+    result = {"status": "complete", "value": 1_234_567, "known_value": 1_234_567, "unit": "bytes", "scope": "model",
+              "method": "traced_live_tensor_bytes"}
+    assert format_metric(result) == "1.23MB"
+    assert format_metric({**result, "status": "partial", "value": None, "known_value": 512}) == "≥512B"
+    assert format_metric({**result, "unit": "activations"}) == "1.23M"
+    assert format_signed_bytes(-2_500) == "−2.5kB" and format_signed_bytes(0) == "0B"
+    assert NUMBER.fullmatch("1.23MB") and NUMBER.fullmatch("≥512B")

@@ -153,3 +153,80 @@ def documented_file(page: str, title: str) -> str:
     text = (DOCS / page).read_text(encoding="utf-8")
     block = text[text.index(f'title="{title}"'):]
     return block[:block.index("\n```\n")]
+
+
+# -- memory sections (the contract of crawl_module(..., memory=True) and crawl_training_step) -----------------------
+
+#: The method of every traced byte figure, and of the activation count.
+MEMORY_METHOD = "traced_live_tensor_bytes"
+ACTIVATION_METHOD = "fvcore_activation_count"
+
+
+def _bytes(value: int, scope: str = "model") -> dict[str, Any]:
+    return {"status": "complete", "value": value, "known_value": value, "unit": "bytes", "scope": scope,
+            "method": MEMORY_METHOD}
+
+
+def tensor_bytes(meta: dict[str, Any] | None) -> int:
+    """The bytes of the tensors in recorded value metadata (containers summed, anything else 0)."""
+    if not meta:
+        return 0
+    if meta.get("kind") == "tensor":
+        count = 1
+        for size in meta["shape"]:
+            count *= size
+        return count * torch.empty((), dtype=getattr(torch, meta["dtype"])).element_size()
+    return sum(tensor_bytes(item.get("value", item)) for item in meta.get("items", []))
+
+
+def with_memory(report: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+    """A copy of ``report`` with hand-made memory sections in the engine's contract: each layer's output bytes are
+    those of its recorded output; the peak is reached at the end of the call with the largest output, where the
+    activations live are that output and the one before it. A ``training`` section gains its ``memory`` (the site
+    report keeps the step's memory there) and ``totals.training_peak_bytes``."""
+    copy = json.loads(json.dumps(report))
+    outputs = [tensor_bytes(layer.get("output")) for layer in copy["layers"]]
+    live = 0
+    for layer, output in zip(copy["layers"], outputs, strict=True):
+        live = output + (live if layer["depth"] else 0) // 2
+        layer["memory"] = {"output_bytes": _bytes(output, "module_call"),
+                           "live_bytes_at_end": _bytes(live, "module_call")}
+    top = max(range(len(outputs)), key=lambda index: (outputs[index], -index)) if outputs else None
+    activations = outputs[top] + (outputs[top - 1] if top else 0) if top is not None else 0
+    at_peak = {"parameters": copy["totals"]["parameters"]["bytes"], "buffers": copy["totals"]["buffers"]["bytes"],
+               "inputs": sum(tensor_bytes(value) for value in copy["inputs"]["args"]), "activations": activations}
+    peak_at = None if top is None else {"path": copy["layers"][top]["path"], "call_index": copy["layers"][top]["call_index"]}
+    count = sum(output // 4 for output in outputs)
+    copy["memory"] = {
+        "method": MEMORY_METHOD, "device": device,
+        "attention_kernel": {"name": "none", "reason": "no attention operator ran"},
+        "peak": _bytes(sum(at_peak.values())), "peak_above_start": _bytes(activations),
+        "at_peak": {name: _bytes(value) for name, value in at_peak.items()},
+        "peak_at": {"layer": peak_at, "operator": "aten.addmm", "operator_index": 3},
+        "activations": {**_bytes(count), "unit": "activations", "method": ACTIVATION_METHOD},
+    }
+    copy["totals"]["forward_peak_bytes"] = _bytes(activations)
+    copy["totals"]["activations"] = {**_bytes(count), "unit": "activations", "method": ACTIVATION_METHOD}
+    if "training" in copy:
+        _add_training_memory(copy, at_peak, outputs, device)
+    return copy
+
+
+def _add_training_memory(report: dict[str, Any], forward: dict[str, int], outputs: list[int], device: str) -> None:
+    """The step's memory section: gradients as large as the parameters, AdamW's two moments, every output saved
+    (``buffers``, which the engine adds to the contract's six categories, holds the buffers)."""
+    parameters = forward["parameters"]
+    at_peak = {"parameters": parameters, "gradients": parameters, "optimizer_state": 2 * parameters,
+               "saved_activations": sum(outputs), "temporaries": max(outputs, default=0), "inputs": forward["inputs"],
+               "buffers": forward["buffers"]}
+    peak = sum(at_peak.values())
+    report["training"]["memory"] = {
+        "method": MEMORY_METHOD, "device": device,
+        "attention_kernel": {"name": "none", "reason": "no attention operator ran"},
+        "peak": _bytes(peak), "phase_at_peak": "optimizer",
+        "at_peak": {name: _bytes(value) for name, value in at_peak.items()},
+        "saved_by_layer": [{"path": layer["path"], "call_index": layer["call_index"], "bytes": _bytes(output)}
+                           for layer, output in zip(report["layers"], outputs, strict=True) if output and layer["depth"]],
+        "peak_operator": "aten._foreach_addcdiv_",
+    }
+    report["training"]["totals"]["training_peak_bytes"] = _bytes(peak)

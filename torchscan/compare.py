@@ -14,6 +14,10 @@ from .results import SUMMABLE_METRICS, MetricResult, plain_number
 from .schema import SCHEMA_VERSION
 
 COMPARED_TOTALS = (*SUMMABLE_METRICS, "operator_flops")
+#: Memory totals, compared when either report traced memory (``crawl_module(..., memory=True)``): the forward's in
+#: ``totals``, the training step's in ``training.totals``. A side without one reads as not requested.
+MEMORY_TOTALS = ("forward_peak_bytes", "activations")
+TRAINING_MEMORY_TOTALS = ("training_peak_bytes",)
 #: The fields that say what a total measures; two totals that differ in one of them are not comparable.
 MEASURE_KEYS = ("unit", "scope", "method")
 
@@ -21,7 +25,8 @@ LayerKey = tuple[str, int]
 
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Totals with deltas and statuses, and layer calls that were added, removed or changed.
+    """Totals with deltas and statuses, and layer calls that were added, removed or changed. Memory totals
+    (``forward_peak_bytes``, ``activations``, ``training_peak_bytes``) are compared when either side has them.
 
     Raises ``TypeError`` when a side is not a report, and ``ValueError`` naming the first incompatibility: a
     schema version this version does not read, two layer records with one ``(path, call_index)``, or a total
@@ -35,10 +40,26 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
     totals = {name: _compare_metric(before["totals"][name], after["totals"][name]) for name in COMPARED_TOTALS}
     totals["parameters"] = _compare_numbers(before["totals"]["parameters"]["total"],
                                             after["totals"]["parameters"]["total"])
+    totals.update(_compare_memory(before, after))
     comparison = {"schema_version": SCHEMA_VERSION, "totals": totals,
                   "layers": _compare_layers(old_layers, new_layers),
                   "context": {"before": _brief(before), "after": _brief(after)}}
     return _detached(comparison)
+
+
+def _compare_memory(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The memory totals either side has, each compared (a side that did not trace memory has none: ``None``)."""
+    sides = [(report["totals"], report.get("training", {}).get("totals", {})) for report in (before, after)]
+    compared = {}
+    for name in (*MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS):
+        where = 0 if name in MEMORY_TOTALS else 1
+        old, new = (side[where].get(name) for side in sides)
+        if old is None and new is None:
+            continue
+        if old is not None and new is not None:
+            _check_same_measure(name, old, new)
+        compared[name] = _compare_metric(old, new)
+    return compared
 
 
 def _checked_layers(name: str, report: Any) -> dict[LayerKey, dict[str, Any]]:

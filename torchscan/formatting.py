@@ -15,6 +15,8 @@ from typing import Any
 
 #: Suffixes of counts (MACs, FLOPs, DMAs, bytes, calls); also the scales a budget limit may use (``1.5M``).
 SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+#: The unit of a MetricResult that counts bytes (memory): its numbers are written with `format_bytes`.
+BYTES = "bytes"
 #: Parameter counts as model cards write them: 124M, 6.74B (B for billions).
 PARAMETER_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
 
@@ -59,9 +61,14 @@ def format_parameters(count: int) -> str:
     return format_count(count, PARAMETER_SCALES)
 
 
-def format_bytes(count: int) -> str:
-    """``10560`` -> ``"10.6kB"``."""
+def format_bytes(count: float) -> str:
+    """``10560`` -> ``"10.6kB"``: decimal prefixes (k = 10³, M = 10⁶, G = 10⁹), never KiB, everywhere bytes show."""
     return format_count(count) + "B"
+
+
+def format_signed_bytes(value: float) -> str:
+    """A change of bytes: ``+1.2MB``, ``−300B``, ``0B``."""
+    return format_signed(value) + "B"
 
 
 def format_percent(value: float, signed: bool = False) -> str:
@@ -100,13 +107,13 @@ def format_metric(result: dict[str, Any] | None) -> str:
         return ""
     status = result["status"]
     if status == "complete":
-        return _format_value(result["value"])
+        return _format_value(result["value"], result.get("unit"))
     if status == "partial":
-        return "≥" + _format_value(result["known_value"])
+        return "≥" + _format_value(result["known_value"], result.get("unit"))
     return {"unavailable": "n/a", "not_requested": "—", "not_applicable": "n/a*"}.get(status, status)
 
 
-def _format_value(value: Any) -> str:
+def _format_value(value: Any, unit: str | None = None) -> str:
     if isinstance(value, list):
         return "×".join(str(item) for item in value)
-    return format_count(value)
+    return format_bytes(value) if unit == BYTES else format_count(value)

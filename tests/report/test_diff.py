@@ -153,10 +153,14 @@ def test_a_budget_that_cannot_be_checked_fails_the_gate(reports: Path) -> None:
 @pytest.mark.parametrize("budget, message", [
     ("macs>>5%", "expected METRIC OP LIMIT, such as 'macs>+5%'"),
     ("macs+5%", "expected METRIC OP LIMIT"),
-    ("macs>5x", "optional suffix: k (or K), M, G, T, B (billions, parameters only) or % (relative to before)"),
+    ("macs>5x", ("optional suffix: k (or K), M, G, T, B (billions for parameters, bytes for a byte total), kB (or "
+                "KB), MB, GB, TB (byte totals only, powers of 1000) or % (relative to before)")),
+    ("macs>2MB", "'MB' is a byte suffix; macs is not counted in bytes"),
+    ("activations>2MB", "'MB' is a byte suffix; activations is not counted in bytes"),
     ("macs>1.81B", "'B' (billions) is the parameter count's suffix; macs writes billions as 'G'"),
     ("flops>5%", "'flops' is ambiguous: module_flops is the module view, operator_flops the operator view"),
-    ("latency<2", "unknown metric 'latency'; expected one of parameters, module_flops, macs, dmas, operator_flops"),
+    ("latency<2", ("unknown metric 'latency'; expected one of parameters, module_flops, macs, dmas, operator_flops, "
+                  "forward_peak_bytes, activations, training_peak_bytes")),
 ])
 def test_a_malformed_budget_is_a_usage_error(reports: Path, budget: str, message: str) -> None:
     result = diff(reports, "base", "grown", "never.md", "--fail-if", budget)

@@ -110,10 +110,10 @@ def test_the_worker_keeps_the_eval_forward_and_adds_the_training_step(folder: Pa
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.1), nn.ReLU(), nn.Linear(16, 4))
     # The report's forward is crawl_module's (eval): the catalog's forward columns mean the same for every entry.
-    assert report["totals"] == crawl_module(model, (8,))["totals"]
+    assert report["totals"] == crawl_module(model, (8,), memory=True)["totals"]
     assert report["context"]["execution"]["mode"] == "eval"
-    step = crawl_training_step(model, (8,), optimizer="adamw")
-    assert report["training"] == step["training"]
+    step = crawl_training_step(model, (8,), optimizer="adamw", memory=True)
+    assert report["training"] == step["training"]  # its memory section (training.memory) included
     assert report["training"]["optimizer"]["name"] == "adamw"
     # Dropout runs in train mode only: the step's forward differs from the eval one.
     assert report["training"]["totals"]["forward"] != report["totals"]["operator_flops"]

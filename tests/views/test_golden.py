@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torchscan_testing import with_memory
 
 from torchscan import __version__, crawl_module
 from torchscan.text import COLUMNS as TERMINAL_KEYS
@@ -83,6 +84,19 @@ def test_golden_files(report: dict, name: str) -> None:
     text = rendered(report)[name]
     path = GOLDEN / name
     if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"{path} is missing: run UPDATE_GOLDEN=1 python -m pytest {Path(__file__).name}"
+    assert text == path.read_text(encoding="utf-8"), f"{name} changed: review, then regenerate with UPDATE_GOLDEN=1"
+
+
+@pytest.mark.parametrize("name", ["summary.txt", "report.md", "report.html"])
+def test_golden_files_with_memory(report: dict, name: str) -> None:
+    """The same report with memory sections (the engine's ``memory=True`` contract, hand-made by
+    ``torchscan_testing.with_memory``): memory totals, the memory section, its tables and the largest outputs."""
+    text = rendered(with_memory(report))[name]
+    path = GOLDEN / "memory" / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")
     assert path.is_file(), f"{path} is missing: run UPDATE_GOLDEN=1 python -m pytest {Path(__file__).name}"
     assert text == path.read_text(encoding="utf-8"), f"{name} changed: review, then regenerate with UPDATE_GOLDEN=1"

@@ -1,10 +1,11 @@
 """Change budgets for before/after reviews: ``torchscan-report diff --fail-if "macs>+5%"``.
 
 A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``macs``, ``module_flops``, ``dmas``,
-``operator_flops``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
+``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
 either absolute in the metric's unit or relative to ``before`` (``+5%``). An absolute limit reads numbers as every
 view writes them (`torchscan.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
-``8.03B`` (billions, the model-card style); a minus sign may be ``-`` or the ``−`` the views write. The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
+``8.03B`` (billions, the model-card style); a byte total also takes the byte suffixes the views write, ``B``,
+``kB`` (or ``KB``), ``MB``, ``GB``, ``TB``, in powers of 1000 (``training_peak_bytes>80GB``); a minus sign may be ``-`` or the ``−`` the views write. The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
 review whose MACs grew by more than 5%. In a catalog diff a budget applies to every entry, or, prefixed with an
 entry's name (``resnet18:macs>+5%``), to that entry (and its variants) alone. A change that cannot be computed exactly (a side incomplete or not
 requested) leaves the budget *unknown*, which a gate treats as failed: a lower bound cannot prove a budget met.
@@ -19,19 +20,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..compare import COMPARED_TOTALS
+from ..compare import COMPARED_TOTALS, MEMORY_TOTALS, TRAINING_MEMORY_TOTALS
 from ..formatting import PARAMETER_SCALES, SCALES
 
-METRICS = ("parameters", *COMPARED_TOTALS)
+METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS)
+#: The totals counted in bytes: only they take byte suffixes (``MB``), and a bare ``B`` means bytes there.
+BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
 #: The suffixes of a limit, as the views write counts (`torchscan.formatting`), plus ``K`` for ``k``; ``B``
 #: (billions) is the parameter style only, every other count writes ``G``.
 SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARAMETER_SCALES)}}
 PARAMETER_ONLY = {"B"}
-SUFFIXES = "k (or K), M, G, T, B (billions, parameters only) or % (relative to before)"
+SUFFIXES = ("k (or K), M, G, T, B (billions for parameters, bytes for a byte total), kB (or KB), MB, GB, TB (byte "
+            "totals only, powers of 1000) or % (relative to before)")
 GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
-                     r"(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kKMGTB])?")
+                     r"(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kKMGT]B|[kKMGTB])?")
 USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>8B' (absolute); OP is "
          f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; LIMIT is a signed number with an "
          f"optional suffix: {SUFFIXES}; in a catalog diff, ENTRY:METRIC OP LIMIT checks one entry only")
@@ -80,14 +84,24 @@ def parse_budget(text: str) -> Budget:
         hint = (" ('flops' is ambiguous: module_flops is the module view, operator_flops the operator view)"
                 if metric.lower() == "flops" else "")
         raise ValueError(f"budget {text!r}: unknown metric {metric!r}; expected one of {', '.join(METRICS)}{hint}")
-    unit = match["unit"] or ""
+    limit = float(match["number"].replace("−", "-")) * _factor(text, metric, match["unit"] or "")
+    if not math.isfinite(limit):
+        raise ValueError(f"budget {text!r}: the limit must be a finite number")
+    return Budget("".join(text.split()), metric, match["op"], limit, relative=match["unit"] == "%", entry=match["entry"] or "")
+
+
+def _factor(text: str, metric: str, unit: str) -> float:
+    """What a limit's suffix multiplies it by; a suffix the metric does not write is an error naming the accepted
+    ones (``B`` is billions for parameters and bytes for a byte total; ``MB`` is for byte totals only)."""
+    if metric in BYTE_METRICS and unit.endswith("B"):
+        return SCALE_FACTORS.get(unit[:-1], 1)
+    if len(unit) == 2:
+        raise ValueError(f"budget {text!r}: {unit!r} is a byte suffix; {metric} is not counted in bytes (byte totals: "
+                         f"{', '.join(BYTE_METRICS)}); accepted suffixes: {SUFFIXES}")
     if unit in PARAMETER_ONLY and metric != "parameters":
         raise ValueError(f"budget {text!r}: {unit!r} (billions) is the parameter count's suffix; {metric} writes "
                          f"billions as 'G'; accepted suffixes: {SUFFIXES}")
-    limit = float(match["number"].replace("−", "-")) * SCALE_FACTORS.get(unit, 1)
-    if not math.isfinite(limit):
-        raise ValueError(f"budget {text!r}: the limit must be a finite number")
-    return Budget("".join(text.split()), metric, match["op"], limit, relative=unit == "%", entry=match["entry"] or "")
+    return SCALE_FACTORS.get(unit, 1)
 
 
 def percent_change(before: float, delta: float) -> float:
@@ -98,8 +112,13 @@ def percent_change(before: float, delta: float) -> float:
 
 
 def check_budgets(budgets: Sequence[Budget], comparison: dict[str, Any]) -> list[BudgetCheck]:
-    """Each budget checked against the totals of a `torchscan.compare_reports` result, in the order given."""
-    return [_check(budget, comparison["totals"][budget.metric]) for budget in budgets]
+    """Each budget checked against the totals of a `torchscan.compare_reports` result, in the order given (a
+    memory total that neither report traced leaves its budget unknown)."""
+    return [_check(budget, comparison["totals"].get(budget.metric, NOT_TRACED)) for budget in budgets]
+
+
+#: The comparison of a memory total that neither side traced: the budget cannot be checked (unknown).
+NOT_TRACED: dict[str, Any] = {"before": None, "after": None, "delta": {"status": "not_requested", "value": None}}
 
 
 def _check(budget: Budget, entry: dict[str, Any]) -> BudgetCheck:

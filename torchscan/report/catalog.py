@@ -24,6 +24,9 @@ STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "
 #: The training column's cell of a run that did not ask for its training step.
 NO_TRAINING = Cell("—", "not_requested", "no training step requested (training = { ... } in models.toml)")
 
+#: The memory columns' cell of a run whose report has no memory sections (an analysis that did not trace memory).
+NO_MEMORY = Cell("—", "not_requested", "memory was not traced for this run")
+
 #: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
 SHORT_HASH = 12
 
@@ -61,6 +64,12 @@ class RunSummary:
     #: The whole training step's FLOPs (forward, loss, backward, optimizer) when the run asked for its training
     #: step, else a "—" cell.
     training_flops: Cell = NO_TRAINING
+    #: The bytes created during the forward and live at its peak (parameters and buffers excluded).
+    forward_peak: Cell = NO_MEMORY
+    #: The activation count in fvcore's convention (a count, not bytes).
+    activations: Cell = NO_MEMORY
+    #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations).
+    training_peak: Cell = NO_TRAINING
     training: TrainingView | None = None
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
@@ -185,6 +194,11 @@ class CatalogView:
         return any(run.run.training is not None for run in self.runs)
 
     @property
+    def has_memory(self) -> bool:
+        """Whether some run's report traced memory: only then does the site's catalog show the memory columns."""
+        return any(run.forward_peak is not NO_MEMORY for run in self.runs)
+
+    @property
     def runs(self) -> list[RunSummary]:
         return [run for entry in self.entries for run in entry.runs]
 
@@ -229,6 +243,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.dmas = metric_cell(totals["dmas"])
     if "training" in report:
         summary.training_flops = metric_cell(report["training"]["totals"]["step"])
+    summarize_memory(summary, report)
     summary.status = worst_status([totals[name] for name in (*SUMMABLE_METRICS, "operator_flops")]
                                   + [report.get("training", {}).get("totals", {}).get("step")])
     summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
@@ -238,6 +253,19 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     if summary.strict_failed:
         summary.status = "incomplete (strict)"
     return summary
+
+
+def summarize_memory(summary: RunSummary, report: dict[str, Any]) -> None:
+    """The memory cells of a run whose report traced memory (the others keep their "—" cells)."""
+    totals = report["totals"]
+    if "forward_peak_bytes" in totals:
+        summary.forward_peak = metric_cell(totals["forward_peak_bytes"])
+        summary.activations = metric_cell(totals["activations"])
+    training = report.get("training", {}).get("totals", {})
+    if "training_peak_bytes" in training:
+        summary.training_peak = metric_cell(training["training_peak_bytes"])
+    elif "training" in report:
+        summary.training_peak = Cell("—", "not_requested", "memory was not traced for this training step")
 
 
 def incomplete_training(report: dict[str, Any]) -> list[str]:

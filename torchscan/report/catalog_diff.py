@@ -17,14 +17,16 @@ from ..formatting import format_count
 from ..views import EMPTY, Cell
 from .budgets import Budget
 from .catalog_index import Catalog, CatalogRun
-from .diff_view import TOTAL_LABELS, VERDICT_STYLES, BudgetRow, diff_view, total_cells
+from .diff_view import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, DiffView, diff_view, total_cells
 from .wording import plural
 
 #: The order of the counts on the verdict line, and every change an entry can have.
 CHANGES = ("changed", "added", "removed", "failed", "fixed", "unchanged")
-#: Column headings of the per-entry table, one per compared total.
-COLUMNS = tuple(label if label != "FLOPs" else f"{view.split()[0].capitalize()} FLOPs"
-                for _, label, view in TOTAL_LABELS)
+#: Column headings of the per-entry table by compared total; the memory columns show when some entry traced memory.
+COLUMNS = {name: label if label != "FLOPs" else f"{view.split()[0].capitalize()} FLOPs"
+           for name, label, view in TOTAL_LABELS}
+MEMORY_COLUMNS = {name: label for name, label, _ in MEMORY_LABELS}
+ALL_COLUMNS = (*COLUMNS, *MEMORY_COLUMNS)
 #: The status class that colours each change in the HTML table.
 CHANGE_CLASSES = {"failed": "s-failed", "removed": "s-failed", "changed": "s-partial", "added": "s-complete",
                   "fixed": "s-complete", "unchanged": "s-info"}
@@ -42,7 +44,7 @@ class TotalChange:
 
     @property
     def moved(self) -> bool:
-        return bool(self.delta) and self.delta != "0"
+        return bool(self.delta) and self.delta not in ("0", "0B")  # "0B": an unchanged byte total
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ class EntryRow:
     stem: str
     label: str
     change: str
-    totals: tuple[TotalChange, ...]
+    #: By compared total (`COLUMNS` and `MEMORY_COLUMNS` keys).
+    totals: dict[str, TotalChange]
     budgets: tuple[BudgetRow, ...] = ()
     reason: str = ""
     #: The two sides' model types differ (a changed model behind one name).
@@ -83,6 +86,13 @@ class CatalogDiffView:
     after: str
     rows: list[EntryRow]
     budgets: list[Budget] = field(default_factory=list)
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """The table's headings by total: every compared total, and a memory total when some entry has it."""
+        shown = {name: label for name, label in MEMORY_COLUMNS.items()
+                 if any(row.totals[name].value.text for row in self.rows)}
+        return COLUMNS | shown
 
     def count(self, change: str) -> int:
         return sum(row.change == change for row in self.rows)
@@ -179,25 +189,31 @@ def entry_row(old: CatalogRun | None, new: CatalogRun | None, budgets: Sequence[
     if old is None or old.report is None:
         return _without_before(old, new, new.report)
     view = diff_view(old.report, new.report, budgets=applying)
-    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed",
-                    tuple(TotalChange(row.after, row.delta, row.percent) for row in view.totals),
+    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed", _total_changes(view),
                     tuple(view.budgets), other_model=not view.same_model)
+
+
+def _total_changes(view: DiffView) -> dict[str, TotalChange]:
+    """The review's totals by column key (a memory total neither side traced is empty)."""
+    changes = {row.key: TotalChange(row.after, row.delta, row.percent) for row in view.totals if row.key}
+    return {name: changes.get(name, TotalChange(EMPTY)) for name in ALL_COLUMNS}
 
 
 def _without_before(old: CatalogRun | None, new: CatalogRun, report: dict[str, Any]) -> EntryRow:
     """An added entry, or one whose old analysis failed: new values, no change to check a budget against."""
     return EntryRow(new.stem, new.label, "added" if old is None else "fixed",
-                    tuple(TotalChange(cell, "new") for cell in total_cells(report)))
+                    {name: TotalChange(cell, "new" if cell.text else "") for name, cell in total_cells(report).items()})
 
 
 def _without_after(side: CatalogRun, old: CatalogRun | None, new: CatalogRun | None, applying: list[Budget]
                    ) -> EntryRow:
     """A removed entry (its old values), or one whose new analysis failed (no values; its budgets unknown)."""
     if new is None:
-        cells = total_cells(side.report) if side.report is not None else [EMPTY for _ in TOTAL_LABELS]
-        return EntryRow(side.stem, side.label, "removed", tuple(TotalChange(cell, "removed") for cell in cells))
+        cells = total_cells(side.report) if side.report is not None else dict.fromkeys(ALL_COLUMNS, EMPTY)
+        return EntryRow(side.stem, side.label, "removed",
+                        {name: TotalChange(cell, "removed" if cell.text else "") for name, cell in cells.items()})
     unknown = tuple(BudgetRow(budget.text, "unknown", "cannot be checked", "the new analysis failed")
                     for budget in applying if old is not None and old.report is not None)
-    return EntryRow(side.stem, side.label, "failed", tuple(TotalChange(EMPTY) for _ in TOTAL_LABELS), unknown,
+    return EntryRow(side.stem, side.label, "failed", {name: TotalChange(EMPTY) for name in ALL_COLUMNS}, unknown,
                     reason=new.reason)
 

@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--templates", type=_folder, help="a folder of template overrides")
     diff.add_argument("--fail-if", dest="budgets", metavar="BUDGET", type=_budget, action="append", default=[],
                       help="exit with status 1 when the change meets this condition, e.g. 'macs>+5%%' (relative to "
-                      "before) or 'parameters>1M' (absolute); repeat for several budgets")
+                      "before), 'parameters>1M' or 'training_peak_bytes>80GB' (absolute; byte totals take B, kB, MB, GB, TB); "
+                      "repeat for several budgets")
     diff.add_argument("--require-same-model", action="store_true",
                       help="exit with status 3 when the two reports are of different model types")
 

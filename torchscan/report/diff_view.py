@@ -8,12 +8,20 @@ The title names the models, and two reports of different models are flagged, not
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports, metric_delta
-from ..formatting import PARAMETER_SCALES, format_count, format_parameters, format_percent, format_signed
+from ..formatting import (
+    PARAMETER_SCALES,
+    format_bytes,
+    format_count,
+    format_parameters,
+    format_percent,
+    format_signed,
+    format_signed_bytes,
+)
 from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import plural
@@ -27,7 +35,12 @@ TRAINING_LABELS = (("forward", "Training forward"), ("backward", "Backward"), ("
 TRAINING_VIEW = "training step"
 LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "receptive field",
                        "effective_stride": "stride", "effective_padding": "padding"}
-BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in TOTAL_LABELS}
+#: The memory totals a review compares when either report traced memory (`torchscan.compare.MEMORY_TOTALS`).
+MEMORY_LABELS = (("forward_peak_bytes", "Forward peak", "memory"), ("activations", "Activations", "memory"),
+                 ("training_peak_bytes", "Training peak", "memory"))
+#: The totals counted in bytes: their numbers and changes are written with ``B`` (``+1.2MB``).
+BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes")
+BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in (*TOTAL_LABELS, *MEMORY_LABELS)}
 BUDGET_VERDICTS = {"met": "met", "exceeded": "exceeded", "unknown": "cannot be checked"}
 #: By `DiffView.verdict_status`: the first words of a review's verdict line, the status class that colours them and
 #: the colour of the line's border (a variable of the report's style sheet).
@@ -45,6 +58,8 @@ class DeltaRow:
     change: str
     #: The delta relative to ``before`` (``+5.0%``); ``new`` from zero, ``unknown`` when the delta is.
     percent: str = ""
+    #: The compared total (``macs``, ``forward_peak_bytes``); empty for the training step's rows.
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -187,8 +202,8 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
     return DiffView(
         title=title or default_title(*models),
         context=_context(*sides),
-        totals=[_total_row(comparison["totals"][name], label, view) for name, label, view in TOTAL_LABELS]
-        + training_rows(before, after),
+        totals=[_total_row(comparison["totals"][name], label, view, name) for name, label, view in TOTAL_LABELS]
+        + training_rows(before, after) + memory_rows(comparison["totals"]),
         added=[_identity(item) for item in layers["added"]],
         removed=[_identity(item) for item in layers["removed"]],
         changed=[LayerChange(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
@@ -224,10 +239,24 @@ def _budget_row(check: BudgetCheck) -> BudgetRow:
         observed = f"{label}: the delta is unknown (a side is incomplete or was not requested)"
     else:
         percent = percent_text(check.before, check.delta)
-        amount = format_parameters if budget.metric == "parameters" else format_count
-        delta = format_signed(check.delta, PARAMETER_SCALES) if budget.metric == "parameters" else signed(check.delta)
+        amount, delta = _budget_numbers(budget.metric, check.delta)
         observed = f"{label}: {amount(check.before)} → {amount(check.after)} ({delta}, {percent})"
     return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed)
+
+
+def _budget_numbers(metric: str, delta: float) -> tuple[Callable[[Any], str], str]:
+    """How a budget's values are written (parameters model-card style, bytes with ``B``) and its written delta."""
+    if metric == "parameters":
+        return format_parameters, format_signed(delta, PARAMETER_SCALES)
+    if metric in BYTE_TOTALS:
+        return format_bytes, format_signed_bytes(delta)
+    return format_count, signed(delta)
+
+
+def memory_rows(totals: dict[str, Any]) -> list[DeltaRow]:
+    """Rows of the memory totals that either report traced (`torchscan.compare_reports` compares only those); a
+    side without the total shows "—" and leaves the delta unknown."""
+    return [_total_row(totals[name], label, view, name) for name, label, view in MEMORY_LABELS if name in totals]
 
 
 def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[LayerDelta]:
@@ -275,12 +304,14 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def total_cells(report: dict[str, Any]) -> list[Cell]:
-    """A report's compared totals as the review shows them, in `TOTAL_LABELS` order (a catalog review's entry that
-    only one side has)."""
+def total_cells(report: dict[str, Any]) -> dict[str, Cell]:
+    """A report's compared totals as the review shows them, by key in `TOTAL_LABELS` then `MEMORY_LABELS` order
+    (a catalog review's entry that only one side has); a memory total the report did not trace is empty."""
     totals = report["totals"]
-    return [parameter_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
-            for name, _, _ in TOTAL_LABELS]
+    memory = {**totals, **report.get("training", {}).get("totals", {})}
+    cells = {name: parameter_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
+             for name, _, _ in TOTAL_LABELS}
+    return cells | {name: metric_cell(memory.get(name)) for name, _, _ in MEMORY_LABELS}
 
 
 def training_rows(before: dict[str, Any], after: dict[str, Any]) -> list[DeltaRow]:
@@ -296,17 +327,24 @@ def training_rows(before: dict[str, Any], after: dict[str, Any]) -> list[DeltaRo
             if {sides[0][name]["status"], sides[1][name]["status"]} != {"not_requested"}]
 
 
-def _total_row(entry: dict[str, Any], label: str, view: str) -> DeltaRow:
+def _total_row(entry: dict[str, Any], label: str, view: str, key: str = "") -> DeltaRow:
     delta = entry["delta"]
     if label == "Parameters":
         return DeltaRow(label, view, parameter_cell(entry["before"]), parameter_cell(entry["after"]),
                         format_signed(delta, PARAMETER_SCALES),
-                        _direction(delta), percent_text(entry["before"], delta))
+                        _direction(delta), percent_text(entry["before"], delta), key)
+    before, after = _side_cell(entry["before"]), _side_cell(entry["after"])
     if delta["status"] != "complete":
-        return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]),
-                        "unknown (a side is incomplete)", "unknown", "unknown")
-    return DeltaRow(label, view, metric_cell(entry["before"]), metric_cell(entry["after"]), signed(delta["value"]),
-                    _direction(delta["value"]), percent_text(entry["before"]["value"], delta["value"]))
+        why = "a side did not trace memory" if None in (entry["before"], entry["after"]) else "a side is incomplete"
+        return DeltaRow(label, view, before, after, f"unknown ({why})", "unknown", "unknown", key)
+    written = format_signed_bytes(delta["value"]) if key in BYTE_TOTALS else signed(delta["value"])
+    return DeltaRow(label, view, before, after, written, _direction(delta["value"]),
+                    percent_text(entry["before"]["value"], delta["value"]), key)
+
+
+def _side_cell(result: dict[str, Any] | None) -> Cell:
+    """One side of a compared total; a memory total that side did not trace reads "—" (not requested)."""
+    return metric_cell(result) if result is not None else Cell("—", "not_requested", "memory was not traced")
 
 
 def _direction(delta: float) -> str:

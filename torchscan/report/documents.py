@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
-from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
+from .catalog_diff import CHANGE_CLASSES, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
 from .charts.training_step import training_chart
 from .diff_view import DiffView, diff_view
@@ -85,7 +85,7 @@ def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> s
 
 def catalog_diff_document(view: CatalogDiffView, kind: str, templates: Path | None = None) -> str:
     """A catalog review as ``html`` or ``md`` (``diff OLD NEW`` of two built sites or report folders)."""
-    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view, columns=COLUMNS,
+    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view,
                   change_classes=CHANGE_CLASSES)
 
 

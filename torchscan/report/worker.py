@@ -90,10 +90,12 @@ def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
     The report's forward stays ``crawl_module``'s (eval mode, no gradients) so that the catalog's forward columns
     mean the same for every entry: a training step's forward runs in train mode, where batch normalization
     computes batch statistics and dropout runs. Its own forward total is kept in ``training.totals.forward``.
+    Both trace memory (``memory=True``): the forward's memory section is the report's ``memory``, the step's comes
+    with its section as ``training.memory``, so the catalog, the model pages and the reviews show both peaks.
     """
-    report = crawl_module(model, **call, **extensions)
+    report = crawl_module(model, **call, **extensions, memory=True)
     if training is not None:
-        step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"))
+        step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"), memory=True)
         report["training"] = step["training"]
     return report
 

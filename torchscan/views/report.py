@@ -19,6 +19,7 @@ from .breakdown import PartRow
 from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
+from .memory import MemoryView, memory_view
 from .training import TrainingView, training_view
 from .values import value_text
 
@@ -28,7 +29,13 @@ FIXED_METHODS = {
     "functional_ops": "Module view of work a module did directly (residual additions, functional calls), estimated "
                       "with the functional-op formulas.",
     "unsupported_module": "No handler exists for the module type: the estimate is unavailable, never a zero.",
+    "traced_live_tensor_bytes": "Memory: the bytes of live tensors, each storage followed from the operator that "
+                                "creates it to its release (no allocator caching, fragmentation or kernel workspaces).",
+    "fvcore_activation_count": "Activations: the elements of the outputs of counted operators, in fvcore's convention "
+                               "(the one timm's model cards use); a count, not bytes.",
 }
+#: The memory totals of a report analyzed with ``memory=True``: key, label.
+MEMORY_TOTALS = (("forward_peak_bytes", "Forward peak memory"), ("activations", "Activations"))
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,8 @@ class ReportView:
     incomplete: str = ""
     #: The training step of a `crawl_training_step` report (its ``training`` section), else None.
     training: TrainingView | None = None
+    #: The memory sections (``crawl_module(..., memory=True)``), else None (memory was not asked for).
+    memory: MemoryView | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -162,6 +171,7 @@ def report_view(report: dict[str, Any], title: str = "", description: str = "") 
         inputs=input_rows(report["inputs"]),
         incomplete=incomplete_summary(report),
         training=training_view(report),
+        memory=memory_view(report),
     )
 
 
@@ -188,6 +198,8 @@ def total_rows(totals: dict[str, Any]) -> list[TotalRow]:
     for name, label, view in (("macs", "MACs", "module view"), ("module_flops", "FLOPs", "module view"),
                               ("dmas", "DMAs", "module view"), ("operator_flops", "FLOPs", "operator view")):
         rows.append(TotalRow(label, view, metric_cell(totals[name]), totals[name]["method"]))
+    rows += [TotalRow(label, "memory", metric_cell(totals[name]), totals[name]["method"])
+             for name, label in MEMORY_TOTALS if name in totals]
     return rows
 
 
@@ -239,6 +251,7 @@ def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]
 def method_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """Every method label that appears in the report, with what it means."""
     labels = {report["totals"][name]["method"] for name in (*SUMMABLE_METRICS, "operator_flops")}
+    labels |= {report["totals"][name]["method"] for name, _ in MEMORY_TOTALS if name in report["totals"]}
     for layer in report["layers"]:
         labels.update(result["method"] for result in layer["metrics"].values())
     custom = {row["method"] for row in report["context"].get("custom_modules", [])}

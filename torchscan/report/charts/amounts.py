@@ -20,6 +20,8 @@ class Amount:
     status: str = "complete"
     #: The suffixes it is written with: `SCALES` for costs, `PARAMETER_SCALES` (``8.03B``) for parameter counts.
     scales: tuple[tuple[float, str], ...] = SCALES
+    #: Written after the number: ``B`` for bytes (``1.2MB``), nothing for counts.
+    unit: str = ""
 
     @property
     def drawn(self) -> bool:
@@ -30,7 +32,7 @@ class Amount:
         """As the tables write numbers (``1.81G``, ``≥16``, ``n/a``)."""
         if self.status == "unavailable":
             return "n/a"
-        return ("≥" if self.status == "partial" else "") + format_count(self.known, self.scales)
+        return ("≥" if self.status == "partial" else "") + format_count(self.known, self.scales) + self.unit
 
     @property
     def short(self) -> str:

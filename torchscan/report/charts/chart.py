@@ -31,6 +31,11 @@ class Chart:
     def html(self) -> str:
         return figure_html(self)
 
+    @property
+    def section(self) -> str:
+        """Where a page shows the chart: ``memory`` (its memory section) or ``cost`` (where the cost goes)."""
+        return "memory" if self.key.startswith("memory") else "cost"
+
 
 Painter = Callable[[], "Canvas"]
 

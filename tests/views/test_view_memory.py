@@ -1,0 +1,89 @@
+"""The memory view: a report's memory sections (``crawl_module(..., memory=True)`` and the training step's) as the
+rows every renderer shows, bytes written with one formatter, and nothing shown for a report that traced none."""
+
+from __future__ import annotations
+
+import pytest
+from torch import nn
+from torchscan_testing import with_memory
+
+from torchscan import crawl_module, crawl_training_step
+from torchscan.formatting import format_metric
+from torchscan.views import report_view
+from torchscan.views.memory import memory_view
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    forward = crawl_module(model, (8,))
+    forward["training"] = crawl_training_step(model, (8,), optimizer="adamw")["training"]
+    return with_memory(forward)
+
+
+def test_a_report_without_memory_sections_has_no_memory_view() -> None:
+    report = crawl_module(nn.Linear(4, 4), (4,))
+    assert memory_view(report) is None
+    assert [row.label for row in report_view(report).totals if row.view == "memory"] == []
+
+
+def test_the_forward_peak_is_broken_down_with_shares_of_the_peak(report: dict) -> None:
+    forward = memory_view(report).forward
+    section = report["memory"]
+    assert [part.label for part in forward.parts] == ["Parameters", "Buffers", "Inputs", "Created during the forward"]
+    assert [part.bytes.sort for part in forward.parts] == [section["at_peak"][key]["value"] for key in
+                                                           ("parameters", "buffers", "inputs", "activations")]
+    peak = section["peak"]["value"]
+    assert forward.parts[0].share == f"{100 * section['at_peak']['parameters']['value'] / peak:.1f}%"
+    assert forward.peak_layer == "layer call 0" and forward.peak_operator == "aten.addmm (operator #3)"
+    assert forward.forward_peak.text == format_metric(section["peak_above_start"])
+    assert forward.forward_peak.text.endswith("B") and not forward.activations.text.endswith("B")
+
+
+def test_the_largest_outputs_are_ranked_without_the_root(report: dict) -> None:
+    calls = memory_view(report).forward.top_outputs
+    assert [(call.label, call.type, call.bytes.text) for call in calls] == [
+        ("0", "Linear", "128B"), ("1", "ReLU", "128B"), ("2", "Linear", "16B")]
+
+
+def test_the_training_peak_is_broken_down_and_names_its_phase(report: dict) -> None:
+    training = memory_view(report).training
+    assert training.phase == "optimizer" and training.operator == "aten._foreach_addcdiv_"
+    assert [part.key for part in training.parts] == ["parameters", "buffers", "gradients", "optimizer_state",
+                                                     "saved_activations", "temporaries", "inputs"]
+    assert sum(part.bytes.sort for part in training.parts) == report["training"]["memory"]["peak"]["value"]
+    assert [call.label for call in training.top_saved] == ["0", "1", "2"]
+
+
+def test_a_report_with_only_a_traced_training_step_shows_the_step(report: dict) -> None:
+    step_only = {key: value for key, value in report.items() if key != "memory"}
+    view = memory_view(step_only)
+    assert view.forward is None and view.training.phase == "optimizer" and view.device == "cpu"
+
+
+def test_a_peak_without_an_operator_says_so(report: dict) -> None:
+    """An empty forward, or a step whose peak no operator reached, has no operator to name (null in the report)."""
+    copy = {**report, "memory": {**report["memory"], "peak_at": {"layer": None, "operator": None,
+                                                                 "operator_index": -1}},
+            "training": {**report["training"], "memory": {**report["training"]["memory"], "peak_operator": None}}}
+    view = memory_view(copy)
+    assert view.forward.peak_layer == "outside every layer call" and view.forward.peak_operator == "no operator ran"
+    assert view.training.operator == "no operator ran"
+
+
+def test_memory_totals_and_methods_join_the_report_view(report: dict) -> None:
+    view = report_view(report)
+    rows = {row.label: row for row in view.totals if row.view == "memory"}
+    assert list(rows) == ["Forward peak memory", "Activations"]
+    assert rows["Forward peak memory"].method == "traced_live_tensor_bytes"
+    assert {"traced_live_tensor_bytes", "fvcore_activation_count"} <= {label for label, _ in view.methods}
+
+
+def test_an_unknown_category_has_no_share() -> None:
+    model = nn.Linear(4, 4)
+    report = with_memory(crawl_module(model, (4,)))
+    report["memory"]["at_peak"]["inputs"].update(status="unavailable", value=None, known_value=None)
+    report["memory"]["peak"].update(status="partial", value=None)
+    parts = memory_view(report).forward.parts
+    assert {part.share for part in parts} == {"—"}
+    assert parts[2].bytes.text == "n/a"

@@ -1,0 +1,181 @@
+"""The memory of a report (``crawl_module(..., memory=True)``'s ``memory`` section, and the training step's) as
+plain rows: what is live at the peak and where the peak is, so that every renderer shows the same cells.
+
+Every byte figure is the traced definition (``traced_live_tensor_bytes``): the bytes of live tensors, without the
+allocator's caching, fragmentation or kernel workspaces. A report without the section was not asked for memory;
+its view is ``None`` and the pages show ``—``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..formatting import format_percent
+from .cells import Cell, metric_cell
+from .layers import layer_label
+
+#: What is live at the forward's peak, in the order the breakdown shows it: key, label.
+FORWARD_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("inputs", "Inputs"),
+                 ("activations", "Created during the forward"))
+#: What is live at the training step's peak: key, label.
+TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("gradients", "Gradients"),
+                  ("optimizer_state", "Optimizer state"), ("saved_activations", "Activations saved for backward"),
+                  ("temporaries", "Temporaries"), ("inputs", "Inputs"))
+#: Where a peak is when no operator ran (an empty forward): nothing to name.
+NO_OPERATOR = "no operator ran"
+#: How many layer calls the largest-outputs and largest-saved lists name.
+TOP_MEMORY_CALLS = 10
+#: The one sentence every memory figure carries (in the methodology page at length).
+TRACED_DEFINITION = ("Traced live tensor bytes: every tensor storage followed from the operator that creates it to "
+                     "its release, shared storages once; no allocator caching, fragmentation or kernel workspaces.")
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """One category live at a peak, with its share of that peak."""
+
+    key: str
+    label: str
+    bytes: Cell
+    share: str
+
+
+@dataclass(frozen=True)
+class MemoryCall:
+    """A layer call with a byte figure: its output (forward) or the activations it saved for backward (training)."""
+
+    label: str
+    type: str
+    bytes: Cell
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """The training step's peak (forward, backward and optimizer step), broken down at the peak."""
+
+    device: str
+    kernel: str
+    peak: Cell
+    phase: str
+    operator: str
+    parts: list[MemoryPart]
+    top_saved: list[MemoryCall]
+
+
+@dataclass(frozen=True)
+class ForwardMemory:
+    """The forward's peak, what is live there and where it happens, and the largest outputs."""
+
+    device: str
+    kernel: str
+    #: All live tensor bytes at the peak, parameters included.
+    peak: Cell
+    #: The bytes created during the forward live at the peak (parameters, buffers and inputs excluded).
+    forward_peak: Cell
+    activations: Cell
+    #: Where the peak is: ``layer call encoder.0 #1``, or ``outside every layer call``.
+    peak_layer: str
+    peak_operator: str
+    parts: list[MemoryPart]
+    top_outputs: list[MemoryCall]
+
+
+@dataclass(frozen=True)
+class MemoryView:
+    """A report's memory: the forward's (``crawl_module``) and the training step's, each when it was traced."""
+
+    forward: ForwardMemory | None
+    training: TrainingMemory | None
+
+    @property
+    def device(self) -> str:
+        """The device the trace ran on (the forward's, else the step's)."""
+        traced = self.forward or self.training
+        return traced.device if traced is not None else ""
+
+    @property
+    def kernel(self) -> str:
+        """The attention kernel the trace assumed, with its reason."""
+        traced = self.forward or self.training
+        return traced.kernel if traced is not None else ""
+
+
+def memory_view(report: dict[str, Any]) -> MemoryView | None:
+    """The report's memory, or None when its analysis traced none: the forward's section is the report's
+    ``memory``, a training step's is ``training.memory`` (``crawl_training_step(..., memory=True)``)."""
+    section = report.get("memory")
+    step = report.get("training", {}).get("memory")
+    if section is None and step is None:
+        return None
+    return MemoryView(forward=None if section is None else forward_memory(section, report["layers"]),
+                      training=training_memory(step, report["layers"]))
+
+
+def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> ForwardMemory:
+    where = section["peak_at"]
+    layer = where["layer"]
+    return ForwardMemory(
+        device=section["device"], kernel=kernel_text(section["attention_kernel"]),
+        peak=metric_cell(section["peak"]), forward_peak=metric_cell(section["peak_above_start"]),
+        activations=metric_cell(section["activations"]),
+        peak_layer=("outside every layer call" if layer is None
+                    else "layer call " + layer_label(layer["path"], layer["call_index"])),
+        peak_operator=(NO_OPERATOR if where["operator"] is None
+                       else f"{where['operator']} (operator #{where['operator_index']})"),
+        parts=memory_parts(section["at_peak"], section["peak"], FORWARD_PARTS),
+        top_outputs=top_outputs(layers),
+    )
+
+
+def kernel_text(kernel: dict[str, str]) -> str:
+    """``math (reason)``: the attention kernel the trace assumed and why."""
+    return f"{kernel['name']} ({kernel['reason']})" if kernel.get("reason") else kernel["name"]
+
+
+def memory_parts(at_peak: dict[str, Any], peak: dict[str, Any], parts: tuple[tuple[str, str], ...]
+                 ) -> list[MemoryPart]:
+    """The categories live at the peak, each with its share of the peak (``—`` when either is not exact)."""
+    whole = peak["value"] if peak["status"] == "complete" else None
+    rows = []
+    for key, label in parts:
+        result = at_peak.get(key)
+        if result is None:
+            continue
+        exact = whole and result["status"] == "complete"
+        rows.append(MemoryPart(key, label, metric_cell(result),
+                               format_percent(100 * result["value"] / whole) if exact else "—"))
+    return rows
+
+
+def top_outputs(layers: list[dict[str, Any]], limit: int = TOP_MEMORY_CALLS) -> list[MemoryCall]:
+    """The ``limit`` layer calls with the largest outputs (ties in call order; the root and empty outputs left
+    out: the root's output is the model's)."""
+    sized = [layer for layer in layers if layer["path"] and _known(layer.get("memory", {}).get("output_bytes")) > 0]
+    ranked = sorted(sized, key=lambda layer: -_known(layer["memory"]["output_bytes"]))
+    return [MemoryCall(layer_label(layer["path"], layer["call_index"]), layer["type"].rpartition(".")[2],
+                       metric_cell(layer["memory"]["output_bytes"])) for layer in ranked[:limit]]
+
+
+def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]],
+                    limit: int = TOP_MEMORY_CALLS) -> TrainingMemory | None:
+    """The training step's peak breakdown and the calls that saved the most for backward, or None without one."""
+    if section is None:
+        return None
+    types = {(layer["path"], layer["call_index"]): layer["type"].rpartition(".")[2] for layer in layers}
+    saved = sorted((item for item in section["saved_by_layer"] if _known(item["bytes"]) > 0),
+                   key=lambda item: -_known(item["bytes"]))
+    return TrainingMemory(
+        device=section["device"], kernel=kernel_text(section["attention_kernel"]),
+        peak=metric_cell(section["peak"]), phase=section["phase_at_peak"],
+        operator=section["peak_operator"] or NO_OPERATOR,
+        parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS),
+        top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
+                              types.get((item["path"], item["call_index"]), ""), metric_cell(item["bytes"]))
+                   for item in saved[:limit]])
+
+
+def _known(result: dict[str, Any] | None) -> float:
+    """The counted part of a MetricResult (0 when nothing was counted or there is none)."""
+    number = None if result is None else result["known_value"]
+    return float(number) if isinstance(number, (int, float)) else 0.0

@@ -1,0 +1,110 @@
+"""The chart of a sweep: every metric against the swept quantity, one point per analysis.
+
+Drawn from `torchscan.views.sweep.SweepView`. Each metric is a colour; its analyzed points are dots joined by thin
+straight segments that only guide the eye (no value between two points is claimed: the exact formula in the caption
+and the curves table say what holds, and on which sizes). A lower bound is a hollow triangle marked as such, and an
+unavailable value is not drawn (the table says n/a). The axes are logarithmic where the values span a wide range
+(more than a factor of 4), so a quadratic term shows as a steeper slope; the x ticks are the analyzed sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ...views.sweep import SWEPT_METRICS, SweepView
+from .amounts import Amount, amount_of
+from .bar_plots import value_grid
+from .canvas import Canvas, no_ticks
+from .chart import Chart
+from .style import FONT, INK, PALETTE, WIDTH
+from .svg_output import draw
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+#: A wide range gets a logarithmic axis (a factor of more than this between the smallest and largest value).
+LOG_RANGE = 4.0
+#: The most x ticks written (more analyzed sizes keep their points but not every label).
+MAX_TICKS = 12
+Series = tuple[str, str, list[tuple[int, Amount]]]
+
+
+def sweep_chart(view: SweepView) -> Chart:
+    """Each metric of ``view`` against its quantity; the exact formulas are the caption, the points the table."""
+    series = _series(view)
+    formulas = [formula for curve in view.curves if curve.exact for formula in curve.formulas]
+    inexact = [f"{curve.label}: {curve.reason}" for curve in view.curves if not curve.exact and curve.reason]
+    summary = (f"One point per analyzed {view.quantity}; the segments between points only guide the eye. "
+               + (f"Exact curves ({view.symbol_text}): " + "; ".join(formulas) + "." if formulas else
+                  "No metric has an exact curve on these points.")
+               + (" Not exact: " + "; ".join(inexact) + "." if inexact else ""))
+    rows = [(point.size_text, *(cell.text for cell in point.cells)) for point in view.points]
+    chart = Chart(f"sweep-{view.quantity}", f"Cost against {view.quantity}", summary,
+                  (view.quantity, *view.headers), rows, [f"Not analyzed: {item}." for item in view.missing])
+
+    def paint() -> Canvas:
+        canvas = Canvas(WIDTH, 330)
+        axes = canvas.axes(62, 44, WIDTH - 90, 250)
+        canvas.title(f"Cost against {view.quantity}")
+        paint_series(canvas, axes, series, view.quantity)
+        canvas.legend([("fill", colour, label) for label, colour, _ in series]
+                      + ([("triangle-open", INK, "≥ lower bound")] if _any_partial(series) else []))
+        canvas.footnote(chart.notes)
+        return canvas
+
+    return draw(chart, paint)
+
+
+def _series(view: SweepView) -> list[Series]:
+    """Per metric: its label, colour and drawable points (unavailable values left out)."""
+    series = []
+    for index, (_, label) in enumerate(SWEPT_METRICS):
+        points = [(point.size, amount) for point in view.points
+                  if (amount := amount_of(point.cells[index])) is not None and amount.drawn and amount.known > 0]
+        if points:
+            series.append((label, PALETTE[index % len(PALETTE)], points))
+    return series
+
+
+def _any_partial(series: Sequence[Series]) -> bool:
+    return any(amount.status == "partial" for _, _, points in series for _, amount in points)
+
+
+def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity: str) -> None:
+    if not series:
+        canvas.text(0.5, 0.5, "no analyzed point has a number to draw", axes.transAxes, anchor="middle")
+        return
+    sizes = sorted({size for _, _, points in series for size, _ in points})
+    values = [amount.known for _, _, points in series for _, amount in points]
+    _axes_limits(canvas, axes, sizes, values)
+    for _, colour, points in series:
+        axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour,
+                  linewidth=0.9, alpha=0.7, clip_on=False)
+        for status, marker in (("complete", {"marker": "o", "s": 22, "linewidths": 0, "color": colour}),
+                               ("partial", {"marker": "^", "s": 30, "facecolors": "none", "edgecolors": colour,
+                                            "linewidths": 1.1})):
+            chosen = [(size, amount.known) for size, amount in points if amount.status == status]
+            if chosen:
+                axes.scatter([x for x, _ in chosen], [y for _, y in chosen], zorder=3, clip_on=False, **marker)
+    canvas.text(0.5, 0, quantity, axes.transAxes, dy=-22, anchor="middle", size=FONT - 0.5)
+
+
+def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float]) -> None:
+    """Limits with room around the points, log scales for wide ranges, value grid on y and the sizes on x."""
+    log_x = max(sizes) > LOG_RANGE * min(sizes)
+    log_y = max(values) > LOG_RANGE * min(values)
+    if log_x:
+        axes.set_xscale("log")
+    if log_y:
+        axes.set_yscale("log")
+    no_ticks(axes)
+    pad_x = (max(sizes) - min(sizes)) * 0.04 or 1.0
+    axes.set_xlim(*((min(sizes) / 1.15, max(sizes) * 1.15) if log_x else (min(sizes) - pad_x, max(sizes) + pad_x)))
+    low, high = (min(values) / 2, max(values) * 2) if log_y else (0.0, max(values) * 1.1)
+    axes.set_ylim(low, high)
+    value_grid(canvas, axes, "y", low, high, log=log_y)
+    step = max(1, -(-len(sizes) // MAX_TICKS))
+    for size in sizes[::step]:
+        canvas.text(size, 0, f"{size:,}", axes.get_xaxis_transform(), dy=-4, anchor="middle", baseline="hanging",
+                    size=FONT - 0.5)

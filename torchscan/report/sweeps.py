@@ -1,0 +1,47 @@
+"""The JSON of a swept entry (``reports/<entry>.sweep.json``): its points' totals and their exact curves.
+
+A build analyzes each point of a ``[models.sweep]`` as a run of its own (with the runner's isolation, cache and
+scheduling); this module joins the results into the versioned form of `torchscan.cost_curve` (``schema_version``,
+``sizes``, ``points``, ``curves``) and adds what only the registry knows: the entry, the swept quantity, the
+declared point, each point's report stem, and the points whose analysis failed (``missing``, with the reason; the
+curves are fitted on the analyzed points only and say so through their domain).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..cost_curve import CURVE_SCHEMA_VERSION, fit_curves
+from .registry import Entry
+
+SWEEP_SUFFIX = ".sweep"
+
+
+def sweep_stem(entry: str) -> str:
+    """The file stem of an entry's sweep JSON: ``reports/<entry>.sweep.json``."""
+    return entry + SWEEP_SUFFIX
+
+
+def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The sweep JSON of a swept ``entry`` from the build's results (keyed by run stem)."""
+    if entry.sweep is None:
+        raise ValueError(f"entry {entry.name!r} has no [models.sweep]")
+    points, missing = [], []
+    for run in entry.runs:
+        report = results.get(run.stem, {}).get("report")
+        if report is None:
+            missing.append({"size": run.size, "stem": run.stem, "reason": _failure(results.get(run.stem, {}))})
+        else:
+            points.append({"size": run.size, "stem": run.stem, "totals": report["totals"]})
+    sizes = [point["size"] for point in points]
+    curves = fit_curves(sizes, [point["totals"] for point in points]) if points else {}
+    return {"schema_version": CURVE_SCHEMA_VERSION, "entry": entry.name, "quantity": entry.sweep.name,
+            "default": entry.sweep.default, "sizes": sizes, "points": points, "curves": curves, "missing": missing}
+
+
+def _failure(result: dict[str, Any]) -> str:
+    """Why a point has no report, on one line."""
+    error = result.get("error")
+    if not error:
+        return "not analyzed"
+    return f"{error['stage']} stage, {error['type']}: {(error['message'].splitlines() or [''])[0]}"

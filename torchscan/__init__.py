@@ -13,6 +13,7 @@ __version__ = "0.1.0.dev0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
+    "CURVE_SCHEMA_VERSION": "cost_curve",
     "SCHEMA_VERSION": "schema",
     "IncompleteAnalysisError": "crawler",
     "MetricResult": "results",
@@ -20,14 +21,18 @@ _EXPORTS = {
     "ModuleEstimates": "handlers",
     "ModuleHandler": "handlers",
     "compare_reports": "compare",
+    "cost_curve": "cost_curve",
     "crawl_module": "crawler",
     "crawl_training_step": "training",
+    "evaluate_piece": "cost_curve",
+    "fit_curves": "cost_curve",
     "measure_flops": "operators",
     "measure_peak_memory": "memory",
     "summary": "text",
     "trace_memory": "memory_trace",
 }
 __all__ = [
+    "CURVE_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "IncompleteAnalysisError",
     "MetricResult",
@@ -35,8 +40,11 @@ __all__ = [
     "ModuleEstimates",
     "ModuleHandler",
     "compare_reports",
+    "cost_curve",
     "crawl_module",
     "crawl_training_step",
+    "evaluate_piece",
+    "fit_curves",
     "measure_flops",
     "measure_peak_memory",
     "summary",
@@ -45,6 +53,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .compare import compare_reports
+    from .cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
     from .crawler import IncompleteAnalysisError, crawl_module
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
     from .memory import measure_peak_memory

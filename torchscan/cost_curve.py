@@ -1,0 +1,145 @@
+"""Cost curves: one analysis per size of a swept quantity, and the exact curve of every summable total.
+
+`cost_curve` analyzes the real model at each requested size (on the meta device this costs about a second a
+size) and `fit_curves` states, per total, the exact polynomial in the size when the points determine it (see
+`torchscan.exact_fit` for the rules and the domain of a curve). Nothing here predicts a size that was not
+analyzed: a user who wants a size asks for it.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from .exact_fit import Fit, evaluate_piece, fit_points
+
+__all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "evaluate_piece", "fit_curves"]
+
+#: The version of a cost curve's wire form (docs/schema.md); bumped only for changes that break consumers.
+CURVE_SCHEMA_VERSION = "1"
+
+Series = list[int] | str
+
+
+def _counts(totals: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every count in one report's totals by name: MetricResults as themselves, plain integers of nested
+    sections (``parameters.total``, ``buffers.bytes``) under a dotted name."""
+    for key, value in totals.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and "status" not in value:
+            yield from _counts(value, f"{name}.")
+        else:
+            yield name, value
+
+
+def _exact_integer(value: Any, size: int) -> int | str:
+    """The integer a count holds at one size, or why it cannot lie on an exact curve."""
+    if isinstance(value, Mapping):
+        if value.get("status") == "partial":
+            return (f"partial at size {size}: its known value is a lower bound, and a curve through lower bounds "
+                    "is not exact")
+        if value.get("status") != "complete":
+            return f"{value.get('status')} at size {size}"
+        value = value.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"not an integer count at size {size} ({value!r})"
+    return value
+
+
+def _series(name: str, sizes: Sequence[int], totals: Sequence[Mapping[str, Any]]) -> Series:
+    """One metric's integers at every size, or the first reason it has no exact curve."""
+    values = []
+    for size, total in zip(sizes, totals, strict=True):
+        counts = dict(_counts(total))
+        if name not in counts:
+            return f"missing at size {size}"
+        value = _exact_integer(counts[name], size)
+        if isinstance(value, str):
+            return value
+        values.append(value)
+    return values
+
+
+def _check_sizes(sizes: Sequence[int]) -> list[int]:
+    sizes = list(sizes)
+    if not sizes or any(isinstance(size, bool) or not isinstance(size, int) for size in sizes):
+        raise TypeError(f"sizes must be a non-empty sequence of integers, got {sizes!r}")
+    if len(set(sizes)) != len(sizes):
+        raise ValueError(f"sizes must be distinct, got {sizes!r}")
+    return sizes
+
+
+def fit_curves(sizes: Sequence[int], totals: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The exact curve of every count in ``totals`` (``totals[i]`` is ``report["totals"]`` at ``sizes[i]``).
+
+    Returns, per metric name (MetricResult totals by their key, plain integer totals such as
+    ``parameters.total`` by a dotted name), ``{"kind", "pieces", "verified_at", "reason"}``: an exact
+    ``"polynomial"``, ``"piecewise"`` exact pieces, or ``"points"`` with the reason there is no exact curve
+    (an incomplete value, too few sizes, or no polynomial of degree <= 3 that verifies).
+    """
+    sizes = _check_sizes(sizes)
+    if len(totals) != len(sizes):
+        raise ValueError(f"totals must hold one report's totals per size: {len(sizes)} sizes, {len(totals)} totals")
+    names = dict.fromkeys(name for total in totals for name, _ in _counts(total))
+    curves = {}
+    for name in names:
+        series = _series(name, sizes, totals)
+        fit = Fit("points", (), series) if isinstance(series, str) else fit_points(sizes, series)
+        curves[name] = fit.to_json()
+    return curves
+
+
+def cost_curve(
+    model: Any,
+    sizes: Sequence[int],
+    inputs: Callable[[int], tuple[Sequence[Any], Mapping[str, Any]]],
+    *,
+    device: Any = None,
+    mode: str = "full",
+    custom_modules: Mapping[type, Any] | None = None,
+    custom_mapping: Mapping[Any, Any] | None = None,
+) -> dict[str, Any]:
+    """Analyze ``model`` at every size and return the versioned, JSON-serializable curve of its totals.
+
+    ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size; the other arguments are
+    `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given), ``points`` (one
+    ``{"size", "totals"}`` per size, each a full report's totals) and ``curves`` (`fit_curves`).
+    """
+    from .crawler import crawl_module
+
+    sizes = _check_sizes(sizes)
+    if not callable(inputs):
+        raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
+    points = []
+    for size in sizes:
+        args, kwargs = _call_of(inputs, size)
+        report = crawl_module(model, args=args, kwargs=kwargs, device=device, mode=mode,  # type: ignore[arg-type]
+                              custom_modules=custom_modules, custom_mapping=custom_mapping)
+        points.append({"size": size, "totals": report["totals"]})
+    return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
+            "curves": fit_curves(sizes, [point["totals"] for point in points])}
+
+
+def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``inputs(size)`` checked to be an ``(args, kwargs)`` pair."""
+    call = inputs(size)
+    if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[1], Mapping)):
+        raise TypeError(f"inputs({size}) must return an (args, kwargs) pair, got {type(call).__name__}")
+    return tuple(call[0]), dict(call[1])
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as `cost_curve`.
+
+    ``torchscan.cost_curve`` names both this module (``from torchscan.cost_curve import fit_curves``) and the
+    function the package exports; importing the submodule rebinds the package attribute to the module, so the
+    module forwards a call to the function and both spellings keep working.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return cost_curve(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -61,6 +61,11 @@ class CurveRow:
         return KIND_WORDS.get(self.kind, self.kind)
 
     @property
+    def why_not_exact(self) -> str:
+        """The fitter's reason when the curve is not exact; empty for an exact one."""
+        return "" if self.exact else self.reason
+
+    @property
     def verified_text(self) -> str:
         return ", ".join(f"{size:,}" for size in self.verified_at) or "—"
 

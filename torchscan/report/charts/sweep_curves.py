@@ -34,7 +34,7 @@ def sweep_chart(view: SweepView) -> Chart:
     """Each metric of ``view`` against its quantity; the exact formulas are the caption, the points the table."""
     series = _series(view)
     formulas = [formula for curve in view.curves if curve.exact for formula in curve.formulas]
-    inexact = [f"{curve.label}: {curve.reason}" for curve in view.curves if not curve.exact and curve.reason]
+    inexact = [f"{curve.label}: {curve.why_not_exact}" for curve in view.curves if curve.why_not_exact]
     summary = (f"One point per analyzed {view.quantity}; the segments between points only guide the eye. "
                + (f"Exact curves ({view.symbol_text}): " + "; ".join(formulas) + "." if formulas else
                   "No metric has an exact curve on these points.")

@@ -101,13 +101,12 @@ def _sweep_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[
 def _range_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[int, ...]:
     """``from``, ``from + step``, … up to ``to`` inclusive (``to`` must be on the lattice, so no point is silently
     dropped)."""
-    bounds = {key: table.get(key) for key in ("from", "to", "step")}
-    bad = [key for key, number in bounds.items() if not _is_size(number)]
+    bad = [key for key in ("from", "to", "step") if not _is_size(table.get(key))]
     for key in bad:
-        problem(f"{where}.{key}", f"expected a positive integer, got {_shown(bounds[key])}")
+        problem(f"{where}.{key}", f"expected a positive integer, got {_shown(table.get(key))}")
     if bad:
         return ()
-    start, stop, step = bounds["from"], bounds["to"], bounds["step"]
+    start, stop, step = int(table["from"]), int(table["to"]), int(table["step"])
     if stop < start or (stop - start) % step:
         problem(f"{where}.to", f"expected a value from + k·step at or after from ({start}, step {step}), got {stop}")
         return ()

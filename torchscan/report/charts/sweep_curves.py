@@ -81,12 +81,14 @@ def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity:
     for _, colour, points in series:
         axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour,
                   linewidth=0.9, alpha=0.7, clip_on=False)
-        for status, marker in (("complete", {"marker": "o", "s": 22, "linewidths": 0, "color": colour}),
-                               ("partial", {"marker": "^", "s": 30, "facecolors": "none", "edgecolors": colour,
-                                            "linewidths": 1.1})):
-            chosen = [(size, amount.known) for size, amount in points if amount.status == status]
-            if chosen:
-                axes.scatter([x for x, _ in chosen], [y for _, y in chosen], zorder=3, clip_on=False, **marker)
+        exact = [(size, amount.known) for size, amount in points if amount.status == "complete"]
+        bounds = [(size, amount.known) for size, amount in points if amount.status == "partial"]
+        if exact:
+            axes.scatter([x for x, _ in exact], [y for _, y in exact], marker="o", s=22, linewidths=0, color=colour,
+                         zorder=3, clip_on=False)
+        if bounds:
+            axes.scatter([x for x, _ in bounds], [y for _, y in bounds], marker="^", s=30, facecolors="none",
+                         edgecolors=colour, linewidths=1.1, zorder=3, clip_on=False)
     canvas.text(0.5, 0, quantity, axes.transAxes, dy=-22, anchor="middle", size=FONT - 0.5)
 
 

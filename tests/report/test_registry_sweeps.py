@@ -70,12 +70,10 @@ def test_a_point_job_is_the_plain_job_of_its_settings(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("sweep", "expected"), [
     ('{ name = "seq_len", values = [128, "256"] }', "sweep.values: expected a list of positive integers"),
-    ('{ name = "seq_len", values = [128, 256], default = 512 }', "sweep.default: expected one of the sweep's values "
-                                                                  "(128, 256), got int 512"),
+    ('{ name = "seq_len", values = [128, 256], default = 512 }', "sweep.default: expected one of the sweep's values"),
     ('{ name = "seq_len", values = [128] }', "sweep.values: expected 2 to 64 points"),
     ('{ name = "seq_len", values = [128, 128] }', "sweep.values: each value may appear once"),
-    ('{ name = "seq_len", values = [1, 2], from = 1 }', "sweep: expected either values = [...] or from/to/step, not "
-                                                       "both"),
+    ('{ name = "seq_len", values = [1, 2], from = 1 }', "from/to/step, not both"),
     ('{ name = "seq_len" }', "sweep: expected either values = [...] or from/to/step, got neither"),
     ('{ name = "seq_len", from = 128, to = 200, step = 32 }', "sweep.to: expected a value from + k·step"),
     ('{ name = "seq_len", from = 1, to = 1000, step = 1 }', "from/to/step give 1000 points; at most 64"),

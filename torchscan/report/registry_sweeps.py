@@ -81,14 +81,7 @@ def _sweep_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[
         problem(where, "expected either values = [...] or from/to/step, "
                 + ("not both" if ranged else "got neither"))
         return ()
-    if ranged:
-        values = _range_values(where, table, problem)
-    else:
-        raw = table["values"]
-        if not isinstance(raw, list) or not all(_is_size(item) for item in raw):
-            problem(f"{where}.values", f"expected a list of positive integers, got {_shown(raw)}")
-            return ()
-        values = tuple(raw)
+    values = _range_values(where, table, problem) if ranged else _listed_values(where, table["values"], problem)
     if values and len(set(values)) != len(values):
         problem(f"{where}.values", f"each value may appear once, got {_listed(values)}")
         return ()
@@ -96,6 +89,14 @@ def _sweep_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[
         problem(f"{where}.values", f"expected 2 to {MAX_POINTS} points (each is one analysis), got {len(values)}")
         return ()
     return tuple(sorted(values))
+
+
+def _listed_values(where: str, raw: Any, problem: Problem) -> tuple[int, ...]:
+    """``values = [...]``: positive integers."""
+    if not isinstance(raw, list) or not all(_is_size(item) for item in raw):
+        problem(f"{where}.values", f"expected a list of positive integers, got {_shown(raw)}")
+        return ()
+    return tuple(raw)
 
 
 def _range_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[int, ...]:

@@ -79,17 +79,27 @@ def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity:
     values = [amount.known for _, _, points in series for _, amount in points]
     _axes_limits(canvas, axes, sizes, values)
     for _, colour, points in series:
-        axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour,
-                  linewidth=0.9, alpha=0.7, clip_on=False)
-        exact = [(size, amount.known) for size, amount in points if amount.status == "complete"]
-        bounds = [(size, amount.known) for size, amount in points if amount.status == "partial"]
-        if exact:
-            axes.scatter([x for x, _ in exact], [y for _, y in exact], marker="o", s=22, linewidths=0, color=colour,
-                         zorder=3, clip_on=False)
-        if bounds:
-            axes.scatter([x for x, _ in bounds], [y for _, y in bounds], marker="^", s=30, facecolors="none",
-                         edgecolors=colour, linewidths=1.1, zorder=3, clip_on=False)
+        _paint_metric(axes, colour, points)
     canvas.text(0.5, 0, quantity, axes.transAxes, dy=-22, anchor="middle", size=FONT - 0.5)
+
+
+def _paint_metric(axes: Axes, colour: str, points: Sequence[tuple[int, Amount]]) -> None:
+    """One metric: a thin guide through its points, exact points as dots, lower bounds as hollow triangles."""
+    axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour, linewidth=0.9,
+              alpha=0.7, clip_on=False)
+    exact = _columns(points, "complete")
+    bounds = _columns(points, "partial")
+    if exact[0]:
+        axes.scatter(*exact, marker="o", s=22, linewidths=0, color=colour, zorder=3, clip_on=False)
+    if bounds[0]:
+        axes.scatter(*bounds, marker="^", s=30, facecolors="none", edgecolors=colour, linewidths=1.1, zorder=3,
+                     clip_on=False)
+
+
+def _columns(points: Sequence[tuple[int, Amount]], status: str) -> tuple[list[int], list[float]]:
+    """The sizes and values of the points with ``status``."""
+    chosen = [(size, amount.known) for size, amount in points if amount.status == status]
+    return [size for size, _ in chosen], [value for _, value in chosen]
 
 
 def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float]) -> None:

@@ -18,7 +18,7 @@ from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
 from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
-from .charts.sweep_curves import sweep_chart
+from .charts.sweep_curves import sweep_charts
 from .charts.training_step import training_chart
 from .diff_view import DiffView, diff_view
 from .render import render
@@ -44,13 +44,13 @@ class BuildCharts:
 
     runs: dict[str, list[Chart]]  # by run stem
     catalog: list[Chart]
-    sweeps: dict[str, Chart] = field(default_factory=dict)  # a swept entry's cost against its quantity, by entry
+    sweeps: dict[str, list[Chart]] = field(default_factory=dict)  # a swept entry's costs against its quantity
 
 
 def build_charts(catalog: CatalogView) -> BuildCharts:
     runs = {run.stem: report_charts(run.view) for entry in catalog.entries for run in entry.runs
             if run.view is not None}
-    sweeps = {entry.name: sweep_chart(entry.sweep) for entry in catalog.entries if entry.sweep is not None}
+    sweeps = {entry.name: sweep_charts(entry.sweep) for entry in catalog.entries if entry.sweep is not None}
     return BuildCharts(runs=runs, catalog=catalog_charts(catalog), sweeps=sweeps)
 
 
@@ -122,18 +122,18 @@ def _incomplete_groups(runs: list[RunSummary]) -> list[list[RunSummary]]:
 
 
 def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False,
-                   charts: list[Chart] | None = None, sweep: Chart | None = None) -> str:
+                   charts: list[Chart] | None = None, sweep: list[Chart] | None = None) -> str:
     """A model's page: the site's (``site``) or the portable snippet file under ``markdown/``, with the primary
     run's cost charts (drawn here unless given) and, for a swept entry, its cost against the swept quantity."""
     view = entry.primary.view
     if charts is None:
         charts = [] if view is None else report_charts(view)
     if sweep is None and entry.sweep is not None:
-        sweep = sweep_chart(entry.sweep)
+        sweep = sweep_charts(entry.sweep)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
                   callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}",
-                  charts=charts, training_charts=training_charts(entry) if site else {}, sweep_chart=sweep,
+                  charts=charts, training_charts=training_charts(entry) if site else {}, sweep_charts=sweep or [],
                   sweep_json=sweep_stem(entry.name) + ".json")
 
 

@@ -32,11 +32,25 @@ def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, 
         if report is None:
             missing.append({"size": run.size, "stem": run.stem, "reason": _failure(results.get(run.stem, {}))})
         else:
-            points.append({"size": run.size, "stem": run.stem, "totals": report["totals"]})
+            points.append(point_record(run.size or 0, run.stem, report))
     sizes = [point["size"] for point in points]
-    curves = fit_curves(sizes, [point["totals"] for point in points]) if points else {}
+    curves = fit_curves(sizes, [fitted_counts(point) for point in points]) if points else {}
     return {"schema_version": CURVE_SCHEMA_VERSION, "entry": entry.name, "quantity": entry.sweep.name,
             "default": entry.sweep.default, "sizes": sizes, "points": points, "curves": curves, "missing": missing}
+
+
+def point_record(size: int, stem: str, report: dict[str, Any]) -> dict[str, Any]:
+    """One analyzed point: its report's totals, and for a decode step the KV-cache bytes it reads."""
+    point = {"size": size, "stem": stem, "totals": report["totals"]}
+    kv_cache = report["inputs"].get("kv_cache")
+    if kv_cache is not None:
+        point["kv_cache"] = kv_cache["bytes"]
+    return point
+
+
+def fitted_counts(point: dict[str, Any]) -> dict[str, Any]:
+    """What the curves are fitted on: the point's totals, and its KV-cache bytes (as ``kv_cache``) when it has one."""
+    return {**point["totals"], "kv_cache": point["kv_cache"]} if "kv_cache" in point else point["totals"]
 
 
 def _failure(result: dict[str, Any]) -> str:

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from ..formatting import format_bytes
 from .cells import Cell, metric_cell
 
 #: The totals a sweep shows, in order, with their labels (the curves of other totals stay in the JSON).
 SWEPT_METRICS = (("macs", "MACs"), ("module_flops", "Module FLOPs"), ("operator_flops", "Operator FLOPs"),
                  ("dmas", "DMAs"))
+#: Shown after them for a sweep of decode steps: the bytes of the KV cache each step reads (``inputs.kv_cache``).
+KV_CACHE = ("kv_cache", "KV cache")
 #: Short symbols of common quantities in formulas; any other quantity is written by its first letter.
 SYMBOLS = {"seq_len": "L", "context": "L", "context_length": "L", "tokens": "L", "size": "S", "image_size": "S",
            "batch": "B", "batch_size": "B"}
@@ -80,10 +83,12 @@ class SweepView:
     points: tuple[PointRow, ...]
     curves: tuple[CurveRow, ...]
     missing: tuple[str, ...] = ()
+    #: The metrics of the points' cells, in order: `SWEPT_METRICS`, and the KV cache when the points have one.
+    metrics: tuple[tuple[str, str], ...] = SWEPT_METRICS
 
     @property
     def headers(self) -> tuple[str, ...]:
-        return tuple(label for _, label in SWEPT_METRICS)
+        return tuple(label for _, label in self.metrics)
 
     @property
     def range_text(self) -> str:
@@ -104,13 +109,25 @@ def sweep_view(record: dict[str, Any], quantity: str = "") -> SweepView:
     name = record.get("quantity") or quantity or "size"
     symbol = SYMBOLS.get(name, name[:1].upper())
     default = record.get("default")
-    points = tuple(PointRow(point["size"], tuple(metric_cell(point["totals"].get(key)) for key, _ in SWEPT_METRICS),
-                            point.get("stem", ""), point["size"] == default)
+    metrics = SWEPT_METRICS + ((KV_CACHE,) if any(KV_CACHE[0] in point for point in record["points"]) else ())
+    points = tuple(PointRow(point["size"], tuple(point_cell(point, key) for key, _ in metrics), point.get("stem", ""),
+                            point["size"] == default)
                    for point in record["points"])
-    curves = tuple(curve_row(key, label, symbol, record["curves"][key]) for key, label in SWEPT_METRICS
+    curves = tuple(curve_row(key, label, symbol, record["curves"][key]) for key, label in metrics
                    if key in record["curves"])
     missing = tuple(f"{item['size']:,}: {item['reason']}" for item in record.get("missing", []))
-    return SweepView(name, symbol, default, points, curves, missing)
+    return SweepView(name, symbol, default, points, curves, missing, metrics)
+
+
+def point_cell(point: dict[str, Any], key: str) -> Cell:
+    """One metric of one point: a total, or the KV-cache bytes (written as bytes: ``1.07 GB``)."""
+    if key != KV_CACHE[0]:
+        return metric_cell(point["totals"].get(key))
+    result = point.get(key)
+    cell = metric_cell(result)
+    if result is None or result["status"] != "complete":
+        return cell
+    return Cell(format_bytes(result["value"]), cell.status, cell.note, cell.sort)
 
 
 def curve_row(metric: str, label: str, symbol: str, curve: dict[str, Any]) -> CurveRow:

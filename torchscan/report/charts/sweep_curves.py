@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...views.sweep import SWEPT_METRICS, SweepView
+from ...views.sweep import KV_CACHE, SWEPT_METRICS, SweepView
 from .amounts import Amount, amount_of
 from .bar_plots import value_grid
 from .canvas import Canvas, no_ticks
@@ -30,23 +30,36 @@ MAX_TICKS = 12
 Series = tuple[str, str, list[tuple[int, Amount]]]
 
 
-def sweep_chart(view: SweepView) -> Chart:
-    """Each metric of ``view`` against its quantity; the exact formulas are the caption, the points the table."""
-    series = _series(view)
-    formulas = [formula for curve in view.curves if curve.exact for formula in curve.formulas]
-    inexact = [f"{curve.label}: {curve.why_not_exact}" for curve in view.curves if curve.why_not_exact]
+def sweep_charts(view: SweepView) -> list[Chart]:
+    """The costs against the quantity; for a sweep of decode steps, also the KV cache they read (in bytes)."""
+    charts = [metric_chart(view, [key for key, _ in SWEPT_METRICS], f"Cost against {view.quantity}",
+                           f"sweep-{view.quantity}")]
+    if KV_CACHE in view.metrics:
+        charts.append(metric_chart(view, [KV_CACHE[0]], f"KV cache against {view.quantity}",
+                                   f"sweep-{view.quantity}-kv-cache", unit="bytes"))
+    return charts
+
+
+def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, unit: str = "") -> Chart:
+    """The metrics ``keys`` of ``view`` against its quantity; their exact formulas are the caption, the points the
+    table."""
+    series = _series(view, keys)
+    curves = [curve for curve in view.curves if curve.metric in keys]
+    formulas = [formula for curve in curves if curve.exact for formula in curve.formulas]
+    inexact = [f"{curve.label}: {curve.why_not_exact}" for curve in curves if curve.why_not_exact]
     summary = (f"One point per analyzed {view.quantity}; the segments between points only guide the eye. "
                + (f"Exact curves ({view.symbol_text}): " + "; ".join(formulas) + "." if formulas else
-                  "No metric has an exact curve on these points.")
+                  "No exact curve on these points.")
                + (" Not exact: " + "; ".join(inexact) + "." if inexact else ""))
-    rows = [(point.size_text, *(cell.text for cell in point.cells)) for point in view.points]
-    chart = Chart(f"sweep-{view.quantity}", f"Cost against {view.quantity}", summary,
-                  (view.quantity, *view.headers), rows, [f"Not analyzed: {item}." for item in view.missing])
+    columns = [index for index, (metric, _) in enumerate(view.metrics) if metric in keys]
+    rows = [(point.size_text, *(point.cells[index].text for index in columns)) for point in view.points]
+    chart = Chart(key, title, summary, (view.quantity, *(view.headers[index] for index in columns)), rows,
+                  [f"Not analyzed: {item}." for item in view.missing])
 
     def paint() -> Canvas:
         canvas = Canvas(WIDTH, 330)
         axes = canvas.axes(62, 44, WIDTH - 90, 250)
-        canvas.title(f"Cost against {view.quantity}")
+        canvas.title(title + (f" ({unit})" if unit else ""))
         paint_series(canvas, axes, series, view.quantity)
         canvas.legend([("fill", colour, label) for label, colour, _ in series]
                       + ([("triangle-open", INK, "≥ lower bound")] if _any_partial(series) else []))
@@ -56,13 +69,13 @@ def sweep_chart(view: SweepView) -> Chart:
     return draw(chart, paint)
 
 
-def _series(view: SweepView) -> list[Series]:
-    """Per metric: its label, colour and drawable points (unavailable values left out)."""
+def _series(view: SweepView, keys: Sequence[str]) -> list[Series]:
+    """Per metric of ``keys``: its label, colour and drawable points (unavailable values left out)."""
     series = []
-    for index, (_, label) in enumerate(SWEPT_METRICS):
+    for index, (metric, label) in enumerate(view.metrics):
         points = [(point.size, amount) for point in view.points
                   if (amount := amount_of(point.cells[index])) is not None and amount.drawn and amount.known > 0]
-        if points:
+        if points and metric in keys:
             series.append((label, PALETTE[index % len(PALETTE)], points))
     return series
 

@@ -44,13 +44,7 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
     """The metrics ``keys`` of ``view`` against its quantity; their exact formulas are the caption, the points the
     table."""
     series = _series(view, keys)
-    curves = [curve for curve in view.curves if curve.metric in keys]
-    formulas = [formula for curve in curves if curve.exact for formula in curve.formulas]
-    inexact = [f"{curve.label}: {curve.why_not_exact}" for curve in curves if curve.why_not_exact]
-    summary = (f"One point per analyzed {view.quantity}; the segments between points only guide the eye. "
-               + (f"Exact curves ({view.symbol_text}): " + "; ".join(formulas) + "." if formulas else
-                  "No exact curve on these points.")
-               + (" Not exact: " + "; ".join(inexact) + "." if inexact else ""))
+    summary = _caption(view, keys)
     columns = [index for index, (metric, _) in enumerate(view.metrics) if metric in keys]
     rows = [(point.size_text, *(point.cells[index].text for index in columns)) for point in view.points]
     chart = Chart(key, title, summary, (view.quantity, *(view.headers[index] for index in columns)), rows,
@@ -67,6 +61,16 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
         return canvas
 
     return draw(chart, paint)
+
+
+def _caption(view: SweepView, keys: Sequence[str]) -> str:
+    """What the chart shows, with the exact formula of each metric and why the others have none."""
+    curves = [curve for curve in view.curves if curve.metric in keys]
+    formulas = [formula for curve in curves if curve.exact for formula in curve.formulas]
+    inexact = [f"{curve.label}: {curve.why_not_exact}" for curve in curves if curve.why_not_exact]
+    exact = f"Exact curves ({view.symbol_text}): " + "; ".join(formulas) + "." if formulas else "No exact curve."
+    return (f"One point per analyzed {view.quantity}; the segments between points only guide the eye. {exact}"
+            + (" Not exact: " + "; ".join(inexact) + "." if inexact else ""))
 
 
 def _series(view: SweepView, keys: Sequence[str]) -> list[Series]:

@@ -62,10 +62,15 @@ def test_cost_curve_refuses_inputs_that_are_not_a_call() -> None:
 
 
 def test_the_module_and_the_function_share_one_name_and_both_work() -> None:
+    import inspect
+
     import torchscan
     import torchscan.cost_curve as module
+    from torchscan.cost_curve import cost_curve as function
 
     model = nn.Linear(2, 3)
     call = lambda size: ((torch.zeros(size, 2),), {})
-    assert module(model, [1, 2, 3], call) == module.cost_curve(model, [1, 2, 3], call)
-    assert torchscan.cost_curve(model, [1, 2, 3, 4], call)["curves"]["macs"]["kind"] == "polynomial"
+    assert torchscan.cost_curve is module and module.fit_curves is fit_curves
+    assert module(model, [1, 2, 3, 4], call) == function(model, [1, 2, 3, 4], call)
+    assert module(model, [1, 2, 3, 4], call)["curves"]["macs"]["kind"] == "polynomial"
+    assert inspect.signature(module) == inspect.signature(function)

@@ -24,6 +24,7 @@ _EXPORTS = {
     "cost_curve": "cost_curve",
     "crawl_module": "crawler",
     "crawl_training_step": "training",
+    "decode_step_inputs": "decode",
     "evaluate_piece": "cost_curve",
     "fit_curves": "cost_curve",
     "measure_flops": "operators",
@@ -43,6 +44,7 @@ __all__ = [
     "cost_curve",
     "crawl_module",
     "crawl_training_step",
+    "decode_step_inputs",
     "evaluate_piece",
     "fit_curves",
     "measure_flops",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from .compare import compare_reports
     from .cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
     from .crawler import IncompleteAnalysisError, crawl_module
+    from .decode import decode_step_inputs
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
     from .memory import measure_peak_memory
     from .memory_trace import trace_memory
@@ -68,7 +71,10 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'torchscan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+    # A function named like its module (cost_curve) is exported as the module, which forwards calls to it: importing
+    # the submodule rebinds this package's attribute to the module anyway, so one object serves both spellings.
+    value = module if name == _EXPORTS[name] and callable(module) else getattr(module, name)
     globals()[name] = value
     return value
 

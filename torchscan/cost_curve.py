@@ -8,6 +8,7 @@ analyzed: a user who wants a size asks for it.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -143,3 +144,4 @@ class _CallableModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _CallableModule
+__signature__ = inspect.signature(cost_curve)

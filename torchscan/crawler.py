@@ -19,6 +19,7 @@ from torch import nn
 
 from . import __version__
 from .builtin_handlers import builtin_for
+from .decode import kv_cache_section
 from .diagnostics import Diagnostic, diagnostic, sort_key
 from .handlers import ModuleHandler, validate_handler_map
 from .inputs import (
@@ -171,7 +172,8 @@ class Analysis:
 
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
-    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs)}
+    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs),
+              **kv_cache_section(analysis.args, analysis.kwargs)}  # measured before the step appends to the cache
     with cyclic_gc_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
         return _traced_report(analysis, inputs)

@@ -13,6 +13,8 @@ from .results import METRIC_UNITS, SPATIAL_METRICS, SUMMABLE_METRICS, validation
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
 SCHEMA_VERSION = 1
 SCHEMA_FILE = "report.schema.json"
+#: The unit each MetricResult field must have (operator FLOPs and anything else not listed: ``FLOPs``).
+_UNITS = {**METRIC_UNITS, "kv_cache": "bytes"}
 
 
 @cache
@@ -39,7 +41,7 @@ def validate_report(report: dict[str, Any]) -> None:
 
     _validator().validate(report)
     for where, name, result in _metric_results(report):
-        problem = validation_error(result, unit=METRIC_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
+        problem = validation_error(result, unit=_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
         if problem:
             raise jsonschema.ValidationError(f"{where}: {problem}")
 
@@ -49,6 +51,8 @@ def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
     for name, result in report["totals"].items():
         if name not in ("parameters", "buffers"):
             yield f"totals.{name}", name, result
+    if "kv_cache" in report["inputs"]:
+        yield "inputs.kv_cache.bytes", "kv_cache", report["inputs"]["kv_cache"]["bytes"]
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
     for layer in report["layers"]:
         where = f"layers[{layer['path'] or '<root>'}, {layer['call_index']}]"

@@ -1,0 +1,170 @@
+"""Decode steps with a KV cache: the call of one generated token, and the bytes of the cache that call reads.
+
+`decode_step_inputs` builds what ``transformers``' ``generate()`` passes to a causal language model for one new
+token after ``context_length`` positions: the token, a fresh cache of the model's own class filled with that many
+positions, the position of the new token. `kv_cache_section` finds such a cache in any analyzed call (by the
+shape of ``transformers``' Cache API, without importing ``transformers``) and states the bytes of the keys and
+values the step reads, before the step appends its own position. ``transformers`` is imported only when
+`decode_step_inputs` runs, so ``import torchscan`` never imports it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .results import MODEL, MetricResult, complete, unavailable
+from .values import dtype_name
+
+__all__ = ["KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_section"]
+
+#: The method label of the KV-cache bytes: the bytes of the key and value tensors the cache holds.
+KV_CACHE_METHOD = "key_value_cache_tensors"
+KV_CACHE_UNIT = "bytes"
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as error:
+        raise ImportError("decode_step_inputs needs the transformers package (pip install transformers)") from error
+    return transformers
+
+
+def _check_causal_lm(model: Any, transformers: Any) -> None:
+    """A decoder-only ``transformers`` model that generates: ``generate()`` is what a decode step imitates."""
+    generates = isinstance(model, transformers.PreTrainedModel) and model.can_generate()
+    if not generates or model.config.get_text_config(decoder=True).is_encoder_decoder:
+        raise TypeError("model must be a transformers causal language model (a PreTrainedModel that generates, such "
+                        f"as LlamaForCausalLM), got {type(model).__name__}")
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _attention_shape(config: Any) -> tuple[int, int]:
+    """Key/value heads and head dimension of the decoder, as its attention layers compute them."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return kv_heads, head_dim
+
+
+def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int, device: torch.device) -> Any:
+    """A ``DynamicCache`` built from the model's configuration (its layer types included), each key/value layer
+    holding ``positions`` positions of the model's dtype on ``device``."""
+    config = model.config.get_text_config(decoder=True)
+    cache = transformers.DynamicCache(config=model.config)
+    kv_heads, head_dim = _attention_shape(config)
+    for index, layer in enumerate(cache.layers):
+        if not isinstance(layer, transformers.cache_utils.DynamicLayer) or cache.is_linear[index]:
+            raise ValueError(f"layer {index} of the model's cache is a {type(layer).__name__}: decode_step_inputs "
+                             "fills key/value layers only")
+        states = torch.zeros(batch_size, kv_heads, positions, head_dim, dtype=model.dtype, device=device)
+        cache.update(states, states.clone(), index)
+    return cache
+
+
+def _accepted_keywords(model: nn.Module) -> set[str]:
+    """The keywords ``generate()`` may pass to ``model.forward``: its named parameters, and the flags
+    ``use_cache``/``return_dict`` when it takes ``**kwargs`` (``generate()`` passes them to every model)."""
+    parameters = inspect.signature(model.forward).parameters
+    open_ended = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters.values())
+    return set(parameters) | ({"use_cache", "return_dict"} if open_ended else set())
+
+
+def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int = 1,
+                       device: torch.device | str | None = None) -> tuple[tuple, dict[str, Any]]:
+    """The ``(args, kwargs)`` of one decode step of a ``transformers`` causal language model.
+
+    One new token per sequence after ``context_length`` positions: ``input_ids`` of shape ``(batch_size, 1)``, a
+    fresh ``DynamicCache`` built from the model's configuration and filled with ``context_length`` positions, the
+    new token's ``position_ids``, and the flags ``generate()`` sets (``use_cache``, ``logits_to_keep=1``,
+    ``return_dict``), each only where the forward takes it; ``cache_position`` only for a forward that names it
+    (``transformers`` 5 no longer does). As in ``generate()`` for an unpadded batch, no attention mask is passed. Tensors go to ``device`` (``"meta"`` for
+    a large model), by default the model's. Analyzing the call appends one position to the cache: build a new
+    call for every analysis. Raises ``TypeError`` for a model that is not a causal language model and
+    ``ImportError`` without ``transformers``.
+    """
+    transformers = _transformers()
+    _check_causal_lm(model, transformers)
+    positions = _check_count("context_length", context_length, 0)
+    batch = _check_count("batch_size", batch_size, 1)
+    target = torch.device(device) if device is not None else next(model.parameters()).device
+    accepted = _accepted_keywords(model)
+    cache = _filled_cache(model, transformers, positions, batch, target)
+    kwargs: dict[str, Any] = {"input_ids": torch.zeros(batch, 1, dtype=torch.long, device=target),
+                              "cache" if "cache" in accepted else "past_key_values": cache}
+    optional = {"position_ids": lambda: torch.full((batch, 1), positions, dtype=torch.long, device=target),
+                "cache_position": lambda: torch.arange(positions, positions + 1, device=target),
+                "use_cache": lambda: True, "logits_to_keep": lambda: 1, "return_dict": lambda: True}
+    kwargs.update({name: make() for name, make in optional.items() if name in accepted})
+    return (), kwargs
+
+
+# -- the report's field ---------------------------------------------------------------------------------------------
+
+
+def _is_cache(value: Any) -> bool:
+    """Duck typing on ``transformers``' Cache API: per-layer storage, a length and an update."""
+    return isinstance(getattr(value, "layers", None), (list, tuple)) and all(
+        callable(getattr(value, name, None)) for name in ("get_seq_length", "update"))
+
+
+def find_cache(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """The first KV cache among a call's arguments, or ``None``."""
+    return next((value for value in (*args, *kwargs.values()) if _is_cache(value)), None)
+
+
+def _not_plain(cache: Any) -> str | None:
+    """Why ``cache`` is not one plain key/value pair per layer covering every position, or ``None``."""
+    layers = list(cache.layers)
+    flags = {name: list(getattr(cache, name, [False] * len(layers))) for name in ("is_sliding", "is_linear")}
+    for index, layer in enumerate(layers):
+        kind = type(layer).__name__
+        if flags["is_sliding"][index]:
+            return f"layer {index} is a sliding-window layer ({kind}): it keeps a window, not every position"
+        if flags["is_linear"][index]:
+            return f"layer {index} holds linear-attention states ({kind}): the cache is hybrid"
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
+            return f"layer {index} ({kind}) holds no key/value tensors of shape (batch, heads, positions, head_dim)"
+        if keys.shape != values.shape or keys.shape[-2] != cache.get_seq_length(index):
+            return f"layer {index} ({kind}) holds keys that do not cover its {cache.get_seq_length(index)} positions"
+    return None if layers else "the cache has no layers"
+
+
+def _uniform(values: Iterable[Any]) -> Any:
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _kv_cache_field(cache: Any) -> dict[str, Any]:
+    """The ``inputs.kv_cache`` object of a call that reads ``cache``."""
+    reason = _not_plain(cache)
+    field: dict[str, Any] = {"cache_class": type(cache).__name__, "layers": len(cache.layers), "batch_size": None,
+                             "kv_heads": None, "head_dim": None, "positions": None, "dtype": None, "reason": reason}
+    if reason is not None:
+        return {"bytes": unavailable(KV_CACHE_UNIT, MODEL, KV_CACHE_METHOD), **field}
+    tensors = [tensor for layer in cache.layers for tensor in (layer.keys, layer.values)]
+    shapes = [tuple(tensor.shape) for tensor in tensors]
+    field.update({"batch_size": _uniform(s[0] for s in shapes), "kv_heads": _uniform(s[1] for s in shapes),
+                  "positions": _uniform(s[2] for s in shapes), "head_dim": _uniform(s[3] for s in shapes),
+                  "dtype": _uniform(dtype_name(tensor.dtype) for tensor in tensors)})
+    total: MetricResult = complete(sum(tensor.numel() * tensor.element_size() for tensor in tensors), KV_CACHE_UNIT,
+                                   MODEL, KV_CACHE_METHOD)
+    return {"bytes": total, **field}
+
+
+def kv_cache_section(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"kv_cache": ...}`` for a call that passes a KV cache, measured before the call appends to it; else
+    ``{}`` (reports of calls without a cache do not have the field)."""
+    cache = find_cache(args, kwargs)
+    return {} if cache is None else {"kv_cache": _kv_cache_field(cache)}

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 import torch
+from integrations.third_party_models import import_torchvision, import_transformers
 from torch import nn
 from torchscan_testing import analyze_call
 
-from torchscan import CURVE_SCHEMA_VERSION, cost_curve, fit_curves
+from torchscan import CURVE_SCHEMA_VERSION, cost_curve, crawl_module, evaluate_piece, fit_curves
 
 
 def _linear_stack_totals(sizes: list[int]) -> list[dict[str, Any]]:
@@ -74,3 +75,74 @@ def test_the_module_and_the_function_share_one_name_and_both_work() -> None:
     assert module(model, [1, 2, 3, 4], call) == function(model, [1, 2, 3, 4], call)
     assert module(model, [1, 2, 3, 4], call)["curves"]["macs"]["kind"] == "polynomial"
     assert inspect.signature(module) == inspect.signature(function)
+
+
+# -- real models: transformers are quadratic in the sequence length, convolutional networks only per stride class --
+
+EXACT_VIEWS = ("macs", "module_flops", "operator_flops")
+
+
+def _token_call(device: str = "meta") -> Any:
+    return lambda length: ((), {"input_ids": torch.zeros(1, length, dtype=torch.long, device=device)})
+
+
+def _language_models() -> dict[str, Any]:
+    library = import_transformers()
+    with torch.device("meta"):
+        return {
+            "gpt2": library.GPT2LMHeadModel(library.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                                               n_positions=256)),
+            "llama": library.LlamaForCausalLM(library.LlamaConfig(
+                vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=256)),
+        }
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_transformer_costs_are_exact_quadratics_in_the_sequence_length(name: str) -> None:
+    model = _language_models()[name]
+    curve = cost_curve(model, [16, 32, 64, 128, 256], _token_call())
+    direct = crawl_module(model, kwargs=_token_call()(80)[1])["totals"]  # 80 is on the lattice, not sampled
+    for view in EXACT_VIEWS:
+        fitted = curve["curves"][view]
+        assert fitted["kind"] == "polynomial", fitted["reason"]
+        (piece,) = fitted["pieces"]
+        assert (piece["from"], piece["to"], piece["step"], len(piece["coefficients"])) == (16, 256, 16, 3)
+        assert fitted["verified_at"] == [128, 256]
+        assert evaluate_piece(piece, 80) == direct[view]["value"]
+
+
+def _resnet18() -> nn.Module:
+    with torch.device("meta"):
+        return import_torchvision().models.resnet18()
+
+
+def _image_call(size: int) -> tuple[tuple, dict[str, Any]]:
+    return (torch.empty(1, 3, size, size, device="meta"),), {}
+
+
+def _held_out_agree(sizes: list[int], held_out: list[int]) -> dict[str, dict[str, Any]]:
+    """The curves of ResNet-18 at ``sizes``, after checking every piece against direct analyses of the held-out
+    sizes that lie on its lattice."""
+    model = _resnet18()
+    curves = cost_curve(model, sizes, _image_call)["curves"]
+    for size in held_out:
+        totals = crawl_module(model, args=_image_call(size)[0])["totals"]
+        for view in EXACT_VIEWS:
+            for piece in curves[view]["pieces"]:
+                if piece["from"] <= size <= piece["to"] and (size - piece["from"]) % piece["step"] == 0:
+                    assert evaluate_piece(piece, size) == totals[view]["value"], (view, size, piece)
+    return curves
+
+
+def test_a_resnet_off_its_stride_gets_no_curve_that_a_direct_analysis_contradicts() -> None:
+    held_out = [208, 224, 232]
+    curves = _held_out_agree([s for s in range(200, 241, 4) if s not in held_out], held_out)
+    assert all(curves[view]["kind"] != "polynomial" for view in EXACT_VIEWS)
+
+
+def test_a_resnet_at_multiples_of_its_stride_is_an_exact_quadratic() -> None:
+    curves = _held_out_agree([128, 160, 192, 256, 320, 384], [224, 288])
+    for view in EXACT_VIEWS:
+        assert curves[view]["kind"] == "polynomial", curves[view]["reason"]
+        assert curves[view]["pieces"][0]["step"] == 32 and len(curves[view]["pieces"][0]["coefficients"]) == 3

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ...views.sweep import KV_CACHE, SWEPT_METRICS, SweepView
-from .amounts import Amount, amount_of
-from .bar_plots import value_grid
+from .amounts import Amount, amount_of, tick_text
 from .canvas import Canvas, no_ticks
 from .chart import Chart
 from .style import FONT, INK, PALETTE, WIDTH
@@ -54,7 +53,7 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
         canvas = Canvas(WIDTH, 330)
         axes = canvas.axes(62, 44, WIDTH - 90, 250)
         canvas.title(title + (f" ({unit})" if unit else ""))
-        paint_series(canvas, axes, series, view.quantity)
+        paint_series(canvas, axes, series, view.quantity, "B" if unit == "bytes" else "")
         canvas.legend([("fill", colour, label) for label, colour, _ in series]
                       + ([("triangle-open", INK, "≥ lower bound")] if _any_partial(series) else []))
         canvas.footnote(chart.notes)
@@ -74,13 +73,19 @@ def _caption(view: SweepView, keys: Sequence[str]) -> str:
 
 
 def _series(view: SweepView, keys: Sequence[str]) -> list[Series]:
-    """Per metric of ``keys``: its label, colour and drawable points (unavailable values left out)."""
-    series = []
+    """Per metric of ``keys``: its label, colour and drawable points (unavailable values left out); metrics with the
+    same points are one series (``Module FLOPs = Operator FLOPs``), so that none hides behind another."""
+    series: list[Series] = []
     for index, (metric, label) in enumerate(view.metrics):
         points = [(point.size, amount) for point in view.points
                   if (amount := amount_of(point.cells[index])) is not None and amount.drawn and amount.known > 0]
-        if points and metric in keys:
+        if not points or metric not in keys:
+            continue
+        same = next((number for number, (*_, other) in enumerate(series) if other == points), None)
+        if same is None:
             series.append((label, PALETTE[index % len(PALETTE)], points))
+        else:
+            series[same] = (f"{series[same][0]} = {label}", series[same][1], points)
     return series
 
 
@@ -88,13 +93,14 @@ def _any_partial(series: Sequence[Series]) -> bool:
     return any(amount.status == "partial" for _, _, points in series for _, amount in points)
 
 
-def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity: str) -> None:
+def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity: str, suffix: str = "") -> None:
+    """The series on ``axes``, with the analyzed sizes as x ticks; ``suffix`` follows each y tick (``B``)."""
     if not series:
         canvas.text(0.5, 0.5, "no analyzed point has a number to draw", axes.transAxes, anchor="middle")
         return
     sizes = sorted({size for _, _, points in series for size, _ in points})
     values = [amount.known for _, _, points in series for _, amount in points]
-    _axes_limits(canvas, axes, sizes, values)
+    _axes_limits(canvas, axes, sizes, values, suffix)
     for _, colour, points in series:
         _paint_metric(axes, colour, points)
     canvas.text(0.5, 0, quantity, axes.transAxes, dy=-22, anchor="middle", size=FONT - 0.5)
@@ -119,7 +125,7 @@ def _columns(points: Sequence[tuple[int, Amount]], status: str) -> tuple[list[in
     return [size for size, _ in chosen], [value for _, value in chosen]
 
 
-def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float]) -> None:
+def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float], suffix: str) -> None:
     """Limits with room around the points, log scales for wide ranges, value grid on y and the sizes on x."""
     log_x = max(sizes) > LOG_RANGE * min(sizes)
     log_y = max(values) > LOG_RANGE * min(values)
@@ -132,8 +138,23 @@ def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Seque
     axes.set_xlim(*((min(sizes) / 1.15, max(sizes) * 1.15) if log_x else (min(sizes) - pad_x, max(sizes) + pad_x)))
     low, high = (min(values) / 2, max(values) * 2) if log_y else (0.0, max(values) * 1.1)
     axes.set_ylim(low, high)
-    value_grid(canvas, axes, "y", low, high, log=log_y)
+    _value_grid(canvas, axes, low, high, log_y, suffix)
     step = max(1, -(-len(sizes) // MAX_TICKS))
     for size in sizes[::step]:
         canvas.text(size, 0, f"{size:,}", axes.get_xaxis_transform(), dy=-4, anchor="middle", baseline="hanging",
                     size=FONT - 0.5)
+
+
+def _value_grid(canvas: Canvas, axes: Axes, low: float, high: float, log: bool, suffix: str) -> None:
+    """Faint y grid lines with their values: decades on a wide log axis, 1-2-5 steps on a narrow one (so that a
+    span of less than two decades still gets several labels), round numbers on a linear one."""
+    from matplotlib.ticker import LogLocator, MaxNLocator
+
+    subs = (1.0,) if high > 100 * low else (1.0, 2.0, 5.0)
+    locator = LogLocator(base=10.0, subs=subs, numticks=12) if log else MaxNLocator(nbins=4)
+    ticks = [float(tick) for tick in locator.tick_values(low, high) if low <= tick <= high]
+    axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6, zorder=0,
+                clip_on=False)
+    for tick in ticks:
+        canvas.text(0, tick, tick_text(tick) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
+                    size=FONT - 0.5, number=True)

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from browser import Tab
 from e2e import write_models
 
 from torchscan.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
@@ -111,3 +112,21 @@ def test_the_diff_command_takes_a_point_budget(sites: Path, capsys: pytest.Captu
                  "--fail-if", "tagger@16:macs>0"])
     assert code == 0
     assert "1 of 1 checked entry within budget" in capsys.readouterr().out
+
+
+def test_the_site_catalog_names_the_point_and_range_on_a_second_line(sites: Path) -> None:
+    home = (sites / "new" / "index.html").read_text()
+    assert '<a href="models/tiny.html">tiny</a><br><small>size 12 · sweep 8–24 (5 points)</small>' in home
+
+
+def test_a_swept_model_page_in_a_browser(sites: Path, tab: Tab) -> None:
+    """At 1280 px: both tables fit their column, and the chart is drawn with a point per analyzed size."""
+    tab.open(sites / "new" / "models" / "tiny.html")
+    charts = tab.evaluate("() => Array.from(document.querySelectorAll('figure.torchscan-chart svg'))"
+                          ".map(svg => [svg.getAttribute('aria-label'), svg.getBoundingClientRect().width])")
+    assert [label for label, width in charts if label.startswith("Cost against")] == ["Cost against size"]
+    assert all(width > 300 for _, width in charts)
+    overflow = tab.evaluate("""() => Array.from(document.querySelectorAll('.md-content table')).filter(table => {
+      const box = table.closest('.md-typeset__scrollwrap') || table.parentElement;
+      return box.scrollWidth > box.clientWidth + 1; }).length""")
+    assert overflow == 0

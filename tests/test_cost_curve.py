@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from integrations.third_party_models import import_torchvision, import_transformers
 from torch import nn
-from torchscan_testing import analyze_call
+from torchscan_testing import analyze_call, assert_nothing_shared
 
 from torchscan import CURVE_SCHEMA_VERSION, cost_curve, crawl_module, evaluate_piece, fit_curves
+from torchscan.curve_schema import validate_cost_curve
 
 
 def _linear_stack_totals(sizes: list[int]) -> list[dict[str, Any]]:
@@ -55,6 +59,7 @@ def test_cost_curve_analyzes_each_size_and_is_json() -> None:
     assert curve["curves"]["macs"]["pieces"] == [{"from": 8, "to": 40, "step": 8,
                                                   "coefficients": ["0", "0", str(3 * 4 * 9)]}]
     assert json.loads(json.dumps(curve)) == curve
+    assert_nothing_shared(curve)
 
 
 def test_cost_curve_refuses_inputs_that_are_not_a_call() -> None:
@@ -102,6 +107,7 @@ def _language_models() -> dict[str, Any]:
 def test_transformer_costs_are_exact_quadratics_in_the_sequence_length(name: str) -> None:
     model = _language_models()[name]
     curve = cost_curve(model, [16, 32, 64, 128, 256], _token_call())
+    validate_cost_curve(curve)
     direct = crawl_module(model, kwargs=_token_call()(80)[1])["totals"]  # 80 is on the lattice, not sampled
     for view in EXACT_VIEWS:
         fitted = curve["curves"][view]
@@ -125,7 +131,9 @@ def _held_out_agree(sizes: list[int], held_out: list[int]) -> dict[str, dict[str
     """The curves of ResNet-18 at ``sizes``, after checking every piece against direct analyses of the held-out
     sizes that lie on its lattice."""
     model = _resnet18()
-    curves = cost_curve(model, sizes, _image_call)["curves"]
+    curve = cost_curve(model, sizes, _image_call)
+    validate_cost_curve(curve)
+    curves = curve["curves"]
     for size in held_out:
         totals = crawl_module(model, args=_image_call(size)[0])["totals"]
         for view in EXACT_VIEWS:
@@ -146,3 +154,28 @@ def test_a_resnet_at_multiples_of_its_stride_is_an_exact_quadratic() -> None:
     for view in EXACT_VIEWS:
         assert curves[view]["kind"] == "polynomial", curves[view]["reason"]
         assert curves[view]["pieces"][0]["step"] == 32 and len(curves[view]["pieces"][0]["coefficients"]) == 3
+
+
+def test_cost_curve_puts_the_call_on_the_device() -> None:
+    with torch.device("meta"):
+        model = nn.Linear(4, 2)
+    curve = cost_curve(model, [1, 2, 3, 4], lambda batch: ((), {"input": torch.zeros(batch, 4)}), device="meta")
+    assert curve["curves"]["macs"]["pieces"][0]["coefficients"] == ["0", "8"]
+    with pytest.raises(ValueError, match="device must be"):
+        cost_curve(model, [1], lambda batch: ((), {}), device="no-such-device")
+
+
+def test_a_structure_sweep_has_parameter_curves_and_says_why_it_has_no_cost_curves() -> None:
+    curve = cost_curve(nn.Linear(4, 2), [1, 2, 3], lambda batch: ((torch.zeros(batch, 4),), {}), mode="structure")
+    assert curve["curves"]["parameters.total"]["kind"] == "polynomial"
+    assert curve["curves"]["macs"] == {"kind": "points", "pieces": [], "verified_at": [],
+                                       "reason": "not_requested at size 1: the analysis mode did not count it"}
+
+
+def test_fitting_curves_does_not_import_torch() -> None:
+    """The site builder fits and displays curves of cached sweeps without paying for importing torch."""
+    script = ("import sys\nfrom torchscan.cost_curve import CURVE_SCHEMA_VERSION, evaluate_piece, fit_curves\n"
+              "import torchscan\ntorchscan.fit_curves, torchscan.evaluate_piece\nprint('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.stdout.strip() == "False"

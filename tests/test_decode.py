@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from integrations.third_party_models import import_transformers
 from torchscan_testing import analyze_call
 
 from torchscan import cost_curve, decode_step_inputs
+from torchscan.curve_schema import validate_cost_curve
 from torchscan.decode import kv_cache_section
 
 LAYERS, HEADS, KV_HEADS, WIDTH = 2, 4, 2, 32
@@ -97,6 +99,10 @@ def test_decode_macs_are_an_exact_linear_curve_in_the_context(library) -> None:
         assert curve["curves"][name]["kind"] == "polynomial", curve["curves"][name]["reason"]
         assert len(curve["curves"][name]["pieces"][0]["coefficients"]) == 2  # linear, with a nonzero slope
         assert curve["curves"][name]["verified_at"]
+    per_position = 2 * LAYERS * KV_HEADS * (WIDTH // HEADS) * 4
+    assert curve["curves"]["kv_cache"]["pieces"][0]["coefficients"] == ["0", str(per_position)]
+    assert [point["kv_cache"]["positions"] for point in curve["points"]] == [16, 32, 64, 96, 128]
+    validate_cost_curve(curve)
 
 
 def test_bad_arguments_are_named(library) -> None:
@@ -108,6 +114,8 @@ def test_bad_arguments_are_named(library) -> None:
         decode_step_inputs(bert, 4)
     with pytest.raises(ValueError, match="context_length must be an integer >= 0"):
         decode_step_inputs(llama(library, "meta"), -1)
+    with pytest.raises(ValueError, match=r"context_length 256: .* max_position_embeddings \(256\)"):
+        decode_step_inputs(gpt2(library, "meta"), 256, device="meta")
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         decode_step_inputs(llama(library, "meta"), 4, batch_size=0)
 
@@ -116,5 +124,33 @@ def test_importing_torchscan_and_its_decode_module_does_not_import_transformers(
     script = ("import sys, torchscan, torchscan.decode, torchscan.crawler\n"
               "torchscan.decode_step_inputs, torchscan.cost_curve\n"
               "print('transformers' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
+                            cwd=Path(__file__).resolve().parents[1])
     assert result.stdout.strip() == "False"
+
+
+class _Unreadable:
+    """An argument whose attribute lookup raises something other than AttributeError."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name} here")
+
+
+def test_an_argument_that_cannot_be_inspected_is_not_a_cache() -> None:
+    assert kv_cache_section((_Unreadable(),), {}) == {}
+
+
+def test_the_report_schema_checks_the_kv_cache_bytes(library) -> None:
+    import jsonschema
+
+    from torchscan.schema import validate_report
+
+    model = llama(library, "meta")
+    args, kwargs = decode_step_inputs(model, 4, device="meta")
+    report = analyze_call(model, *args, kwargs=kwargs)
+    report["inputs"]["kv_cache"]["bytes"]["unit"] = "FLOPs"
+    with pytest.raises(jsonschema.ValidationError, match="inputs.kv_cache.bytes: unit must be 'bytes'"):
+        validate_report(report)
+    report["inputs"]["kv_cache"]["heads"] = 2
+    with pytest.raises(jsonschema.ValidationError, match="'heads' was unexpected"):
+        validate_report(report)

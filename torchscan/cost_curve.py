@@ -16,12 +16,15 @@ from typing import Any
 
 from .exact_fit import Fit, evaluate_piece, fit_points
 
-__all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "evaluate_piece", "fit_curves"]
+__all__ = ["CURVE_SCHEMA_VERSION", "cost_curve", "counts_of_point", "evaluate_piece", "fit_curves"]
 
 #: The version of a cost curve's wire form (docs/schema.md); bumped only for changes that break consumers.
 CURVE_SCHEMA_VERSION = "1"
 
 Series = list[int] | str
+#: Why a metric with this status at one size has no exact curve (after "<status> at size <s>").
+_STATUS_REASONS = {"unavailable": ": nothing is known of it there", "not_requested": ": the analysis mode did not count it",
+                   "not_applicable": ": it has no value there"}
 
 
 def _counts(totals: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -38,11 +41,12 @@ def _counts(totals: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, 
 def _exact_integer(value: Any, size: int) -> int | str:
     """The integer a count holds at one size, or why it cannot lie on an exact curve."""
     if isinstance(value, Mapping):
-        if value.get("status") == "partial":
+        status = str(value.get("status"))
+        if status == "partial":
             return (f"partial at size {size}: its known value is a lower bound, and a curve through lower bounds "
                     "is not exact")
-        if value.get("status") != "complete":
-            return f"{value.get('status')} at size {size}"
+        if status != "complete":
+            return f"{status} at size {size}{_STATUS_REASONS.get(status, '')}"
         value = value.get("value")
     if isinstance(value, bool) or not isinstance(value, int):
         return f"not an integer count at size {size} ({value!r})"
@@ -104,23 +108,60 @@ def cost_curve(
 ) -> dict[str, Any]:
     """Analyze ``model`` at every size and return the versioned, JSON-serializable curve of its totals.
 
-    ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size; the other arguments are
-    `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given), ``points`` (one
-    ``{"size", "totals"}`` per size, each a full report's totals) and ``curves`` (`fit_curves`).
+    ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size. ``device``, when given, is where the
+    call's tensors go (those nested in tuples, lists and dicts too; other objects, such as a KV cache, are passed
+    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules`` and
+    ``custom_mapping`` are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
+    ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals, plus ``kv_cache``, the report's
+    ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
+    KV-cache bytes under ``kv_cache``).
     """
     from .crawler import crawl_module
+    from .inputs import normalize_device
 
     sizes = _check_sizes(sizes)
     if not callable(inputs):
         raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
+    target = normalize_device(device)
     points = []
     for size in sizes:
-        args, kwargs = _call_of(inputs, size)
-        report = crawl_module(model, args=args, kwargs=kwargs, device=device, mode=mode,  # type: ignore[arg-type]
+        args, kwargs = _moved(_call_of(inputs, size), target)
+        report = crawl_module(model, args=args, kwargs=kwargs, mode=mode,  # type: ignore[arg-type]
                               custom_modules=custom_modules, custom_mapping=custom_mapping)
-        points.append({"size": size, "totals": report["totals"]})
+        points.append(_point(size, report))
     return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
-            "curves": fit_curves(sizes, [point["totals"] for point in points])}
+            "curves": fit_curves(sizes, [_fitted_counts(point) for point in points])}
+
+
+def _point(size: int, report: Mapping[str, Any]) -> dict[str, Any]:
+    """One size's point: its totals, and the call's KV cache (``inputs.kv_cache``) when it passed one."""
+    point = {"size": size, "totals": report["totals"]}
+    if "kv_cache" in report["inputs"]:
+        point["kv_cache"] = report["inputs"]["kv_cache"]
+    return point
+
+
+def _fitted_counts(point: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The counts a curve is fitted to: the totals, and the KV-cache bytes (curve ``kv_cache``) of a decode step."""
+    if "kv_cache" not in point:
+        return point["totals"]
+    return {**point["totals"], "kv_cache": point["kv_cache"]["bytes"]}
+
+
+def _moved(call: tuple[tuple[Any, ...], dict[str, Any]], device: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with its tensors on ``device`` (unchanged when ``device`` is ``None``)."""
+    if device is None:
+        return call
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda value: value.to(device) if isinstance(value, torch.Tensor) else value, call)
+
+
+def counts_of_point(point: Mapping[str, Any]) -> dict[str, int | None]:
+    """Every count of one point of a cost curve by its curve's name, ``None`` where it is not an exact integer."""
+    exact = {name: _exact_integer(value, point["size"]) for name, value in _counts(_fitted_counts(point))}
+    return {name: value if isinstance(value, int) else None for name, value in exact.items()}
 
 
 def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], dict[str, Any]]:

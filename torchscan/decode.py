@@ -49,6 +49,15 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+def _check_position_limit(model: Any, positions: int) -> None:
+    """The new token's position must exist: a model with learned positions (GPT-2) has none past its limit, and on
+    the meta device nothing would fail, so the numbers would describe an impossible call."""
+    limit = getattr(model.config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if isinstance(limit, int) and positions >= limit:
+        raise ValueError(f"context_length {positions}: the new token's position must be below the model's "
+                         f"max_position_embeddings ({limit}); raise it in the configuration to analyze longer contexts")
+
+
 def _attention_shape(config: Any) -> tuple[int, int]:
     """Key/value heads and head dimension of the decoder, as its attention layers compute them."""
     heads = config.num_attention_heads
@@ -96,6 +105,7 @@ def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int
     transformers = _transformers()
     _check_causal_lm(model, transformers)
     positions = _check_count("context_length", context_length, 0)
+    _check_position_limit(model, positions)
     batch = _check_count("batch_size", batch_size, 1)
     target = torch.device(device) if device is not None else next(model.parameters()).device
     accepted = _accepted_keywords(model)
@@ -113,9 +123,13 @@ def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int
 
 
 def _is_cache(value: Any) -> bool:
-    """Duck typing on ``transformers``' Cache API: per-layer storage, a length and an update."""
-    return isinstance(getattr(value, "layers", None), (list, tuple)) and all(
-        callable(getattr(value, name, None)) for name in ("get_seq_length", "update"))
+    """Duck typing on ``transformers``' Cache API: per-layer storage, a length and an update. An argument whose
+    attribute lookup raises is not a cache (the analysis must not fail on what it merely inspects)."""
+    try:
+        return isinstance(getattr(value, "layers", None), (list, tuple)) and all(
+            callable(getattr(value, name, None)) for name in ("get_seq_length", "update"))
+    except Exception:  # noqa: BLE001 -- an argument that cannot be inspected is not a cache
+        return False
 
 
 def find_cache(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

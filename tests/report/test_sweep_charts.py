@@ -27,8 +27,8 @@ def record(partial_dmas: bool = False, kv_cache: bool = False) -> dict[str, Any]
         report = {"totals": {"macs": result(3 * size * size + 5 * size), "module_flops": result(7 * size, "FLOPs"),
                              "operator_flops": result(7 * size, "FLOPs"),
                              "dmas": result(11 * size, "DMAs", "partial" if partial_dmas else "complete")},
-                  "inputs": {"kv_cache": {"bytes": result(4096 * size, "bytes")}} if kv_cache else {"args": []}}
-        points.append(point_record(size, f"m.n-{size}", report))
+                  "inputs": {"kv_cache": {"bytes": result(4096 * size, "bytes")}} if kv_cache else {}}
+        points.append(point_record(size, report))
     return {"quantity": "seq_len", "default": 512, "sizes": list(SIZES), "points": points,
             "curves": fit_curves(list(SIZES), [fitted_counts(point) for point in points])}
 

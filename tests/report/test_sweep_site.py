@@ -14,6 +14,7 @@ from browser import Tab
 from e2e import write_models
 
 from torchscan.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
+from torchscan.curve_schema import validate_cost_curve
 from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, BuildResult, build
 from torchscan.report.catalog_diff import catalog_diff_view
@@ -77,8 +78,11 @@ def test_the_sweep_json_is_versioned_and_holds_the_fitted_curves(sites: Path) ->
     record = json.loads((sites / "new" / "reports" / "tagger.sweep.json").read_text())
     assert record["schema_version"] == CURVE_SCHEMA_VERSION
     assert (record["entry"], record["quantity"], record["default"]) == ("tagger", "seq_len", 4)
-    assert record["sizes"] == [4, 8, 16, 32] and [point["stem"] for point in record["points"]][:2] == [
-        "tagger", "tagger.seq_len-8"]
+    assert record["sizes"] == [4, 8, 16, 32]
+    assert record["stems"] == {"4": "tagger", "8": "tagger.seq_len-8", "16": "tagger.seq_len-16",
+                               "32": "tagger.seq_len-32"}
+    # Its four cost-curve fields are a valid cost curve, as torchscan.cost_curve returns it.
+    validate_cost_curve({key: record[key] for key in ("schema_version", "sizes", "points", "curves")})
     assert record["missing"][0]["size"] == 64 and "IndexError" in record["missing"][0]["reason"]
     assert record["curves"] == fit_curves(record["sizes"], [point["totals"] for point in record["points"]])
     assert record["curves"]["macs"]["kind"] == "polynomial"

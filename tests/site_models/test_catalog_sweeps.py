@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from torchscan.cost_curve import evaluate_piece
+from torchscan.curve_schema import validate_cost_curve
 from torchscan.report.registry import Entry, InputSpec, load_registry
 from torchscan.report.sweeps import sweep_record
 from torchscan.report.worker import analyze_run
@@ -70,6 +71,7 @@ def test_llama_curves_are_exact_and_hold_between_the_points(name: str, degree: i
 def test_the_decode_sweep_states_the_kv_cache_of_every_context() -> None:
     sweep = record("hf_llama2_7b_decode")
     for point in sweep["points"]:
-        assert point["kv_cache"]["value"] == 2 * LAYERS * 1 * KV_HEADS * HEAD_DIM * point["size"] * BYTES
+        assert point["kv_cache"]["bytes"]["value"] == 2 * LAYERS * 1 * KV_HEADS * HEAD_DIM * point["size"] * BYTES
+    validate_cost_curve({key: sweep[key] for key in ("schema_version", "sizes", "points", "curves")})
     assert sweep["curves"]["kv_cache"]["pieces"][0]["coefficients"] == ["0", str(2 * LAYERS * KV_HEADS * HEAD_DIM
                                                                                * BYTES)]

@@ -1,7 +1,7 @@
 """The view of a sweep: one model's totals at every analyzed size and the exact curves that summarize them.
 
 It reads the versioned JSON of `torchscan.cost_curve` (``sizes``, ``points``, ``curves``), with the registry's
-additions when a build wrote it (``quantity``, ``default``, each point's ``stem``, the ``missing`` points). A
+additions when a build wrote it (``quantity``, ``default``, the points' report ``stems``, the ``missing`` points). A
 formula is shown only where the curve is exact, with its domain: the sampled lattice it was found and verified on.
 Nothing here evaluates a curve: every number in a table is one that an analysis produced.
 """
@@ -110,8 +110,9 @@ def sweep_view(record: dict[str, Any], quantity: str = "") -> SweepView:
     symbol = SYMBOLS.get(name, name[:1].upper())
     default = record.get("default")
     metrics = SWEPT_METRICS + ((KV_CACHE,) if any(KV_CACHE[0] in point for point in record["points"]) else ())
-    points = tuple(PointRow(point["size"], tuple(point_cell(point, key) for key, _ in metrics), point.get("stem", ""),
-                            point["size"] == default)
+    stems = record.get("stems", {})
+    points = tuple(PointRow(point["size"], tuple(point_cell(point, key) for key, _ in metrics),
+                            stems.get(str(point["size"]), ""), point["size"] == default)
                    for point in record["points"])
     curves = tuple(curve_row(key, label, symbol, record["curves"][key]) for key, label in metrics
                    if key in record["curves"])
@@ -120,10 +121,10 @@ def sweep_view(record: dict[str, Any], quantity: str = "") -> SweepView:
 
 
 def point_cell(point: dict[str, Any], key: str) -> Cell:
-    """One metric of one point: a total, or the KV-cache bytes (written as bytes: ``1.07 GB``)."""
+    """One metric of one point: a total, or the KV-cache bytes (written as bytes: ``1.07GB``)."""
     if key != KV_CACHE[0]:
         return metric_cell(point["totals"].get(key))
-    result = point.get(key)
+    result = point[key]["bytes"] if key in point else None
     cell = metric_cell(result)
     if result is None or result["status"] != "complete":
         return cell

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from .torchvision_ops import ensure_torchvision
 
-__all__ = ["llama2_7b"]
+__all__ = ["decode_inputs", "llama2_7b"]
 
 
 def llama2_7b(attn_implementation: str = "sdpa", **overrides: Any) -> nn.Module:
@@ -28,3 +29,16 @@ def llama2_7b(attn_implementation: str = "sdpa", **overrides: Any) -> nn.Module:
     config = LlamaConfig(**settings)
     config._attn_implementation = attn_implementation
     return LlamaForCausalLM(config)
+
+
+def decode_inputs(context_length: int, **overrides: Any) -> tuple[tuple, dict[str, Any]]:
+    """One decode step of ``llama2_7b(**overrides)`` after ``context_length`` positions, on the meta device.
+
+    `torchscan.decode_step_inputs` needs the model for its configuration and cache class: an inputs callable gets
+    only its keyword arguments, so it builds the same configuration on meta (no weight is allocated).
+    """
+    from torchscan import decode_step_inputs
+
+    with torch.device("meta"):
+        model = llama2_7b(**overrides)
+    return decode_step_inputs(model, context_length, device="meta")

@@ -1,13 +1,16 @@
 """Change budgets for before/after reviews: ``torchscan-report diff --fail-if "macs>+5%"``.
 
 A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``macs``, ``module_flops``, ``dmas``,
-``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes``), one of ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
+``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes``), one of
+``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
 either absolute in the metric's unit or relative to ``before`` (``+5%``). An absolute limit reads numbers as every
 view writes them (`torchscan.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
 ``8.03B`` (billions, the model-card style); a byte total also takes the byte suffixes the views write, ``B``,
 ``kB`` (or ``KB``), ``MB``, ``GB``, ``TB``, in powers of 1000 (``training_peak_bytes>80GB``); a minus sign may be ``-`` or the ``−`` the views write. The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
 review whose MACs grew by more than 5%. In a catalog diff a budget applies to every entry, or, prefixed with an
-entry's name (``resnet18:macs>+5%``), to that entry (and its variants) alone. A change that cannot be computed exactly (a side incomplete or not
+entry's name (``resnet18:macs>+5%``), to that entry (and its variants) alone. A swept entry (``[models.sweep]``)
+is checked at its declared point only, unless the budget names another point by its size: ``gpt2_small@512:macs>+5%``
+checks the point at 512 alone. A change that cannot be computed exactly (a side incomplete or not
 requested) leaves the budget *unknown*, which a gate treats as failed: a lower bound cannot prove a budget met.
 """
 
@@ -34,11 +37,13 @@ SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARA
 PARAMETER_ONLY = {"B"}
 SUFFIXES = ("k (or K), M, G, T, B (billions for parameters, bytes for a byte total), kB (or KB), MB, GB, TB (byte "
             "totals only, powers of 1000) or % (relative to before)")
-GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*(?P<op>>=|<=|>|<)\s*"
-                     r"(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>%|[kKMGT]B|[kKMGTB])?")
+GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)(?:@(?P<point>\d+))?\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*"
+                     r"(?P<op>>=|<=|>|<)\s*(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
+                     r"(?P<unit>%|[kKMGT]B|[kKMGTB])?")
 USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>8B' (absolute); OP is "
          f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; LIMIT is a signed number with an "
-         f"optional suffix: {SUFFIXES}; in a catalog diff, ENTRY:METRIC OP LIMIT checks one entry only")
+         f"optional suffix: {SUFFIXES}; in a catalog diff, ENTRY:METRIC OP LIMIT checks one entry only, and "
+         "ENTRY@SIZE:METRIC OP LIMIT one point of a swept entry")
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,15 @@ class Budget:
     #: ``resnet18:macs>+5%`` applies to one catalog entry (a run stem, or an entry and all its variants); empty:
     #: to every entry a catalog diff compares.
     entry: str = ""
+    #: ``gpt2_small@512:macs>+5%`` checks the point of size 512 of a swept entry; None: the declared point.
+    point: int | None = None
 
-    def applies_to(self, stem: str) -> bool:
-        return not self.entry or stem == self.entry or stem.startswith(self.entry + ".")
+    def applies_to(self, stem: str, size: int | None = None, declared: bool = True) -> bool:
+        """Whether the budget checks a catalog run: ``size`` is a sweep point's size, ``declared`` whether the run
+        is its entry's declared point (every run of an unswept entry is)."""
+        if self.point is not None:
+            return size == self.point and (stem == self.entry or stem.startswith(self.entry + "."))
+        return declared and (not self.entry or stem == self.entry or stem.startswith(self.entry + "."))
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,8 @@ def parse_budget(text: str) -> Budget:
     limit = float(match["number"].replace("−", "-")) * _factor(text, metric, match["unit"] or "")
     if not math.isfinite(limit):
         raise ValueError(f"budget {text!r}: the limit must be a finite number")
-    return Budget("".join(text.split()), metric, match["op"], limit, relative=match["unit"] == "%", entry=match["entry"] or "")
+    return Budget("".join(text.split()), metric, match["op"], limit, relative=match["unit"] == "%",
+                  entry=match["entry"] or "", point=int(match["point"]) if match["point"] else None)
 
 
 def _factor(text: str, metric: str, unit: str) -> float:

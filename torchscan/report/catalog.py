@@ -12,8 +12,10 @@ from typing import Any
 from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
+from ..views.sweep import SweepView, sweep_view
 from ..views.training import TrainingView
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
+from .sweeps import sweep_record
 from .wording import plural
 
 #: Run status -> the badge class the site colours it with.
@@ -83,6 +85,9 @@ class RunSummary:
 
     @property
     def label(self) -> str:
+        """The variant's name, a sweep point's ``seq_len 1,024``, or the entry's name."""
+        if self.run.size is not None:
+            return f"{self.run.quantity} {self.run.size:,}"
         return self.run.variant or self.run.entry
 
     @property
@@ -152,6 +157,9 @@ class RunSummary:
 class EntrySummary:
     entry: Entry
     runs: list[RunSummary]
+    #: A swept entry's JSON (`torchscan.report.sweeps.sweep_record`) and its view; None for other entries.
+    sweep_json: dict[str, Any] | None = None
+    sweep: SweepView | None = None
 
     @property
     def name(self) -> str:
@@ -159,7 +167,25 @@ class EntrySummary:
 
     @property
     def primary(self) -> RunSummary:
-        return self.runs[0]
+        """The run the entry's page and catalog row describe: a sweep's declared point, else the first run."""
+        sweep = self.entry.sweep
+        if sweep is None:
+            return self.runs[0]
+        return next(run for run in self.runs if run.run.size == sweep.default)
+
+    @property
+    def catalog_runs(self) -> list[RunSummary]:
+        """The catalog's rows of this entry: every variant, or a sweep's declared point alone (its page has the
+        other points)."""
+        return [self.primary] if self.entry.sweep is not None else self.runs
+
+    @property
+    def sweep_label(self) -> str:
+        """``seq_len 128 · sweep 128–1,024 (4 points)``: the declared point and the swept range of a catalog row."""
+        sweep = self.entry.sweep
+        if sweep is None:
+            return ""
+        return f"{sweep.name} {sweep.default:,} · sweep {sweep.range_text}"
 
     @property
     def failed(self) -> bool:
@@ -303,6 +329,14 @@ def spec_inputs(run: Run, report: dict[str, Any] | None) -> str:
 
 
 def catalog_view(registry: Registry, results: dict[str, dict[str, Any]], strict: bool) -> CatalogView:
-    entries = [EntrySummary(entry, [summarize_run(run, results[run.stem], strict) for run in entry.runs])
-               for entry in registry.entries]
+    entries = [entry_summary(entry, results, strict) for entry in registry.entries]
     return CatalogView(title=registry.title, description=registry.description, entries=entries)
+
+
+def entry_summary(entry: Entry, results: dict[str, dict[str, Any]], strict: bool) -> EntrySummary:
+    """An entry's runs summarized; a swept entry also gets its sweep JSON (the curves fitted here) and its view."""
+    summary = EntrySummary(entry, [summarize_run(run, results[run.stem], strict) for run in entry.runs])
+    if entry.sweep is not None:
+        summary.sweep_json = sweep_record(entry, results)
+        summary.sweep = sweep_view(summary.sweep_json)
+    return summary

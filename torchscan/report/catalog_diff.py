@@ -165,11 +165,26 @@ def catalog_diff_view(before: Catalog, after: Catalog, budgets: Sequence[Budget]
     if unknown:
         raise ValueError(f"--fail-if names no entry of either catalog: {', '.join(unknown)}; the entries are "
                          f"{', '.join(sorted(_names(before, after)))}")
+    _check_points(budgets, before, after)
     old, new = before.by_stem(), after.by_stem()
     rows = [entry_row(old.get(run.stem), run, budgets) for run in after.runs]
     rows += [entry_row(run, None, budgets) for run in before.runs if run.stem not in new]
     return CatalogDiffView(title=title or "Catalog: before / after", before=str(before.source),
                            after=str(after.source), rows=rows, budgets=list(budgets))
+
+
+def _check_points(budgets: Sequence[Budget], *catalogs: Catalog) -> None:
+    """A budget naming a sweep point (``entry@512:``) must find that point on one side."""
+    for budget in budgets:
+        if budget.point is None:
+            continue
+        sizes = sorted({run.size for catalog in catalogs for run in catalog.runs
+                        if run.entry == budget.entry and run.size is not None})
+        if budget.point not in sizes:
+            raise ValueError(f"--fail-if {budget.text}: {budget.entry!r} has no sweep point {budget.point}; "
+                             + (f"its points are {', '.join(map(str, sizes))}" if sizes else
+                                "it is not a swept entry of either catalog (a built site's catalog.json says which "
+                                "entries are swept)"))
 
 
 def _names(*catalogs: Catalog) -> set[str]:
@@ -183,7 +198,7 @@ def entry_row(old: CatalogRun | None, new: CatalogRun | None, budgets: Sequence[
     side = new if new is not None else old
     if side is None:
         raise ValueError("an entry of a catalog review needs a before or an after")
-    applying = [budget for budget in budgets if budget.applies_to(side.stem)]
+    applying = [budget for budget in budgets if budget.applies_to(side.stem, side.size, side.declared)]
     if new is None or new.report is None:
         return _without_after(side, old, new, applying)
     if old is None or old.report is None:

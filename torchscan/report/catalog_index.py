@@ -15,6 +15,8 @@ from typing import Any
 from ..schema import SCHEMA_VERSION
 from .catalog import CatalogView, RunSummary
 from .registry import LAST_GOOD_SUFFIX
+from .registry_sweeps import Sweep
+from .sweeps import sweep_stem
 
 CATALOG_INDEX = "catalog.json"
 #: Bumped when the index's layout changes.
@@ -33,6 +35,11 @@ class CatalogRun:
     label: str
     report: dict[str, Any] | None
     reason: str = ""
+    #: A sweep's point: its entry and size, and whether it is the declared point (the one budgets check unless they
+    #: name another). Runs of other entries are their entry's declared runs.
+    entry: str = ""
+    size: int | None = None
+    declared: bool = True
 
 
 @dataclass(frozen=True)
@@ -48,17 +55,23 @@ class Catalog:
 
 def catalog_index(catalog: CatalogView) -> str:
     """``catalog.json``: every run in registry order, as stable JSON (no timestamps)."""
-    index = {"format": INDEX_FORMAT, "title": catalog.title, "runs": [_run_record(run) for run in catalog.runs]}
+    runs = [_run_record(run, entry.entry.sweep) for entry in catalog.entries for run in entry.runs]
+    index = {"format": INDEX_FORMAT, "title": catalog.title, "runs": runs}
     return json.dumps(index, sort_keys=True, indent=1) + "\n"
 
 
-def _run_record(run: RunSummary) -> dict[str, Any]:
+def _run_record(run: RunSummary, sweep: Sweep | None) -> dict[str, Any]:
     last_good = None
     if run.last_good is not None:
         last_good = {"key": run.last_good.key, "report": f"reports/{run.last_good_stem}.json"}
-    return {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant, "outcome": run.outcome,
-            "status": run.status, "report": f"reports/{run.stem}.json" if run.report is not None else None,
-            "reason": run.reason, "last_good": last_good}
+    record: dict[str, Any] = {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant, "outcome": run.outcome,
+                              "status": run.status,
+                              "report": f"reports/{run.stem}.json" if run.report is not None else None,
+                              "reason": run.reason, "last_good": last_good}
+    if sweep is not None:  # only then: the index of a catalog without sweeps keeps its bytes
+        record["sweep"] = {"quantity": sweep.name, "size": run.run.size, "default": sweep.default,
+                           "json": f"reports/{sweep_stem(run.run.entry)}.json"}
+    return record
 
 
 def read_catalog(folder: Path) -> Catalog:
@@ -86,7 +99,9 @@ def _read_site(folder: Path) -> Catalog:
     for record in records:
         report = read_report(folder / record["report"]) if record["report"] else None
         label = record["entry"] + (f" · {record['variant']}" if record["variant"] else "")
-        runs.append(CatalogRun(record["stem"], label, report, _reason(record)))
+        point = record.get("sweep") or {}
+        runs.append(CatalogRun(record["stem"], label, report, _reason(record), record["entry"], point.get("size"),
+                               point.get("size") == point.get("default")))
     return Catalog(folder, tuple(runs))
 
 

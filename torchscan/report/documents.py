@@ -8,7 +8,7 @@ what only that site can show (status badges, the collapsible layer tree, sort ke
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,11 @@ from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
 from .catalog_diff import CHANGE_CLASSES, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
+from .charts.sweep_curves import sweep_charts
 from .charts.training_step import training_chart
 from .diff_view import DiffView, diff_view
 from .render import render
+from .sweeps import sweep_stem
 
 #: A tree with at most this many rows opens fully; a larger one shows the root and its children (one click away).
 OPEN_ALL_ROWS = 400
@@ -42,12 +44,14 @@ class BuildCharts:
 
     runs: dict[str, list[Chart]]  # by run stem
     catalog: list[Chart]
+    sweeps: dict[str, list[Chart]] = field(default_factory=dict)  # a swept entry's costs against its quantity
 
 
 def build_charts(catalog: CatalogView) -> BuildCharts:
     runs = {run.stem: report_charts(run.view) for entry in catalog.entries for run in entry.runs
             if run.view is not None}
-    return BuildCharts(runs=runs, catalog=catalog_charts(catalog))
+    sweeps = {entry.name: sweep_charts(entry.sweep) for entry in catalog.entries if entry.sweep is not None}
+    return BuildCharts(runs=runs, catalog=catalog_charts(catalog), sweeps=sweeps)
 
 
 def report_html(view: ReportView, templates: Path | None = None, charts: list[Chart] | None = None) -> str:
@@ -118,16 +122,19 @@ def _incomplete_groups(runs: list[RunSummary]) -> list[list[RunSummary]]:
 
 
 def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | None = None, site: bool = False,
-                   charts: list[Chart] | None = None) -> str:
+                   charts: list[Chart] | None = None, sweep: list[Chart] | None = None) -> str:
     """A model's page: the site's (``site``) or the portable snippet file under ``markdown/``, with the primary
-    run's cost charts (drawn here unless given)."""
+    run's cost charts (drawn here unless given) and, for a swept entry, its cost against the swept quantity."""
     view = entry.primary.view
     if charts is None:
         charts = [] if view is None else report_charts(view)
+    if sweep is None and entry.sweep is not None:
+        sweep = sweep_charts(entry.sweep)
     tree = tree_html(view, templates) if site and view is not None else None
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
                   callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}",
-                  charts=charts, training_charts=training_charts(entry) if site else {})
+                  charts=charts, training_charts=training_charts(entry) if site else {}, sweep_charts=sweep or [],
+                  sweep_json=sweep_stem(entry.name) + ".json")
 
 
 def training_charts(entry: EntrySummary) -> dict[str, Chart]:
@@ -156,8 +163,11 @@ def build_documents(catalog: CatalogView, charts: BuildCharts, templates: Path |
             if run.last_good is not None:
                 files[f"reports/{run.last_good_stem}.json"] = report_json(run.last_good.report)
                 files[f"reports/{run.last_good_stem}.html"] = report_html(run.last_good.view, templates)
+        if entry.sweep_json is not None:
+            files[f"reports/{sweep_stem(entry.name)}.json"] = report_json(entry.sweep_json)
         files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates,
-                                                            charts=_primary_charts(entry, charts))
+                                                            charts=_primary_charts(entry, charts),
+                                                            sweep=charts.sweeps.get(entry.name))
     files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates, charts=charts.catalog)
     return files
 
@@ -167,7 +177,8 @@ def site_pages(catalog: CatalogView, catalog_page: str, charts: BuildCharts, tem
     """The generated site's Markdown pages: one per entry under ``models/``, and the catalog at ``catalog_page``
     (``index.md`` of a standalone site, or ``models/catalog.md`` beside an existing site's pages)."""
     pages = {f"models/{entry.name}.md": entry_markdown(entry, "../reports/", templates, site=True,
-                                                      charts=_primary_charts(entry, charts))
+                                                      charts=_primary_charts(entry, charts),
+                                                      sweep=charts.sweeps.get(entry.name))
              for entry in catalog.entries}
     at_root = "/" not in catalog_page
     pages[catalog_page] = catalog_markdown(catalog, "models/" if at_root else "", "reports/" if at_root else

@@ -9,10 +9,11 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .registry_sweeps import Sweep, check_references, parse_sweep, point_spec
 from .resources import DEVICES, parse_memory
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -25,7 +26,7 @@ TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "memory",
-              "tags", "description", "strict", "variants", "custom_modules", "custom_mapping", "training")
+              "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping", "training")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
@@ -81,6 +82,8 @@ class Run:
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
     extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
     training: dict[str, str] | None = None  # crawl_training_step's options (``optimizer``), or None: forward only
+    quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
+    size: int | None = None
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
@@ -104,6 +107,7 @@ class Entry:
     device: str
     strict: bool
     runs: tuple[Run, ...]
+    sweep: Sweep | None = None  # the swept quantity (then ``runs`` holds one run per point, in increasing order)
 
 
 @dataclass(frozen=True)
@@ -137,8 +141,8 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(path, [f"invalid TOML: {error}"]) from None
     checker = _Checker(path)
     registry = checker.registry(data)
-    if checker.problems:
-        raise RegistryError(path, checker.problems)
+    if checker.problems:  # a sweep's points share the entry's settings: a mistake in them is listed once
+        raise RegistryError(path, list(dict.fromkeys(checker.problems)))
     return registry
 
 
@@ -196,12 +200,36 @@ class _Checker:
         common = {"entry": name, "factory": factory, "device": device, "strict": strict,
                   "memory": self.memory(f"{where}: memory", item.get("memory")),
                   "extensions": self.extensions(where, item)}
-        if variants is None:
+        sweep = self.sweep(where, item)
+        if sweep is not None:
+            runs = self.sweep_runs(where, common, base, sweep)
+        elif variants is None:
             runs = [self.run(where, common, base, None, name, description)]
         else:
             runs = self.variant_runs(where, common, base, variants)
         return Entry(name=name, factory=factory, description=description, tags=tuple(tags), device=device,
-                     strict=strict, runs=tuple(runs))
+                     strict=strict, runs=tuple(runs), sweep=sweep)
+
+    def sweep(self, where: str, item: dict[str, Any]) -> Sweep | None:
+        """The entry's ``[models.sweep]`` (None without one), its references checked; a sweep and variants do not
+        combine (a sweep generates the runs that variants would name by hand)."""
+        sweep = parse_sweep(f"{where}: sweep", item["sweep"], self.problem) if "sweep" in item else None
+        check_references(where, item, sweep, self.problem)
+        if sweep is not None and "variants" in item:
+            self.problem(f"{where}: variants", "an entry with a [models.sweep] cannot also have [[models.variants]]: "
+                         "the sweep's points are its runs; declare the other variants as entries of their own")
+        return sweep
+
+    def sweep_runs(self, where: str, common: dict[str, Any], base: dict[str, Any], sweep: Sweep) -> list[Run]:
+        """One run per point of the sweep: the declared point keeps the entry's stem, the others are
+        ``<entry>.<quantity>-<value>``."""
+        runs = []
+        for size in sweep.values:
+            stem = common["entry"] if size == sweep.default else f"{common['entry']}.{sweep.variant(size)}"
+            run = self.run(where, common, point_spec(base, sweep, size), sweep.variant(size), stem,
+                           f"{sweep.name} = {size:,}")
+            runs.append(replace(run, quantity=sweep.name, size=size))
+        return runs
 
     def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
         """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""

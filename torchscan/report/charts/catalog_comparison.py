@@ -23,7 +23,7 @@ CATALOG_BARS = 80
 
 def catalog_charts(view: CatalogView) -> list[Chart]:
     """Parameters against MACs for every model run (variants joined by a line), and MACs per model run."""
-    runs = [(entry, run) for entry in view.entries for run in entry.runs]
+    runs = [(entry, run) for entry in view.entries for run in entry.catalog_runs]
     colours = dict(zip((entry.name for entry in view.entries), distinct_colours(len(view.entries)), strict=True))
     return [draw(*scatter_chart(runs, colours)), draw(*macs_per_model_chart(runs, colours))]
 

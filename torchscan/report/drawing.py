@@ -13,8 +13,8 @@ from __future__ import annotations
 import multiprocessing
 import sys
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, nullcontext
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

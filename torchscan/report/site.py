@@ -24,7 +24,8 @@ from .render import template_folder
 
 ASSET_FOLDER = "assets/torchscan"
 #: The site's style sheets and scripts: (folder under templates/, file name), loaded by every page.
-ASSETS = (("assets", "tree.css"), ("site_assets", "site.css"), ("site_assets", "tablesort.js"), ("assets", "tree.js"))
+ASSETS = (("assets", "tree.css"), ("site_assets", "site.css"), ("site_assets", "tablesort.js"), ("assets", "tree.js"),
+          ("site_assets", "catalog.js"))
 STYLESHEETS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".css")]
 SCRIPTS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".js")]
 #: Up to this many model pages are listed in the global navigation. Material writes the whole navigation into

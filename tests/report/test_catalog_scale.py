@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from catalogs import FAILED_EVERY, synthetic_catalog
+import pathspec
+from catalogs import FAILED_EVERY, catalog_site, synthetic_catalog
 
 from torchscan.report.charts import catalog_charts
 from torchscan.report.charts.catalog_comparison import LABEL_ALL
@@ -51,3 +52,15 @@ def test_model_pages_leave_the_navigation_above_the_threshold() -> None:
                                                             {"Methodology": ["methodology/index.md"]}]
     assert not_in_nav(few, None) == ""
     assert not_in_nav(many, None) == MODEL_PAGES_PATTERN + "\n"
+    user = pathspec.GitIgnoreSpec.from_lines(["drafts/"])
+    assert not_in_nav(many, user) == "drafts/\n" + MODEL_PAGES_PATTERN + "\n"
+    assert not_in_nav(few, user) == "drafts/\n"
+
+
+def test_a_site_of_many_model_pages_builds_strictly_without_them_in_the_navigation(tmp_path: Path) -> None:
+    site, warnings = catalog_site(tmp_path, NAV_MODEL_PAGES + 10)
+    assert warnings == []
+    home = (site / "index.html").read_text(encoding="utf-8")
+    assert 'href="models/net-0000.html"' in home  # from the catalog table
+    assert not re.search(r'<a href="models/[^"]*" class="md-nav__link', home)  # nor from the navigation
+    assert (site / "models" / f"net-{NAV_MODEL_PAGES + 9:04d}.html").is_file()

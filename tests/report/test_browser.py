@@ -87,3 +87,18 @@ def test_catalog_sorts_by_any_column(tab: Tab, site_build: Build, tmp_path: Path
     tab.click(header % 0)  # text column
     assert tab.evaluate(first_cells, 0) == ["tagger", "tiny · w4", "tiny · w8"]
     assert tab.errors == []
+
+
+def test_catalog_filter_in_a_joined_site(tab: Tab, site_build: Build) -> None:
+    """The same filter box as a standalone catalog's (test_browser_catalog.py), on the page beside a site's own."""
+    tab.open(site_build.output / "models" / "catalog.html")
+    shown = ('[...document.querySelectorAll("table[data-torchscan-catalog] tbody tr:not([hidden])")]'
+             '.map(row => row.cells[0].textContent.trim())')
+    assert tab.page.text_content("[data-role=catalog-count]") == "3 of 3 entries shown"
+    tab.page.fill("[data-role=catalog-filter]", "tagger")
+    assert tab.evaluate(shown) == ["tagger"]
+    tab.page.fill("[data-role=catalog-filter]", "")
+    tab.click("button[data-tag=vision]")
+    assert tab.evaluate(shown) == ["tiny · w4", "tiny · w8"]
+    assert tab.page.text_content("[data-role=catalog-count]") == "2 of 3 entries shown"
+    assert tab.errors == []

@@ -225,6 +225,16 @@ class CatalogView:
         return any(run.forward_peak is not NO_MEMORY for run in self.runs)
 
     @property
+    def tag_counts(self) -> dict[str, int]:
+        """Each tag of the entries, in alphabetical order, with the number of entries carrying it (the site's
+        catalog offers them as filter facets)."""
+        counts: dict[str, int] = {}
+        for entry in self.entries:
+            for tag in dict.fromkeys(entry.entry.tags):
+                counts[tag] = counts.get(tag, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @property
     def runs(self) -> list[RunSummary]:
         return [run for entry in self.entries for run in entry.runs]
 

@@ -8,7 +8,6 @@ what only that site can show (status badges, the collapsible layer tree, sort ke
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from markupsafe import Markup
 
 from ..views import LAYER_COLUMNS, ReportView, report_view
 from .catalog import CatalogView, EntrySummary, RunSummary
-from .catalog_diff import CHANGE_CLASSES, CatalogDiffView
+from .catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
 from .charts import Chart, catalog_charts, diff_charts, report_charts
 from .charts.sweep_curves import sweep_charts
 from .charts.training_step import training_chart
@@ -24,6 +23,9 @@ from .diff_view import DiffView, diff_view
 from .render import render
 from .sweeps import sweep_stem
 
+#: Where `entry_files` and `catalog_files` put the generated site's pages (paths under it are relative to the
+#: site's ``docs_dir``); every other path is relative to the output folder.
+SITE_PAGES = "site/"
 #: A tree with at most this many rows opens fully; a larger one shows the root and its children (one click away).
 OPEN_ALL_ROWS = 400
 
@@ -36,22 +38,6 @@ def report_json(report: dict[str, Any]) -> str:
 def open_depth(view: ReportView) -> int:
     deepest = max((row.depth for row in view.layers), default=0)
     return deepest if len(view.tree) <= OPEN_ALL_ROWS else min(deepest, 1)
-
-
-@dataclass(frozen=True)
-class BuildCharts:
-    """Every chart of a build, drawn once: a run's HTML report and its model page show the same ones."""
-
-    runs: dict[str, list[Chart]]  # by run stem
-    catalog: list[Chart]
-    sweeps: dict[str, list[Chart]] = field(default_factory=dict)  # a swept entry's costs against its quantity
-
-
-def build_charts(catalog: CatalogView) -> BuildCharts:
-    runs = {run.stem: report_charts(run.view) for entry in catalog.entries for run in entry.runs
-            if run.view is not None}
-    sweeps = {entry.name: sweep_charts(entry.sweep) for entry in catalog.entries if entry.sweep is not None}
-    return BuildCharts(runs=runs, catalog=catalog_charts(catalog), sweeps=sweeps)
 
 
 def report_html(view: ReportView, templates: Path | None = None, charts: list[Chart] | None = None) -> str:
@@ -89,7 +75,7 @@ def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> s
 
 def catalog_diff_document(view: CatalogDiffView, kind: str, templates: Path | None = None) -> str:
     """A catalog review as ``html`` or ``md`` (``diff OLD NEW`` of two built sites or report folders)."""
-    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view,
+    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view, columns=COLUMNS,
                   change_classes=CHANGE_CLASSES)
 
 
@@ -150,41 +136,37 @@ def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str,
                   site=site, charts=catalog_charts(catalog) if charts is None else charts)
 
 
-def build_documents(catalog: CatalogView, charts: BuildCharts, templates: Path | None = None) -> dict[str, str]:
-    """Every file of a build except the site pages, by path relative to the output folder."""
+def entry_files(entry: EntrySummary, templates: Path | None = None) -> dict[str, str]:
+    """Every file drawn from one entry, by path: its runs' reports (JSON, HTML, last good copies) and its portable
+    page under the output folder, and its site page under ``site/`` (relative to the site's ``docs_dir``). The
+    charts are drawn once: a run's HTML report and the model's pages show the same ones."""
+    charts = {run.stem: report_charts(run.view) for run in entry.runs if run.view is not None}
     files: dict[str, str] = {}
-    for entry in catalog.entries:
-        for run in entry.runs:
-            if run.view is not None and run.report is not None:
-                files[f"reports/{run.stem}.json"] = report_json(run.report)
-                files[f"reports/{run.stem}.html"] = report_html(run.view, templates, charts.runs[run.stem])
-            else:
-                files[f"reports/{run.stem}.html"] = failure_html(run, templates)
-            if run.last_good is not None:
-                files[f"reports/{run.last_good_stem}.json"] = report_json(run.last_good.report)
-                files[f"reports/{run.last_good_stem}.html"] = report_html(run.last_good.view, templates)
-        if entry.sweep_json is not None:
-            files[f"reports/{sweep_stem(entry.name)}.json"] = report_json(entry.sweep_json)
-        files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates,
-                                                            charts=_primary_charts(entry, charts),
-                                                            sweep=charts.sweeps.get(entry.name))
-    files["markdown/catalog.md"] = catalog_markdown(catalog, "", "../reports/", templates, charts=charts.catalog)
+    for run in entry.runs:
+        if run.view is not None and run.report is not None:
+            files[f"reports/{run.stem}.json"] = report_json(run.report)
+            files[f"reports/{run.stem}.html"] = report_html(run.view, templates, charts[run.stem])
+        else:
+            files[f"reports/{run.stem}.html"] = failure_html(run, templates)
+        if run.last_good is not None:
+            files[f"reports/{run.last_good_stem}.json"] = report_json(run.last_good.report)
+            files[f"reports/{run.last_good_stem}.html"] = report_html(run.last_good.view, templates)
+    if entry.sweep_json is not None:
+        files[f"reports/{sweep_stem(entry.name)}.json"] = report_json(entry.sweep_json)
+    primary = charts.get(entry.primary.stem, [])
+    sweep = sweep_charts(entry.sweep) if entry.sweep is not None else []
+    files[f"markdown/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates, charts=primary, sweep=sweep)
+    files[f"{SITE_PAGES}models/{entry.name}.md"] = entry_markdown(entry, "../reports/", templates, site=True,
+                                                                 charts=primary, sweep=sweep)
     return files
 
 
-def site_pages(catalog: CatalogView, catalog_page: str, charts: BuildCharts, templates: Path | None = None
-               ) -> dict[str, str]:
-    """The generated site's Markdown pages: one per entry under ``models/``, and the catalog at ``catalog_page``
-    (``index.md`` of a standalone site, or ``models/catalog.md`` beside an existing site's pages)."""
-    pages = {f"models/{entry.name}.md": entry_markdown(entry, "../reports/", templates, site=True,
-                                                      charts=_primary_charts(entry, charts),
-                                                      sweep=charts.sweeps.get(entry.name))
-             for entry in catalog.entries}
+def catalog_files(catalog: CatalogView, catalog_page: str, templates: Path | None = None) -> dict[str, str]:
+    """The catalog's portable page and its site page at ``catalog_page`` (``index.md`` of a standalone site, or
+    ``models/catalog.md`` beside an existing site's pages), with its charts drawn once."""
+    charts = catalog_charts(catalog)
     at_root = "/" not in catalog_page
-    pages[catalog_page] = catalog_markdown(catalog, "models/" if at_root else "", "reports/" if at_root else
-                                           "../reports/", templates, site=True, charts=charts.catalog)
-    return pages
-
-
-def _primary_charts(entry: EntrySummary, charts: BuildCharts) -> list[Chart]:
-    return charts.runs.get(entry.primary.stem, [])
+    site_page = catalog_markdown(catalog, "models/" if at_root else "", "reports/" if at_root else "../reports/",
+                                 templates, site=True, charts=charts)
+    return {"markdown/catalog.md": catalog_markdown(catalog, "", "../reports/", templates, charts=charts),
+            SITE_PAGES + catalog_page: site_page}

@@ -24,9 +24,16 @@ from .render import template_folder
 
 ASSET_FOLDER = "assets/torchscan"
 #: The site's style sheets and scripts: (folder under templates/, file name), loaded by every page.
-ASSETS = (("assets", "tree.css"), ("site_assets", "site.css"), ("site_assets", "tablesort.js"), ("assets", "tree.js"))
+ASSETS = (("assets", "tree.css"), ("site_assets", "site.css"), ("site_assets", "tablesort.js"), ("assets", "tree.js"),
+          ("site_assets", "catalog.js"))
 STYLESHEETS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".css")]
 SCRIPTS = [f"{ASSET_FOLDER}/{name}" for _, name in ASSETS if name.endswith(".js")]
+#: Up to this many model pages are listed in the global navigation. Material writes the whole navigation into
+#: every page, so with more the site's size and build time grow with the square of the catalog: the pages are then
+#: left out of the navigation (MkDocs is told so, ``not_in_nav``) and the catalog page is their index.
+NAV_MODEL_PAGES = 50
+#: The ``not_in_nav`` pattern (gitignore style, relative to ``docs_dir``) of the model pages.
+MODEL_PAGES_PATTERN = "/models/*.md"
 REQUIRED_EXTENSIONS = ("tables", "attr_list", "toc")
 METHODOLOGY_FOLDER = "methodology"
 #: Used when the caller has not set SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z, any fixed value works.
@@ -47,6 +54,11 @@ class SiteContent:
     files: dict[str, bytes] = field(default_factory=dict)
     catalog_page: str = "index.md"
     model_pages: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def model_pages_in_nav(self) -> bool:
+        """Whether the model pages are listed in the global navigation: only up to `NAV_MODEL_PAGES` of them."""
+        return len(self.model_pages) <= NAV_MODEL_PAGES
 
 
 API_OPTIONS = {"show_root_heading": True, "show_root_full_path": True, "show_source": False,
@@ -87,6 +99,7 @@ def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_
         methodology = _add_methodology(docs, user_docs)
         own_nav = user["nav"] if user["nav"] is not None else folder_nav(user_docs, user_docs)
         overrides["nav"] = [*own_nav, *_catalog_nav(content, methodology)]
+        overrides["not_in_nav"] = not_in_nav(content, user["not_in_nav"])
         config_file = mkdocs_file
     else:
         docs.mkdir(parents=True)
@@ -154,13 +167,25 @@ def _standalone_config(content: SiteContent, methodology: list[str], docs: Path)
         "extra_javascript": SCRIPTS,
         "nav": [{"Catalog": content.catalog_page}, *_catalog_nav(content, methodology, standalone=True)],
         "exclude_docs": f"{METHODOLOGY_FOLDER}/conventions/\n",
+        "not_in_nav": not_in_nav(content, None),
     }
 
 
+def not_in_nav(content: SiteContent, user: Any) -> str:
+    """The ``not_in_nav`` patterns: the user's, and the model pages when they are left out of the navigation (so
+    that MkDocs does not report them as omitted, which a strict site may turn into a warning)."""
+    patterns = [pattern.pattern for pattern in user.patterns] if user is not None else []
+    if not content.model_pages_in_nav:
+        patterns.append(MODEL_PAGES_PATTERN)
+    return "".join(f"{pattern}\n" for pattern in patterns)
+
+
 def _catalog_nav(content: SiteContent, methodology: list[str], standalone: bool = False) -> list[dict[str, Any]]:
+    """The catalog's navigation section: the catalog page and, while there are few, the model pages."""
     section: list[Any] = [] if standalone else [{"Catalog": content.catalog_page}]
-    section += [{title: page} for title, page in content.model_pages]
-    nav: list[dict[str, Any]] = [{"Models" if standalone else content.section: section}]
+    if content.model_pages_in_nav:
+        section += [{title: page} for title, page in content.model_pages]
+    nav: list[dict[str, Any]] = [{"Models" if standalone else content.section: section}] if section else []
     if methodology:
         nav.append({"Methodology": methodology})
     return nav

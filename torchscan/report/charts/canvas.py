@@ -82,6 +82,12 @@ class Canvas:
         self._marks.append(f'<path d="M{x0:.2f} {self.height - y0:.2f}L{x1:.2f} {self.height - y1:.2f}" '
                            f'stroke="{INK}" stroke-opacity="0.45" stroke-width="0.5"/>')
 
+    def hover(self, x: float, y: float, text: str, radius: float = 5.0) -> None:
+        """An invisible disc at ``(x, y)`` (figure points) whose ``<title>`` the browser shows on hover: the static
+        SVG way to name a point that has no label of its own."""
+        self._marks.append(f'<circle cx="{x:.2f}" cy="{self.height - y:.2f}" r="{radius:g}" fill="{INK}" '
+                           f'fill-opacity="0"><title>{html.escape(text, quote=False)}</title></circle>')
+
     def hatch(self, transform: Any, span: tuple[float, float, float, float], colour: str, narrowest: float = 0.0
               ) -> None:
         """Diagonal lines over the box ``(x0, x1, y0, y1)`` (in ``transform``'s coordinates), which marks a lower

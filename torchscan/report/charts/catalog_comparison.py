@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ..catalog import CatalogView, EntrySummary, RunSummary
 
 CATALOG_BARS = 80
+#: Up to this many points are each named beside them; with more, only the extremes (fewest and most parameters
+#: and MACs) are, and every other point names itself on hover (an SVG ``<title>``), so a thousand stay legible.
+LABEL_ALL = 40
 
 
 def catalog_charts(view: CatalogView) -> list[Chart]:
@@ -52,7 +55,9 @@ def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict
     rows = [(name, format_parameters(params), macs.text) for _, name, params, macs in points]
     summary = (f"Each point is one model run, on logarithmic axes; the variants of one model share a colour and are "
                f"joined by a line; a hollow triangle marks a lower bound on MACs. {len(points)} of {len(runs)} "
-               "runs drawn.")
+               "runs drawn."
+               + (" Only the extremes are named; hover a point for its name and numbers." if len(points) > LABEL_ALL
+                  else ""))
     chart = Chart("params-vs-macs", "Parameters vs MACs", summary, ("Model", "Parameters", "MACs"), rows, notes)
 
     def paint() -> Canvas:
@@ -125,7 +130,9 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, i
     canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
     canvas.text(0, 0.5, "MACs (module view)", axes.transAxes, dx=-40, anchor="middle", rotate=-90,
                 size=FONT - 0.5)
-    point_labels(canvas, axes, points)
+    named = named_points(points)
+    point_labels(canvas, axes, points, named)
+    hover_points(canvas, axes, points, set(range(len(points))) - set(named))
 
 
 def _variant_lines(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float],
@@ -171,12 +178,33 @@ def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[floa
 Box = tuple[float, float, float, float]
 
 
-def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]]) -> None:
-    """Each point named beside it, at the first place that overlaps no other label and keeps clear of the other
-    points (boxes estimated from the text length); a label pushed further away gets a thin leader line."""
+def named_points(points: Sequence[tuple[str, str, int, Amount]]) -> list[int]:
+    """The points named beside them: all of them up to `LABEL_ALL`, else the extremes of both axes."""
+    if len(points) <= LABEL_ALL:
+        return list(range(len(points)))
+    by_params = sorted(range(len(points)), key=lambda index: (points[index][2], points[index][1]))
+    by_macs = sorted(range(len(points)), key=lambda index: (points[index][3].known, points[index][1]))
+    return sorted({by_params[0], by_params[-1], by_macs[0], by_macs[-1]})
+
+
+def hover_points(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]],
+                 chosen: set[int]) -> None:
+    """The ``chosen`` points name themselves on hover: name, parameters and MACs."""
+    for index in sorted(chosen):
+        _, name, params, macs = points[index]
+        x, y = (float(value) for value in axes.transData.transform((params, macs.known)))
+        canvas.hover(x, y, f"{name}: {format_parameters(params)} parameters, {macs.text} MACs")
+
+
+def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]],
+                 chosen: Sequence[int] | None = None) -> None:
+    """Each ``chosen`` point (all by default) named beside it, at the first place that overlaps no other label and
+    keeps clear of the other points (boxes estimated from the text length); a label pushed further away gets a
+    thin leader line."""
     spots = [tuple(float(value) for value in axes.transData.transform((params, macs.known)))
              for _, _, params, macs in points]
-    order = sorted(range(len(points)), key=lambda index: (-points[index][3].known, points[index][1]))
+    chosen = range(len(points)) if chosen is None else chosen
+    order = sorted(chosen, key=lambda index: (-points[index][3].known, points[index][1]))
     taken: list[Box] = []
     for index in order:
         _, name, _, macs = points[index]

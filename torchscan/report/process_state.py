@@ -76,10 +76,10 @@ class ProcessState:
 
     def reset(self) -> str | None:
         """Put back what a run changed; returns why the worker must end instead, or None when it may go on."""
-        reason = self._unresettable()
-        self._reset_python()
-        if self.torch is not None:
+        if self.torch is not None:  # first: a default device is a torch function mode, popped here
             _restore_torch_settings(self.torch)
+        reason = self._unresettable()
+        self._reset_python()  # last: the check above looks up the modules that replaced torch functions
         return reason
 
     def reseed(self) -> None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tasks
+import torch_tasks
 
 from torchscan.report.cache import ResultCache
 from torchscan.report.executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
@@ -18,11 +22,15 @@ from torchscan.report.registry import load_registry
 from torchscan.report.runner import run_all
 
 
-def test_isolated_executor_survives_raise_hang_and_death() -> None:
-    executor = IsolatedProcessExecutor(max_workers=3, timeout=3)
+ISOLATION = pytest.mark.parametrize("reuse", [True, False], ids=["warm-workers", "process-per-run"])
+
+
+@ISOLATION
+def test_isolated_executor_survives_raise_hang_and_death(reuse: bool) -> None:
+    executor = IsolatedProcessExecutor(max_workers=2, timeout=3, reuse=reuse)
     futures = {name: executor.submit(function, *args) for name, function, args in (
         ("add", tasks.add, (2, 3)), ("boom", tasks.boom, ()), ("hang", tasks.hang, ()), ("die", tasks.die, ()),
-        ("pid", tasks.pid, ()))}
+        ("segfault", tasks.segfault, ()), ("pid", tasks.pid, ()), ("again", tasks.pid, ()))}
     executor.shutdown(wait=True)
     assert futures["add"].result() == 5
     with pytest.raises(TaskRaised, match="ValueError: boom"):
@@ -31,7 +39,77 @@ def test_isolated_executor_survives_raise_hang_and_death() -> None:
         futures["hang"].result()
     with pytest.raises(WorkerDied, match="exit code 7"):
         futures["die"].result()
-    assert futures["pid"].result() != os.getpid()  # every task runs in a process of its own
+    with pytest.raises(WorkerDied, match="killed by signal SIGSEGV"):
+        futures["segfault"].result()
+    assert os.getpid() not in (futures["pid"].result(), futures["again"].result())
+    # Warm workers outlive the calls that raised or returned; the killed and dead ones were replaced.
+    assert executor.processes_started == (4 if reuse else 7)
+    assert executor.recycled == []
+    assert (futures["pid"].result() == futures["again"].result()) == reuse
+
+
+@ISOLATION
+def test_a_worker_killed_from_outside_fails_its_call_and_is_replaced(reuse: bool, tmp_path: Path) -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=reuse)
+    try:
+        idle = executor.submit(tasks.pid).result(timeout=120)
+        if reuse:  # the idle warm worker is killed between two calls: the next call gets a new one
+            os.kill(idle, signal.SIGKILL)
+        assert executor.submit(tasks.add, 1, 2).result(timeout=120) == 3
+        busy = executor.submit(tasks.pid_after, str(tmp_path / "pid"), 600)
+        assert _eventually(lambda: (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text())
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+        with pytest.raises(WorkerDied, match="killed by signal SIGKILL"):
+            busy.result(timeout=60)
+        assert executor.submit(tasks.pid).result(timeout=120) not in (idle, int((tmp_path / "pid").read_text()))
+    finally:
+        executor.shutdown()
+
+
+def test_a_warm_worker_resets_what_a_call_changed_in_its_process() -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        fresh = executor.submit(torch_tasks.global_state).result(timeout=120)
+        assert executor.submit(torch_tasks.change_global_state).result(timeout=60) == "changed"
+        after = executor.submit(torch_tasks.global_state).result(timeout=60)
+    finally:
+        executor.shutdown()
+    # The same process, and it looks as it did before: hooks, dtype, device, grad, flags, RNG, path, environment.
+    assert after == fresh and executor.processes_started == 1 and executor.recycled == []
+    assert fresh["hooks"] == 0 and fresh["dtype"] == "torch.float32" and fresh["output"]
+
+
+def test_a_warm_worker_is_replaced_after_a_call_that_patched_torch() -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        assert executor.submit(torch_tasks.patch_torch).result(timeout=120) == "patched"
+        assert executor.submit(torch_tasks.relu_is_torchs).result(timeout=120)
+    finally:
+        executor.shutdown()
+    assert executor.recycled == ["the run replaced torch.nn.functional.relu"] and executor.processes_started == 2
+
+
+def test_a_warm_worker_imports_an_edited_user_module_afresh(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "user_module.py").write_text('VALUE = "first"\n')
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        assert executor.submit(tasks.import_from, str(code), "user_module").result(timeout=120) == "first"
+        (code / "user_module.py").write_text('VALUE = "second, edited"\n')
+        assert executor.submit(tasks.import_from, str(code), "user_module").result(timeout=60) == "second, edited"
+    finally:
+        executor.shutdown()
+    assert executor.processes_started == 1
+
+
+def _eventually(condition: Callable[[], Any], within: float = 120.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 REGISTRY = """

@@ -139,6 +139,8 @@ class _Task:
     future: Future
     payload: bytes
     outcome: tuple[str, Any, str | None] | None = None
+    started: bool = False
+    handed_again: bool = False
 
 
 @dataclass
@@ -149,6 +151,7 @@ class _Worker:
     connection: Connection
     task: _Task | None = None
     deadline: float = float("inf")
+    served: int = 0
 
 
 class IsolatedProcessExecutor(Executor):
@@ -172,7 +175,7 @@ class IsolatedProcessExecutor(Executor):
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
         self._wake_reader, self._wake_writer = multiprocessing.Pipe(duplex=False)
-        self._shutdown = False
+        self._shutdown = self._killed = False
         self.processes_started = 0
         self.recycled: list[str] = []
         self._thread = threading.Thread(target=self._loop, name="isolated-executor", daemon=True)
@@ -201,7 +204,7 @@ class IsolatedProcessExecutor(Executor):
     def kill_all(self) -> None:
         """Stop everything now (used on Ctrl-C): queued tasks are cancelled, every worker process killed."""
         with self._lock:
-            self._shutdown = True
+            self._shutdown = self._killed = True
             while self._queue:
                 self._queue.popleft().future.cancel()
             for worker in self._workers:
@@ -215,6 +218,7 @@ class IsolatedProcessExecutor(Executor):
         with self._lock:
             for worker in self._workers:
                 if worker.task is not None and worker.task.future is future and worker.process.is_alive():
+                    worker.task.handed_again = True  # killed on purpose: never handed to another worker
                     worker.process.kill()
         self._wake()
 
@@ -247,7 +251,7 @@ class IsolatedProcessExecutor(Executor):
                 if worker is None and len(self._workers) >= self._max_workers:
                     return
                 task = self._queue.popleft()
-                if task.future.set_running_or_notify_cancel():
+                if task.handed_again or task.future.set_running_or_notify_cancel():
                     self._hand(task, worker or self._start_worker())
 
     def _start_worker(self) -> _Worker:
@@ -270,6 +274,7 @@ class IsolatedProcessExecutor(Executor):
             worker = self._start_worker()
             worker.connection.send_bytes(task.payload)
         worker.task = task
+        worker.served += 1
         worker.deadline = (time.monotonic() + self._timeout + STARTUP_ALLOWANCE if self._timeout
                            else float("inf"))
 
@@ -291,6 +296,8 @@ class IsolatedProcessExecutor(Executor):
             self._finish(worker, task.outcome)
         elif worker.process.sentinel in ready and not worker.connection.poll():
             worker.process.join()
+            if self._hand_again(worker, task):
+                return
             self._finish(worker, ("died", _exit_text(worker.process), "it died"))
         elif time.monotonic() >= worker.deadline:
             worker.process.kill()
@@ -304,9 +311,22 @@ class IsolatedProcessExecutor(Executor):
             worker.process.join()
             kind, value, reason = "died", _exit_text(worker.process), "it died"
         if kind == "started":
+            task.started = True
             worker.deadline = time.monotonic() + self._timeout if self._timeout else float("inf")
         else:
             task.outcome = (kind, value, reason)
+
+    def _hand_again(self, worker: _Worker, task: _Task) -> bool:
+        """Queue a task again, once, when the warm worker it was handed to was already dying (killed while idle):
+        the task never started there. A worker's first task that kills it before starting is not retried."""
+        if task.started or task.handed_again or worker.served < 2 or self._killed:
+            return False
+        task.handed_again = True
+        worker.task = None
+        self._retire(worker)
+        with self._lock:
+            self._queue.appendleft(task)
+        return True
 
     def _finish(self, worker: _Worker, outcome: tuple[str, Any, str | None]) -> None:
         kind, value, reason = outcome

@@ -21,7 +21,6 @@ from torchscan.report.progress import Progress
 from torchscan.report.registry import load_registry
 from torchscan.report.runner import run_all
 
-
 ISOLATION = pytest.mark.parametrize("reuse", [True, False], ids=["warm-workers", "process-per-run"])
 
 
@@ -220,3 +219,49 @@ def test_progress_is_rich_on_a_terminal_and_plain_lines_otherwise() -> None:
     rich.finished("[bold]a", "ok")
     rich.stop()
     assert "[bold]a" in terminal.getvalue()
+
+
+CTRL_C_REGISTRY = """
+[[models]]
+name = "hangs"
+factory = "e2e_models:hangs"
+input_shape = [4]
+
+[[models]]
+name = "tiny"
+factory = "e2e_models:tiny"
+input_shape = [3, 8, 8]
+"""
+
+
+@pytest.mark.parametrize("isolation", ["worker", "run"])
+def test_ctrl_c_kills_the_workers_and_keeps_the_previous_output(isolation: str, tmp_path: Path) -> None:
+    import multiprocessing
+
+    from e2e import write_models
+
+    from torchscan.report.build import BuildOptions, build
+    from torchscan.report.runner import executor_factory
+
+    write_models(tmp_path)
+    registry = load_registry(_write(tmp_path / "models.toml", CTRL_C_REGISTRY))
+    output = tmp_path / "site"
+    output.mkdir()
+    (output / ".torchscan-build").write_text("previous\n")
+    (output / "index.html").write_text("previous build\n")
+    before = {path.name: path.read_bytes() for path in output.iterdir()}
+
+    class Interrupting(Progress):
+        """Ctrl-C as soon as "tiny" is done, while "hangs" runs in the other worker."""
+
+        def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
+            super().finished(stem, status, result)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build(registry, BuildOptions(output=output, jobs=2, timeout=600.0), Interrupting(io.StringIO()),
+              executor_factory=executor_factory(isolation))
+    assert {path.name: path.read_bytes() for path in output.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".site")) == []
+    # Every worker, the hanging run's included, was killed and reaped.
+    assert _eventually(lambda: not multiprocessing.active_children(), within=30)

@@ -33,6 +33,18 @@ def polluter():
     return nn.Linear(4, 4)
 
 
+class Grid(nn.Module):
+    """torch.meshgrid without ``indexing`` warns once per process, from PyTorch's C++ code."""
+
+    def forward(self, x):
+        rows, columns = torch.meshgrid(x[0], x[0])
+        return rows + columns
+
+
+def grid():
+    return Grid()
+
+
 def counted():
     """A model whose width is the number of times this module built a polluter (0 in a fresh process)."""
     return nn.Linear(4, 4 + len(BUILT))
@@ -56,6 +68,17 @@ input_shape = [4]
 name = "tiny"
 factory = "e2e_models:tiny"
 input_shape = [3, 8, 8]
+
+[[models]]
+name = "grid"
+factory = "polluting:grid"
+input_shape = [3]
+
+[[models.variants]]
+name = "first"
+
+[[models.variants]]
+name = "again"
 '''
 
 
@@ -83,12 +106,14 @@ def _results(folder: Path, isolation: str, order: list[str]) -> tuple[dict[str, 
 
 
 def test_a_run_that_changes_global_state_cannot_change_the_next_report(registry_folder: Path) -> None:
-    alone, _ = _results(registry_folder, "run", ["tiny", "counted", "polluter"])
-    after, executor = _results(registry_folder, "worker", ["polluter", "counted", "tiny"])
-    assert executor.processes_started == 1 and executor.recycled == []  # one warm worker served the three runs
+    alone, _ = _results(registry_folder, "run", ["tiny", "counted", "grid", "grid.again", "polluter"])
+    after, executor = _results(registry_folder, "worker", ["polluter", "counted", "tiny", "grid", "grid.again"])
+    assert executor.processes_started == 1 and executor.recycled == []  # one warm worker served every run
     assert after["polluter"]["status"] == "ok"
-    for stem in ("tiny", "counted"):
+    for stem in ("tiny", "counted", "grid", "grid.again"):
         assert after[stem] == alone[stem]
+    # PyTorch warns about meshgrid once per process; each run still records it.
+    assert "torch.meshgrid" in after["grid.again"]["report"]["context"]["warnings"][0]["message"]
     report = after["tiny"]["report"]
     assert report["context"]["dtypes"] == ["float32"] and report["totals"]["macs"]["value"] > 0
     # The polluter's module was imported afresh for the next run: its counter started again from zero.

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from .process_state import ProcessState
+from .process_state import ProcessState, warn_every_run
 
 STARTUP_ALLOWANCE = 120.0
 
@@ -115,6 +115,7 @@ def _serve(connection: Connection, reuse: bool) -> None:
         if reuse:
             state = state or ProcessState.capture()
             state.reseed()
+        warn_every_run()
         connection.send(("started", None, None))
         kind, value = _called(function, args, kwargs)
         reason = state.reset() if state is not None else "one process per run"

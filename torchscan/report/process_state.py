@@ -17,7 +17,8 @@ Put back after every run (and the RNGs before every run):
   backward and registration hooks), the default dtype and device, grad mode, anomaly detection, the
   deterministic-algorithm flags, the float32 matmul precision, the cuDNN flags and the intra-op thread count;
 - the random number generators: torch's CPU generator, Python's ``random`` and NumPy's global one (when imported)
-  start every run in the state they had when the worker received its first run, as in a fresh process.
+  start every run in the state they had when the worker received its first run, as in a fresh process;
+- PyTorch's once-per-process warnings are given in every run (`warn_every_run`, in both isolation modes).
 
 Ending the worker instead (the reason is kept in `reset`'s answer):
 
@@ -113,6 +114,17 @@ class ProcessState:
         if self.torch is None:
             return "the run imported torch"
         return _torch_unresettable(self.namespaces)
+
+
+def warn_every_run() -> None:
+    """Let PyTorch's once-per-process warnings (``TORCH_WARN_ONCE`` in its C++ code, such as ``torch.meshgrid``'s)
+    reach every run, so that a run's recorded warnings do not depend on what ran before it in its process.
+
+    Called before every run in both isolation modes (a fresh process gives the same report as a warm one); Python's
+    own warnings are recorded once per run by the analysis, whatever the setting.
+    """
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_warn_always(True)
 
 
 def _thread_ids() -> frozenset[int]:

@@ -91,6 +91,7 @@ class DaskSession:
         self.connect_timeout = connect_timeout
         self.client: Any = None
         self._stack = ExitStack()
+        self._executors: list[DaskExecutor] = []
 
     def __enter__(self) -> Self:
         require_distributed()
@@ -100,6 +101,10 @@ class DaskSession:
         self.close()
 
     def close(self) -> None:
+        """End the warm processes of this session's builds on the workers, then the connection."""
+        for executor in self._executors:
+            executor.retire_warm_workers()
+        self._executors.clear()
         self.client = None
         self._stack.close()
 
@@ -108,8 +113,10 @@ class DaskSession:
         if self.client is None:
             self.connect()
         shipped = ship_registry(self.client, self.ship_from) if self.ship_from is not None else None
-        return DaskExecutor(self.client, timeout, shipped=shipped, placement=not isinstance(self.scheduler, int),
-                            note=self.note, isolation=self.isolation)
+        executor = DaskExecutor(self.client, timeout, shipped=shipped, placement=not isinstance(self.scheduler, int),
+                                note=self.note, isolation=self.isolation)
+        self._executors.append(executor)
+        return executor
 
     def connect(self) -> None:
         """Start or reach the scheduler, wait for a worker, and check every worker's environment."""
@@ -210,6 +217,7 @@ class DaskExecutor(Executor):
         self._client = client
         self._isolation = isolation
         self._build = uuid.uuid4().hex  # names this build's warm processes on the workers
+        self._retired = False
         self._timeout = timeout
         self._shipped = shipped
         self._placement = placement
@@ -244,13 +252,15 @@ class DaskExecutor(Executor):
             from distributed import wait as wait_for
 
             wait_for(tasks)
-        if reuses_workers(self._isolation):
-            self._retire_warm_workers()
+        self.retire_warm_workers()
 
-    def _retire_warm_workers(self) -> None:
-        """Ask every worker to end this build's warm processes (a worker that is gone has none left)."""
+    def retire_warm_workers(self) -> None:
+        """Ask every worker to end this build's warm processes (a worker that is gone has none left); idempotent."""
         from .cluster_task import retire_warm_workers
 
+        if not reuses_workers(self._isolation) or self._retired:
+            return
+        self._retired = True
         with contextlib.suppress(Exception):  # a closing client or a lost worker: their processes end with them
             self._client.run(retire_warm_workers, self._build)
 

@@ -78,14 +78,18 @@ def test_a_warm_worker_resets_what_a_call_changed_in_its_process() -> None:
     assert fresh["hooks"] == 0 and fresh["dtype"] == "torch.float32" and fresh["output"]
 
 
-def test_a_warm_worker_is_replaced_after_a_call_that_patched_torch() -> None:
+@pytest.mark.parametrize(("call", "reason"), [
+    (torch_tasks.patch_torch, "the run replaced torch.nn.functional.relu"),
+    (torch_tasks.leave_thread, "a thread started by the run is still running")])
+def test_a_warm_worker_is_replaced_after_a_call_that_changed_what_cannot_be_reset(call: Callable[[], str],
+                                                                                  reason: str) -> None:
     executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
     try:
-        assert executor.submit(torch_tasks.patch_torch).result(timeout=120) == "patched"
+        executor.submit(call).result(timeout=120)
         assert executor.submit(torch_tasks.relu_is_torchs).result(timeout=120)
     finally:
         executor.shutdown()
-    assert executor.recycled == ["the run replaced torch.nn.functional.relu"] and executor.processes_started == 2
+    assert executor.recycled == [reason] and executor.processes_started == 2
 
 
 def test_a_warm_worker_imports_an_edited_user_module_afresh(tmp_path: Path) -> None:

@@ -40,3 +40,15 @@ def patch_torch() -> str:
 
 def relu_is_torchs() -> bool:
     return torch.nn.functional.relu.__module__ == "torch.nn.functional"
+
+
+def leave_thread() -> str:
+    """Start a thread of this (user) module that outlives the call: it could change the process during the next."""
+    import threading
+    import time
+
+    def linger() -> None:
+        time.sleep(600)
+
+    threading.Thread(target=linger, daemon=True).start()
+    return "left"

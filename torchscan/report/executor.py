@@ -118,10 +118,18 @@ def _serve(connection: Connection, reuse: bool) -> None:
         warn_every_run()
         connection.send(("started", None, None))
         kind, value = _called(function, args, kwargs)
-        reason = state.reset() if state is not None else "one process per run"
+        reason = _reset(state) if state is not None else "one process per run"
         connection.send((kind, value, reason))
         if reason is not None:
             return
+
+
+def _reset(state: ProcessState) -> str | None:
+    """`ProcessState.reset`'s answer; a reset that fails ends the worker (the run's own outcome still counts)."""
+    try:
+        return state.reset()
+    except Exception as error:  # noqa: BLE001 - whatever the run left behind, a fresh worker is the way out
+        return f"the reset failed ({_described(error)})"
 
 
 def _called(function: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> tuple[str, Any]:
@@ -291,11 +299,12 @@ class IsolatedProcessExecutor(Executor):
             if worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
                 self._retire(worker)
             return
-        while task.outcome is None and worker.connection in ready and worker.connection.poll():
-            self._receive(worker, task)
+        silent = False  # the pipe closed without an outcome: the worker died
+        while not silent and task.outcome is None and worker.connection in ready and worker.connection.poll():
+            silent = not self._receive(worker, task)
         if task.outcome is not None:
             self._finish(worker, task.outcome)
-        elif worker.process.sentinel in ready and not worker.connection.poll():
+        elif silent or (worker.process.sentinel in ready and not worker.connection.poll()):
             worker.process.join()
             if self._hand_again(worker, task):
                 return
@@ -305,17 +314,18 @@ class IsolatedProcessExecutor(Executor):
             worker.process.join()
             self._finish(worker, ("timeout", None, "it was killed"))
 
-    def _receive(self, worker: _Worker, task: _Task) -> None:
+    def _receive(self, worker: _Worker, task: _Task) -> bool:
+        """Read one message of the worker's; False when its pipe closed instead (it died)."""
         try:
             kind, value, reason = worker.connection.recv()
         except (EOFError, OSError):
-            worker.process.join()
-            kind, value, reason = "died", _exit_text(worker.process), "it died"
+            return False
         if kind == "started":
             task.started = True
             worker.deadline = time.monotonic() + self._timeout if self._timeout else float("inf")
         else:
             task.outcome = (kind, value, reason)
+        return True
 
     def _hand_again(self, worker: _Worker, task: _Task) -> bool:
         """Queue a task again, once, when the warm worker it was handed to was already dying (killed while idle):

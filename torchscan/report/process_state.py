@@ -57,7 +57,7 @@ class ProcessState:
     cwd: str
     filters: list[Any]
     modules: set[str]
-    threads: frozenset[int]
+    threads: set[int]
     python_random: Any
     torch: dict[str, Any] | None = None
     numpy_random: Any = None
@@ -67,7 +67,7 @@ class ProcessState:
     def capture(cls) -> ProcessState:
         """The current state (torch's and NumPy's only when they are imported)."""
         state = cls(path=list(sys.path), environ=dict(os.environ), cwd=os.getcwd(), filters=list(warnings.filters),
-                    modules=set(sys.modules), threads=_thread_ids(), python_random=random.getstate())
+                    modules=set(sys.modules), threads=set(_thread_ids()), python_random=random.getstate())
         if "numpy" in sys.modules:
             state.numpy_random = sys.modules["numpy"].random.get_state()
         if "torch" in sys.modules:
@@ -106,8 +106,22 @@ class ProcessState:
             else:
                 self.modules.add(name)  # installed code stays imported: not looked at again
 
+    def _new_user_thread(self) -> bool:
+        """Whether a thread started since the capture, running code of a user module, is still alive; threads of
+        installed code (a library's monitor thread, started on first use) join the reference instead."""
+        for thread in threading.enumerate():
+            if thread.ident is None or thread.ident in self.threads or thread.name.startswith("exit-with-parent"):
+                continue
+            target = getattr(thread, "_target", None)
+            owner = getattr(target, "__module__", None) if target is not None else type(thread).__module__
+            module = sys.modules.get(owner or "")
+            if module is None or _is_user_module(module):
+                return True
+            self.threads.add(thread.ident)
+        return False
+
     def _unresettable(self) -> str | None:
-        if not _thread_ids() <= self.threads:
+        if self._new_user_thread():
             return "a thread started by the run is still running"
         if "torch" not in sys.modules:
             return None

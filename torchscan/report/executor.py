@@ -298,7 +298,11 @@ class IsolatedProcessExecutor(Executor):
         if task is None:
             if worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
                 self._retire(worker)
-            return
+        else:
+            self._check_busy(worker, task, ready)
+
+    def _check_busy(self, worker: _Worker, task: _Task, ready: list[Any]) -> None:
+        """Read the busy worker's messages; finish its task when it answered, died or ran past its deadline."""
         silent = False  # the pipe closed without an outcome: the worker died
         while not silent and task.outcome is None and worker.connection in ready and worker.connection.poll():
             silent = not self._receive(worker, task)

@@ -71,7 +71,7 @@ def timed_run(executor) -> float:
 def overhead(runs: int) -> None:
     """Median seconds of one trivial run submitted alone, locally and on the cluster, measured alternately."""
     started = time.perf_counter()
-    with DaskSession(1) as session:
+    with DaskSession(1, isolation="run") as session:  # both sides start a process per run, as locally below
         remote = session.executor_factory(1, 600.0)
         startup = time.perf_counter() - started
         local = IsolatedProcessExecutor(max_workers=1, timeout=600)

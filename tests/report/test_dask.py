@@ -210,7 +210,9 @@ def test_shipped_code_reaches_workers_that_cannot_see_the_registry(shared: Loopb
     assert not any(shared.client.run(dask_cluster.imported, "torch").values())
 
 
-def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("isolation", ["worker", "run"])
+def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackCluster, tmp_path: Path,
+                                                               isolation: str) -> None:
     log = tmp_path / "hangs.log"
     registry = load_registry(write_registry(tmp_path, CTRL_C_REGISTRY.replace("LOG", log.as_posix())))
     output = tmp_path / "site"
@@ -228,7 +230,7 @@ def test_ctrl_c_cancels_the_runs_and_keeps_the_previous_output(shared: LoopbackC
                 assert _eventually(log.exists, within=120)
                 raise KeyboardInterrupt
 
-    with cluster.DaskSession(shared.address) as session, pytest.raises(KeyboardInterrupt):
+    with cluster.DaskSession(shared.address, isolation=isolation) as session, pytest.raises(KeyboardInterrupt):
         build(registry, BuildOptions(output=output, jobs=2, timeout=600.0), Interrupting(io.StringIO()),
               executor_factory=session.executor_factory)
     assert tree(output) == before

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tasks
+import torch_tasks
 
 from torchscan.report.cache import ResultCache
 from torchscan.report.executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
@@ -17,12 +21,15 @@ from torchscan.report.progress import Progress
 from torchscan.report.registry import load_registry
 from torchscan.report.runner import run_all
 
+ISOLATION = pytest.mark.parametrize("reuse", [True, False], ids=["warm-workers", "process-per-run"])
 
-def test_isolated_executor_survives_raise_hang_and_death() -> None:
-    executor = IsolatedProcessExecutor(max_workers=3, timeout=3)
+
+@ISOLATION
+def test_isolated_executor_survives_raise_hang_and_death(reuse: bool) -> None:
+    executor = IsolatedProcessExecutor(max_workers=2, timeout=3, reuse=reuse)
     futures = {name: executor.submit(function, *args) for name, function, args in (
         ("add", tasks.add, (2, 3)), ("boom", tasks.boom, ()), ("hang", tasks.hang, ()), ("die", tasks.die, ()),
-        ("pid", tasks.pid, ()))}
+        ("segfault", tasks.segfault, ()), ("pid", tasks.pid, ()), ("again", tasks.pid, ()))}
     executor.shutdown(wait=True)
     assert futures["add"].result() == 5
     with pytest.raises(TaskRaised, match="ValueError: boom"):
@@ -31,7 +38,81 @@ def test_isolated_executor_survives_raise_hang_and_death() -> None:
         futures["hang"].result()
     with pytest.raises(WorkerDied, match="exit code 7"):
         futures["die"].result()
-    assert futures["pid"].result() != os.getpid()  # every task runs in a process of its own
+    with pytest.raises(WorkerDied, match="killed by signal SIGSEGV"):
+        futures["segfault"].result()
+    assert os.getpid() not in (futures["pid"].result(), futures["again"].result())
+    # Warm workers outlive the calls that raised or returned; the killed and dead ones were replaced.
+    assert executor.processes_started == (4 if reuse else 7)
+    assert executor.recycled == []
+    assert (futures["pid"].result() == futures["again"].result()) == reuse
+
+
+@ISOLATION
+def test_a_worker_killed_from_outside_fails_its_call_and_is_replaced(reuse: bool, tmp_path: Path) -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=reuse)
+    try:
+        idle = executor.submit(tasks.pid).result(timeout=120)
+        if reuse:  # the idle warm worker is killed between two calls: the next call gets a new one
+            os.kill(idle, signal.SIGKILL)
+        assert executor.submit(tasks.add, 1, 2).result(timeout=120) == 3
+        busy = executor.submit(tasks.pid_after, str(tmp_path / "pid"), 600)
+        assert _eventually(lambda: (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text())
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
+        with pytest.raises(WorkerDied, match="killed by signal SIGKILL"):
+            busy.result(timeout=60)
+        assert executor.submit(tasks.pid).result(timeout=120) not in (idle, int((tmp_path / "pid").read_text()))
+    finally:
+        executor.shutdown()
+
+
+def test_a_warm_worker_resets_what_a_call_changed_in_its_process() -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        fresh = executor.submit(torch_tasks.global_state).result(timeout=120)
+        assert executor.submit(torch_tasks.change_global_state).result(timeout=60) == "changed"
+        after = executor.submit(torch_tasks.global_state).result(timeout=60)
+    finally:
+        executor.shutdown()
+    # The same process, and it looks as it did before: hooks, dtype, device, grad, flags, RNG, path, environment.
+    assert after == fresh and executor.processes_started == 1 and executor.recycled == []
+    assert fresh["hooks"] == 0 and fresh["dtype"] == "torch.float32" and fresh["output"]
+
+
+@pytest.mark.parametrize(("call", "reason"), [
+    (torch_tasks.patch_torch, "the run replaced torch.nn.functional.relu"),
+    (torch_tasks.leave_thread, "a thread started by the run is still running")])
+def test_a_warm_worker_is_replaced_after_a_call_that_changed_what_cannot_be_reset(call: Callable[[], str],
+                                                                                  reason: str) -> None:
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        executor.submit(call).result(timeout=120)
+        assert executor.submit(torch_tasks.relu_is_torchs).result(timeout=120)
+    finally:
+        executor.shutdown()
+    assert executor.recycled == [reason] and executor.processes_started == 2
+
+
+def test_a_warm_worker_imports_an_edited_user_module_afresh(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "user_module.py").write_text('VALUE = "first"\n')
+    executor = IsolatedProcessExecutor(max_workers=1, timeout=60, reuse=True)
+    try:
+        assert executor.submit(tasks.import_from, str(code), "user_module").result(timeout=120) == "first"
+        (code / "user_module.py").write_text('VALUE = "second, edited"\n')
+        assert executor.submit(tasks.import_from, str(code), "user_module").result(timeout=60) == "second, edited"
+    finally:
+        executor.shutdown()
+    assert executor.processes_started == 1
+
+
+def _eventually(condition: Callable[[], Any], within: float = 120.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 REGISTRY = """
@@ -142,3 +223,49 @@ def test_progress_is_rich_on_a_terminal_and_plain_lines_otherwise() -> None:
     rich.finished("[bold]a", "ok")
     rich.stop()
     assert "[bold]a" in terminal.getvalue()
+
+
+CTRL_C_REGISTRY = """
+[[models]]
+name = "hangs"
+factory = "e2e_models:hangs"
+input_shape = [4]
+
+[[models]]
+name = "tiny"
+factory = "e2e_models:tiny"
+input_shape = [3, 8, 8]
+"""
+
+
+@pytest.mark.parametrize("isolation", ["worker", "run"])
+def test_ctrl_c_kills_the_workers_and_keeps_the_previous_output(isolation: str, tmp_path: Path) -> None:
+    import multiprocessing
+
+    from e2e import write_models
+
+    from torchscan.report.build import BuildOptions, build
+    from torchscan.report.runner import executor_factory
+
+    write_models(tmp_path)
+    registry = load_registry(_write(tmp_path / "models.toml", CTRL_C_REGISTRY))
+    output = tmp_path / "site"
+    output.mkdir()
+    (output / ".torchscan-build").write_text("previous\n")
+    (output / "index.html").write_text("previous build\n")
+    before = {path.name: path.read_bytes() for path in output.iterdir()}
+
+    class Interrupting(Progress):
+        """Ctrl-C as soon as "tiny" is done, while "hangs" runs in the other worker."""
+
+        def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
+            super().finished(stem, status, result)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build(registry, BuildOptions(output=output, jobs=2, timeout=600.0), Interrupting(io.StringIO()),
+              executor_factory=executor_factory(isolation))
+    assert {path.name: path.read_bytes() for path in output.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".site")) == []
+    # Every worker, the hanging run's included, was killed and reaped.
+    assert _eventually(lambda: not multiprocessing.active_children(), within=30)

@@ -158,14 +158,15 @@ def test_a_missing_module_is_an_import_failure(folder: Path) -> None:
     assert result["error"] == {"stage": "import", "type": "ModuleNotFoundError", "message": "No module named 'nope'"}
 
 
-def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not() -> None:
+@pytest.mark.parametrize("reuse", [True, False], ids=["warm-workers", "process-per-run"])
+def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not(reuse: bool) -> None:
     """The terminal sends SIGINT to every process of the build; workers leave it to the parent, which kills them,
     so an early Ctrl-C prints no worker tracebacks (the worker module arranges this before importing torch)."""
     import signal
 
     from torchscan.report.executor import IsolatedProcessExecutor
 
-    executor = IsolatedProcessExecutor(max_workers=1)
+    executor = IsolatedProcessExecutor(max_workers=1, reuse=reuse)
     try:
         assert executor.submit(interrupt_handler).result(timeout=120) == signal.SIG_IGN
     finally:

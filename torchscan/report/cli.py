@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import __version__
 from .registry import Registry, RegistryError, load_registry
-from .runner import default_jobs
+from .runner import ISOLATION_MODES, default_jobs
 from .wording import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
@@ -70,6 +70,9 @@ def _add_build_command(commands: Any) -> None:
                        "cluster's worker threads decide)")
     build.add_argument("--timeout", type=_positive_float, default=600.0,
                        help="seconds one entry may run before its worker is killed (default: 600)")
+    build.add_argument("--isolation", choices=ISOLATION_MODES, default="worker",
+                       help="worker (default): each worker process imports torch once and analyzes entry after entry, "
+                       "its state reset in between; run: a fresh process for every entry")
     build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")
     build.add_argument("--strict", action="store_true", help="also fail entries whose analysis is incomplete")
     build.add_argument("--templates", type=_folder, help="a folder of template overrides (same file names)")
@@ -123,14 +126,15 @@ def _build(args: argparse.Namespace) -> int:
 def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str], None]) -> Iterator[Any]:
     """The build's ExecutorFactory: isolated local processes, or the executor of a Dask session held meanwhile."""
     from .cluster import ClusterError, DaskSession
-    from .runner import isolated_executor
+    from .runner import executor_factory
 
     if args.scheduler is None:
         if args.ship_code:
             raise ClusterError(f"--ship-code only applies with --scheduler (or ${SCHEDULER_VARIABLE})")
-        yield isolated_executor
+        yield executor_factory(args.isolation)
         return
-    with DaskSession(args.scheduler, ship_from=registry.folder if args.ship_code else None, note=note) as session:
+    with DaskSession(args.scheduler, ship_from=registry.folder if args.ship_code else None, note=note,
+                     isolation=args.isolation) as session:
         yield session.executor_factory
 
 

@@ -3,13 +3,15 @@
 `DaskSession` connects to a running scheduler (``tcp://host:8786``) or starts a ``LocalCluster`` (``local:N``),
 checks that every worker has the client's torch and torchscan versions, optionally ships the registry's code, and
 hands the runner a `DaskExecutor`: a ``concurrent.futures.Executor`` whose tasks run `cluster_task.run_isolated` on
-the workers, so each run still gets its own process, timeout and crash handling. The runner is unchanged: it keeps
+the workers, so each run still gets a supervised process (warm, or its own with ``--isolation run``), timeout and
+crash handling. The runner is unchanged: it keeps
 the cache, skips cached runs, and writes every file. Dask's ``distributed`` is an optional extra, imported only
 here and only when a scheduler is asked for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -26,6 +28,7 @@ from .. import __version__
 from .cache import installed_torch_version
 from .executor import WorkerDied, import_callable
 from .resources import dask_resources
+from .runner import reuses_workers
 
 LOCAL_PREFIX = "local:"
 SCHEDULER_HELP = ("a Dask scheduler address such as tcp://host:8786, or local:N to start a LocalCluster of N worker "
@@ -79,13 +82,16 @@ class DaskSession:
     """
 
     def __init__(self, scheduler: str | int, *, ship_from: Path | None = None,
-                 note: Callable[[str], None] = print, connect_timeout: float = 60.0) -> None:
+                 note: Callable[[str], None] = print, connect_timeout: float = 60.0, isolation: str = "worker") -> None:
+        reuses_workers(isolation)  # an unknown mode fails here, before any connection
+        self.isolation = isolation
         self.scheduler = scheduler
         self.ship_from = ship_from
         self.note = note
         self.connect_timeout = connect_timeout
         self.client: Any = None
         self._stack = ExitStack()
+        self._executors: list[DaskExecutor] = []
 
     def __enter__(self) -> Self:
         require_distributed()
@@ -95,6 +101,10 @@ class DaskSession:
         self.close()
 
     def close(self) -> None:
+        """End the warm processes of this session's builds on the workers, then the connection."""
+        for executor in self._executors:
+            executor.retire_warm_workers()
+        self._executors.clear()
         self.client = None
         self._stack.close()
 
@@ -103,8 +113,10 @@ class DaskSession:
         if self.client is None:
             self.connect()
         shipped = ship_registry(self.client, self.ship_from) if self.ship_from is not None else None
-        return DaskExecutor(self.client, timeout, shipped=shipped, placement=not isinstance(self.scheduler, int),
-                            note=self.note)
+        executor = DaskExecutor(self.client, timeout, shipped=shipped, placement=not isinstance(self.scheduler, int),
+                                note=self.note, isolation=self.isolation)
+        self._executors.append(executor)
+        return executor
 
     def connect(self) -> None:
         """Start or reach the scheduler, wait for a worker, and check every worker's environment."""
@@ -192,7 +204,8 @@ def ship_registry(client: Any, folder: Path) -> str:
 
 
 class DaskExecutor(Executor):
-    """Submits each run as one Dask task that runs it in its own process on a worker (`run_isolated`).
+    """Submits each run as one Dask task that runs it in a supervised process on a worker (`run_isolated`): a warm
+    one shared by this executor's runs on that worker (``isolation="worker"``, retired on `shutdown`) or its own.
 
     With ``placement``, a run asks for the resources its registry entry needs (``GPU``, ``MEMORY``); a
     ``local:N`` cluster, like a local build, ignores them. ``placements`` maps each finished run's stem to the
@@ -200,8 +213,11 @@ class DaskExecutor(Executor):
     """
 
     def __init__(self, client: Any, timeout: float, *, shipped: str | None = None, placement: bool = True,
-                 note: Callable[[str], None] = print) -> None:
+                 note: Callable[[str], None] = print, isolation: str = "worker") -> None:
         self._client = client
+        self._isolation = isolation
+        self._build = uuid.uuid4().hex  # names this build's warm processes on the workers
+        self._retired = False
         self._timeout = timeout
         self._shipped = shipped
         self._placement = placement
@@ -221,7 +237,8 @@ class DaskExecutor(Executor):
         resources = dask_resources(job) if self._placement else {}
         self._warn_unplaceable(resources)
         task = self._client.submit(run_isolated, _by_name(fn), job, self._timeout, key, self._expected,
-                                   self._shipped, key=key, pure=False, resources=resources or None)
+                                   self._shipped, self._isolation, self._build, key=key, pure=False,
+                                   resources=resources or None)
         self._pending[key] = task
         future: Future = Future()
         task.add_done_callback(lambda done: self._settle(done, future, job["stem"]))
@@ -235,6 +252,17 @@ class DaskExecutor(Executor):
             from distributed import wait as wait_for
 
             wait_for(tasks)
+        self.retire_warm_workers()
+
+    def retire_warm_workers(self) -> None:
+        """Ask every worker to end this build's warm processes (a worker that is gone has none left); idempotent."""
+        from .cluster_task import retire_warm_workers
+
+        if not reuses_workers(self._isolation) or self._retired:
+            return
+        self._retired = True
+        with contextlib.suppress(Exception):  # a closing client or a lost worker: their processes end with them
+            self._client.run(retire_warm_workers, self._build)
 
     def _settle(self, task: Any, future: Future, stem: str) -> None:
         self._pending.pop(task.key, None)

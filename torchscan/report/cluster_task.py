@@ -1,8 +1,11 @@
-"""What a Dask worker does for one registry run: the run in its own ``spawn`` process, exactly as a local build.
+"""What a Dask worker does for one registry run: the run in a supervised ``spawn`` process, exactly as a local build.
 
 A Dask task cannot be killed in its worker thread, so the thread only supervises: `run_isolated` hands the run to
-a one-process `IsolatedProcessExecutor`, which enforces ``--timeout`` and turns a crash into a recorded failure, and
-converts the outcome with the runner's own `outcome_of`. Every failure therefore carries the same stage, type and
+an `IsolatedProcessExecutor`, which enforces ``--timeout`` and turns a crash into a recorded failure, and converts
+the outcome with the runner's own `outcome_of`. With ``--isolation worker`` (the default) every Dask worker keeps one
+warm executor per build, with as many warm processes as the worker has threads, reset between runs as locally;
+the client retires them when its build ends (`retire_warm_workers`). With ``--isolation run`` each run gets a
+one-process executor of its own. Every failure therefore carries the same stage, type and
 message as in a local build. The thread also watches its task: when the client cancels it (Ctrl-C), the run's
 process is killed instead of running on unobserved.
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import wait
 from typing import Any
@@ -22,10 +26,13 @@ from distributed import WorkerPlugin, get_worker
 from .. import __version__
 from .cache import installed_torch_version
 from .executor import IsolatedProcessExecutor, NamedFunction
-from .runner import outcome_of
+from .runner import outcome_of, reuses_workers
 
 #: How often a running task checks whether the client still wants it.
 POLL_SECONDS = 0.5
+#: The warm executors of this Dask worker process, one per build (the client's `DaskExecutor` names it).
+_WARM: dict[str, IsolatedProcessExecutor] = {}
+_WARM_LOCK = threading.Lock()
 
 
 def environment() -> dict[str, Any]:
@@ -55,12 +62,14 @@ def _release(version: str) -> str:
 
 
 def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any], timeout: float,
-                 key: Any, expected: dict[str, Any], shipped: str | None) -> tuple[str, dict[str, Any]]:
-    """Run ``function(job)`` in a fresh process on this worker; returns the worker's address and the result record.
+                 key: Any, expected: dict[str, Any], shipped: str | None, isolation: str = "run",
+                 build: str = "") -> tuple[str, dict[str, Any]]:
+    """Run ``function(job)`` in a supervised process on this worker; returns the worker's address and the result.
 
     ``function`` may be an import path (``module:name``): only the run's process imports it then. ``shipped``
     names the registry's zip uploaded by `ShippedRegistry`: the run then imports the registry's modules from it
-    instead of from the client's folder.
+    instead of from the client's folder. ``isolation`` is ``--isolation``; warm processes are shared by the runs of
+    the build named ``build``.
     """
     worker = get_worker()
     problem = environment_problem(environment(), expected, f"the Dask worker {worker.address}")
@@ -69,16 +78,39 @@ def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job
                                                               "message": problem}}
     if shipped is not None:
         job = {**job, "folder": os.path.join(worker.local_directory, shipped)}
-    executor = IsolatedProcessExecutor(max_workers=1, timeout=timeout)
+    warm = reuses_workers(isolation)
+    executor = _warm_executor(build, timeout, worker.state.nthreads) if warm else \
+        IsolatedProcessExecutor(max_workers=1, timeout=timeout)
     future = executor.submit(NamedFunction(function) if isinstance(function, str) else function, job)
-    executor.shutdown(wait=False)
+    if not warm:
+        executor.shutdown(wait=False)
     while not future.done():
         wait([future], timeout=POLL_SECONDS)
         if not future.done() and not _still_wanted(worker, key):
-            executor.kill_all()
+            executor.kill(future)
             wait([future])
-    executor.shutdown(wait=True)
+    if not warm:
+        executor.shutdown(wait=True)
     return worker.address, outcome_of(future)
+
+
+def _warm_executor(build: str, timeout: float, slots: int) -> IsolatedProcessExecutor:
+    """This worker's warm executor for the build, started by the build's first run here."""
+    with _WARM_LOCK:
+        if build not in _WARM:
+            _WARM[build] = IsolatedProcessExecutor(max_workers=max(1, slots), timeout=timeout, reuse=True)
+        return _WARM[build]
+
+
+def retire_warm_workers(build: str) -> int:
+    """End this worker's warm processes of ``build`` once their runs are over (the client calls it on every worker
+    when the build ends or is interrupted); returns how many processes they were."""
+    with _WARM_LOCK:
+        executor = _WARM.pop(build, None)
+    if executor is None:
+        return 0
+    executor.shutdown(wait=False, cancel_futures=True)  # idle processes end now, busy ones after their run
+    return executor.processes_started
 
 
 def _still_wanted(worker: Any, key: str) -> bool:

@@ -1,13 +1,15 @@
 """The batch runner: submit one pure function per registry run to an Executor and collect every result.
 
-The runner does not know where the work runs. The default executor gives each run its own ``spawn`` process with
-a timeout (`IsolatedProcessExecutor`); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
+The runner does not know where the work runs. The default executor runs the runs in warm, supervised ``spawn``
+worker processes with a timeout (`IsolatedProcessExecutor`; ``isolation="run"`` gives each run a fresh process of
+its own instead); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
 in a test) works unchanged, with timeouts then left to that executor. A run that raises, hangs or kills its
 process becomes a recorded failure, and the others go on.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, as_completed
@@ -26,8 +28,27 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
-def isolated_executor(jobs: int, timeout: float) -> Executor:
-    return IsolatedProcessExecutor(max_workers=jobs, timeout=timeout)
+#: ``--isolation``: ``worker`` runs many runs in each warm worker process (its state reset between runs), ``run``
+#: starts a fresh process for every run.
+ISOLATION_MODES = ("worker", "run")
+
+
+def isolated_executor(jobs: int, timeout: float, isolation: str = "worker") -> IsolatedProcessExecutor:
+    """``jobs`` supervised worker processes, warm (``isolation="worker"``) or one per run (``"run"``)."""
+    return IsolatedProcessExecutor(max_workers=jobs, timeout=timeout, reuse=reuses_workers(isolation))
+
+
+def reuses_workers(isolation: str) -> bool:
+    """Whether an ``--isolation`` mode keeps worker processes warm; anything but a known mode is an error."""
+    if isolation not in ISOLATION_MODES:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}, got {isolation!r}")
+    return isolation == "worker"
+
+
+def executor_factory(isolation: str) -> ExecutorFactory:
+    """The runner's ExecutorFactory for an ``--isolation`` mode (checked now, not at the first uncached run)."""
+    reuses_workers(isolation)
+    return functools.partial(isolated_executor, isolation=isolation)
 
 
 def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progress, *, jobs: int,

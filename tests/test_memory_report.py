@@ -230,3 +230,19 @@ def test_a_call_of_a_module_outside_the_model_does_not_hide_the_next_calls_memor
     report = analyze_call(WithHelper(), torch.randn(2, 4), memory=True)
     layers = {layer["path"]: layer["memory"] for layer in report["layers"]}
     assert value(layers["fc"]["output_bytes"]) == 2 * 4 * FLOAT
+
+
+def test_two_analyses_in_two_threads_each_trace_only_their_own_calls():
+    """Global module hooks fire for every thread's calls; each analysis keeps to its own thread's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def analyzed(width: int) -> list[Any]:
+        model = nn.Sequential(nn.Conv2d(3, width, 3), nn.Sequential(nn.ReLU(), nn.Flatten()))
+        report = crawl_module(model, input_shape=(3, 16, 16), memory=True)
+        return [layer["memory"] for layer in report["layers"]]
+
+    alone = {width: analyzed(width) for width in (2, 4)}
+    with ThreadPoolExecutor(2) as pool:
+        for _ in range(5):
+            together = dict(zip((2, 4), pool.map(analyzed, (2, 4)), strict=True))
+            assert together == alone

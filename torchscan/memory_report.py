@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from threading import get_ident
 from typing import Any
 
 import torch
@@ -91,6 +92,7 @@ class ForwardMemory:
         self.kernels: list[str] = []  # attention kernels, in first-seen order
         self.open: list[dict[str, Any] | None] = []  # the records of the calls the probe's hooks opened
         self.ends: dict[int, tuple[int, int]] = {}  # id(record) -> (output bytes, level at the call's end)
+        self.thread = get_ident()  # global hooks also fire for other threads' calls, which the tracer ignores
 
     def adopt(self, tensors: Iterable[torch.Tensor], category: str) -> None:
         """Follow tensors that exist before the forward under ``category`` (storages already followed keep theirs)."""
@@ -121,12 +123,16 @@ class ForwardMemory:
 
     def opened(self, module: nn.Module, args: tuple) -> None:
         """Global pre-hook, run after the tracer's: note the record of the call the tracer just opened."""
+        if get_ident() != self.thread:
+            return
         stack = self.stack
         ours = bool(stack) and stack[-1].module_id == id(module)  # else not a call the tracer opened
         self.open.append(stack[-1].record if ours else None)
 
     def closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:
         """Global post-hook: a call of the model ended; note its output bytes and the level now."""
+        if get_ident() != self.thread:
+            return
         record = self.open.pop() if self.open else None
         if record is not None:
             output = rest[-1] if len(rest) == 2 else None

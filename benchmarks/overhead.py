@@ -1,7 +1,8 @@
 """Analysis overhead: each analysis's time as a ratio of a plain ``no_grad`` forward of the same model.
 
 For every model, the variants run alternately in one process on the same inputs (plain forward, ``crawl_module``,
-``crawl_module(mode="structure")``, ``measure_flops``, PyTorch's own ``FlopCounterMode``; then again), so machine
+``crawl_module(mode="structure")``, ``crawl_module(memory=True)`` (a full analysis that also traces memory),
+``measure_flops``, PyTorch's own ``FlopCounterMode``; then again), so machine
 noise hits every variant alike; the medians of the repeats are printed as ratios to the plain forward. Warm-up
 runs come first: the first-use cost of a dispatch mode in a fresh process is measured separately.
 
@@ -98,7 +99,7 @@ SMALL_CASES: dict[str, Callable[[], Case]] = {
     "synthetic_1k": lambda: synthetic(1000),
     "llama2_70b_meta": llama_70b_meta,
 }
-VARIANTS = ("plain", "hooks", "floor", "crawl", "structure", "measure_flops", "FlopCounterMode")
+VARIANTS = ("plain", "hooks", "floor", "crawl", "structure", "memory", "measure_flops", "FlopCounterMode")
 
 
 class BareMode(TorchDispatchMode):
@@ -147,6 +148,7 @@ def variants(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[
         "floor": lambda: hooked(BareMode),  # a full analysis's floor: a dispatch mode that only runs operators
         "crawl": lambda: crawl_module(model, args=args, kwargs=kwargs),
         "structure": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="structure"),
+        "memory": lambda: crawl_module(model, args=args, kwargs=kwargs, memory=True),  # a full analysis + memory
         "measure_flops": lambda: measure_flops(plain),
         "FlopCounterMode": flop_counter,
     }

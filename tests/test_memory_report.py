@@ -246,3 +246,30 @@ def test_two_analyses_in_two_threads_each_trace_only_their_own_calls():
         for _ in range(5):
             together = dict(zip((2, 4), pool.map(analyzed, (2, 4)), strict=True))
             assert together == alone
+
+
+def test_the_fused_multi_head_attention_counts_the_products_of_the_unfused_path():
+    """``nn.MultiheadAttention`` in eval under no_grad runs one fused operator; the count is that of the products
+    its unfused path runs (in train mode), not zero."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(32, 4, batch_first=True)
+    tokens = torch.randn(2, 5, 32)
+
+    class Attend(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = attention
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.attention(tokens, tokens, tokens, need_weights=False)[0]
+
+    model = Attend()
+    fused = crawl_module(model.eval(), args=(tokens,), memory=True)
+    ran = {row["operator"] for row in fused["operator_flops"]["by_operator"]}
+    assert "aten._native_multi_head_attention" in ran
+    unfused = crawl_module(model.train(), args=(tokens,), memory=True)
+    # in-projections 3 x 2x5x32, scores 2x4x5x5, attention output and output projection 2 x 2x5x32
+    expected = 3 * (2 * 5 * 32) + 2 * 4 * 5 * 5 + 2 * (2 * 5 * 32)
+    assert fused["memory"]["activations"]["value"] == unfused["memory"]["activations"]["value"] == expected
+    assert fused["memory"]["activations"]["status"] == "complete"
+

@@ -65,6 +65,17 @@ def attention_products(args: tuple) -> int:
     return rows * key.shape[-2] + rows * value.shape[-1]
 
 
+def native_attention_products(args: tuple) -> int:
+    """fvcore's convention for ``nn.MultiheadAttention``'s fused inference fast path
+    (``_native_multi_head_attention(query, key, value, embed_dim, heads, ...)``): the outputs of the products the
+    unfused path runs, the query, key and value projections, the score matrix, the attention output and the output
+    projection."""
+    query, key, embed_dim, heads = args[0], args[1], int(args[3]), int(args[4])
+    *batch, queries, _ = query.shape
+    keys = key.shape[-2]
+    return _product(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
+
+
 def _product(sizes: Iterable[int]) -> int:
     result = 1
     for size in sizes:
@@ -113,6 +124,8 @@ class ForwardMemory:
             self.activations += out.numel() if isinstance(out, torch.Tensor) else 0
         elif packet in ATTENTION_KERNELS:
             self._attention(packet, args)
+        elif packet is _aten._native_multi_head_attention:
+            self.activations += native_attention_products(args)
 
     def _attention(self, packet: Any, args: tuple) -> None:
         kernel = ATTENTION_KERNELS[packet]

@@ -13,7 +13,7 @@ from integrations.third_party_models import import_transformers
 from torchscan_testing import analyze_call
 
 from torchscan import cost_curve, decode_step_inputs
-from torchscan.curve_schema import validate_cost_curve
+from torchscan.curves.schema import validate_cost_curve
 from torchscan.decode import kv_cache_section
 
 LAYERS, HEADS, KV_HEADS, WIDTH = 2, 4, 2, 32

@@ -45,7 +45,7 @@ def test_an_installed_wheel_finds_its_templates_assets_and_docs(built_package: P
     assert {path.relative_to(installed).as_posix() for path in installed.rglob("*") if path.is_file()} == shipped
     assert (built_package / "torchscan" / "docs" / "index.md").is_file()
     assert (built_package / "torchscan" / "report.schema.json").is_file()
-    assert (built_package / "torchscan" / "cost_curve.schema.json").is_file()
+    assert (built_package / "torchscan" / "curves" / "cost_curve.schema.json").is_file()
     # Imported from the installed layout (not this checkout), the renderer and the site builder find their files.
     script = (
         "import torchscan.report.render as r, torchscan.report.site as s; from torch import nn\n"

@@ -13,7 +13,7 @@ __version__ = "0.1.0.dev0"
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "CURVE_SCHEMA_VERSION": "cost_curve",
+    "CURVE_SCHEMA_VERSION": "curves.cost_curve",
     "SCHEMA_VERSION": "schema",
     "IncompleteAnalysisError": "crawler",
     "MetricResult": "results",
@@ -21,16 +21,16 @@ _EXPORTS = {
     "ModuleEstimates": "handlers",
     "ModuleHandler": "handlers",
     "compare_reports": "compare",
-    "cost_curve": "cost_curve",
+    "cost_curve": "curves.cost_curve",
     "crawl_module": "crawler",
-    "crawl_training_step": "training",
+    "crawl_training_step": "training.step",
     "decode_step_inputs": "decode",
-    "evaluate_piece": "cost_curve",
-    "fit_curves": "cost_curve",
+    "evaluate_piece": "curves.cost_curve",
+    "fit_curves": "curves.cost_curve",
     "measure_flops": "operators",
-    "measure_peak_memory": "memory",
+    "measure_peak_memory": "memory.measured",
     "summary": "text",
-    "trace_memory": "memory_trace",
+    "trace_memory": "memory.timeline",
 }
 __all__ = [
     "CURVE_SCHEMA_VERSION",
@@ -55,26 +55,24 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .compare import compare_reports
-    from .cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
     from .crawler import IncompleteAnalysisError, crawl_module
+    from .curves.cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
     from .decode import decode_step_inputs
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
-    from .memory import measure_peak_memory
-    from .memory_trace import trace_memory
+    from .memory.measured import measure_peak_memory
+    from .memory.timeline import trace_memory
     from .operators import measure_flops
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary
-    from .training import crawl_training_step
+    from .training.step import crawl_training_step
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module 'torchscan' has no attribute {name!r}")
     module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
-    # A function named like its module (cost_curve) is exported as the module, which forwards calls to it: importing
-    # the submodule rebinds this package's attribute to the module anyway, so one object serves both spellings.
-    value = module if name == _EXPORTS[name] and callable(module) else getattr(module, name)
+    value = getattr(module, name)
     globals()[name] = value
     return value
 

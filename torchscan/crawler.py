@@ -29,7 +29,7 @@ from .inputs import (
     normalize_dtypes,
     normalize_shapes,
 )
-from .memory_report import ForwardMemory, memory_section, traced_forward
+from .memory.forward import ForwardMemory, memory_section, traced_forward
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .results import (
@@ -133,7 +133,7 @@ def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
 class ForwardStep:
     """How the traced forward runs: ``crawl_module``'s is one forward in eval mode under ``no_grad``.
 
-    The training step (`torchscan.training`) subclasses it to run the forward in train mode with gradients on and
+    The training step (`torchscan.training.step`) subclasses it to run the forward in train mode with gradients on and
     to observe the autograd graph it builds; the tracer, the recorder and the report assembly stay shared.
     """
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from torchscan.curves.cost_curve import evaluate_piece
 
-from torchscan.cost_curve import evaluate_piece
-from torchscan.curve_schema import validate_cost_curve
+from torchscan.curves.schema import validate_cost_curve
 from torchscan.report.registry import Entry, InputSpec, load_registry
 from torchscan.report.sweeps import sweep_record
 from torchscan.report.worker import analyze_run

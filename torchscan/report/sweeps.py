@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cost_curve import CURVE_SCHEMA_VERSION, fit_curves
+from ..curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 from .registry import Entry
 
 SWEEP_SUFFIX = ".sweep"

@@ -45,7 +45,7 @@ import torch  # noqa: E402
 from ..crawler import crawl_module  # noqa: E402
 from ..handlers import validate_handler_map  # noqa: E402
 from ..operators import validate_custom_mapping  # noqa: E402
-from ..training import crawl_training_step  # noqa: E402
+from ..training.step import crawl_training_step  # noqa: E402
 from .resources import require_device  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).

@@ -1,6 +1,6 @@
 """The wire format of a cost curve: the shipped JSON Schema, and validation against it and against the data.
 
-A cost curve (`torchscan.cost_curve`) holds report totals, so its points are checked with the report schema's own
+A cost curve (`torchscan.curves.cost_curve`) holds report totals, so its points are checked with the report schema's own
 definitions; and every piece of a curve must reproduce every point that lies on its lattice, which no JSON
 Schema can express. Needs the ``jsonschema`` package (the ``test`` extra), like `torchscan.schema.validate_report`.
 """
@@ -13,9 +13,9 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..schema import report_schema
 from .cost_curve import counts_of_point
 from .exact_fit import evaluate_piece
-from .schema import report_schema
 
 __all__ = ["CURVE_SCHEMA_FILE", "cost_curve_schema", "validate_cost_curve"]
 
@@ -24,8 +24,8 @@ CURVE_SCHEMA_FILE = "cost_curve.schema.json"
 
 @cache
 def cost_curve_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of `torchscan.cost_curve`'s result, as shipped inside the package."""
-    return json.loads(resources.files("torchscan").joinpath(CURVE_SCHEMA_FILE).read_text(encoding="utf-8"))
+    """The JSON Schema (draft 2020-12) of `torchscan.curves.cost_curve`'s result, as shipped inside the package."""
+    return json.loads(resources.files("torchscan.curves").joinpath(CURVE_SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
 def _report_part(definition: Mapping[str, Any]) -> Any:

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from torchscan import crawl_training_step, measure_peak_memory
-from torchscan.memory_report import METHOD
+from torchscan.memory.forward import METHOD
 from torchscan.schema import validate_report
 
 FLOAT = 4

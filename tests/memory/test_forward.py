@@ -13,7 +13,7 @@ from torch.nn import functional
 from torchscan_testing import analyze_call
 
 from torchscan import crawl_module, measure_peak_memory, summary
-from torchscan.memory_report import ACTIVATIONS_METHOD, METHOD, attention_kernel
+from torchscan.memory.forward import ACTIVATIONS_METHOD, METHOD, attention_kernel
 
 FLOAT = 4
 

@@ -1,6 +1,6 @@
 """The ``training`` section of a training-step report, built from the operator scopes of the step's phases.
 
-`torchscan.training` runs the step and fills a `Phases` (the loss, the backward per owner, the engine's own work,
+`torchscan.training.step` runs the step and fills a `Phases` (the loss, the backward per owner, the engine's own work,
 recomputation and the optimizer step, each an `OperatorScope` of one recorder); this module turns it, with the
 forward's report, into the section: per layer call backward FLOPs (direct and inclusive) and the step's totals,
 and says under ``strict=True`` what went uncounted.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .crawler import IncompleteAnalysisError
-from .operators import OperatorRecorder, OperatorScope, flops_result, operator_report
-from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, add_results, not_requested
+from ..crawler import IncompleteAnalysisError
+from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
+from ..results import DIRECT, INCLUSIVE, MODEL, MetricResult, add_results, not_requested
 
 TRAINING_VERSION = 1
 LOSS = "loss"

@@ -10,7 +10,7 @@ from integrations.third_party_models import import_torchvision
 from torch import nn
 
 from torchscan import measure_peak_memory
-from torchscan.memory import peak_of_allocations
+from torchscan.memory.measured import peak_of_allocations
 
 MIB = 2**20
 

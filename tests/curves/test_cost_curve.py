@@ -15,7 +15,7 @@ from torch import nn
 from torchscan_testing import analyze_call, assert_nothing_shared
 
 from torchscan import CURVE_SCHEMA_VERSION, cost_curve, crawl_module, evaluate_piece, fit_curves
-from torchscan.curve_schema import validate_cost_curve
+from torchscan.curves.schema import validate_cost_curve
 
 
 def _linear_stack_totals(sizes: list[int]) -> list[dict[str, Any]]:
@@ -67,19 +67,11 @@ def test_cost_curve_refuses_inputs_that_are_not_a_call() -> None:
         cost_curve(nn.ReLU(), [4], lambda size: torch.zeros(size))
 
 
-def test_the_module_and_the_function_share_one_name_and_both_work() -> None:
-    import inspect
-
+def test_the_package_exports_the_function_from_its_curves_module() -> None:
     import torchscan
-    import torchscan.cost_curve as module
-    from torchscan.cost_curve import cost_curve as function
+    from torchscan.curves import cost_curve as module
 
-    model = nn.Linear(2, 3)
-    call = lambda size: ((torch.zeros(size, 2),), {})
-    assert torchscan.cost_curve is module and module.fit_curves is fit_curves
-    assert module(model, [1, 2, 3, 4], call) == function(model, [1, 2, 3, 4], call)
-    assert module(model, [1, 2, 3, 4], call)["curves"]["macs"]["kind"] == "polynomial"
-    assert inspect.signature(module) == inspect.signature(function)
+    assert torchscan.cost_curve is module.cost_curve and torchscan.fit_curves is module.fit_curves
 
 
 # -- real models: transformers are quadratic in the sequence length, convolutional networks only per stride class --
@@ -174,7 +166,7 @@ def test_a_structure_sweep_has_parameter_curves_and_says_why_it_has_no_cost_curv
 
 def test_fitting_curves_does_not_import_torch() -> None:
     """The site builder fits and displays curves of cached sweeps without paying for importing torch."""
-    script = ("import sys\nfrom torchscan.cost_curve import CURVE_SCHEMA_VERSION, evaluate_piece, fit_curves\n"
+    script = ("import sys\nfrom torchscan.curves.cost_curve import CURVE_SCHEMA_VERSION, evaluate_piece, fit_curves\n"
               "import torchscan\ntorchscan.fit_curves, torchscan.evaluate_piece\nprint('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
                             cwd=Path(__file__).resolve().parents[1])

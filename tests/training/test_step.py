@@ -1,4 +1,4 @@
-"""One training step analyzed (`torchscan.training`): totals against ``measure_flops`` of the same step, backward
+"""One training step analyzed (`torchscan.training.step`): totals against ``measure_flops`` of the same step, backward
 attribution to layer calls, the model's state after the step (also after errors), frozen parameters, modes, meta."""
 
 from __future__ import annotations

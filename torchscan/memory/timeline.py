@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .operators import operator_name
-from .results import MODEL, MetricResult, complete, lower_bound, unavailable
+from ..operators import operator_name
+from ..results import MODEL, MetricResult, complete, lower_bound, unavailable
 
 METHOD = "traced_live_tensor_bytes"
 UNIT = "bytes"

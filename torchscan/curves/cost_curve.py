@@ -2,15 +2,12 @@
 
 `cost_curve` analyzes the real model at each requested size (on the meta device this costs about a second a
 size) and `fit_curves` states, per total, the exact polynomial in the size when the points determine it (see
-`torchscan.exact_fit` for the rules and the domain of a curve). Nothing here predicts a size that was not
+`torchscan.curves.exact_fit` for the rules and the domain of a curve). Nothing here predicts a size that was not
 analyzed: a user who wants a size asks for it.
 """
 
 from __future__ import annotations
 
-import inspect
-import sys
-import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -116,8 +113,8 @@ def cost_curve(
     ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
     KV-cache bytes under ``kv_cache``).
     """
-    from .crawler import crawl_module
-    from .inputs import normalize_device
+    from ..crawler import crawl_module
+    from ..inputs import normalize_device
 
     sizes = _check_sizes(sizes)
     if not callable(inputs):
@@ -171,18 +168,3 @@ def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], 
         raise TypeError(f"inputs({size}) must return an (args, kwargs) pair, got {type(call).__name__}")
     return tuple(call[0]), dict(call[1])
 
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as `cost_curve`.
-
-    ``torchscan.cost_curve`` names both this module (``from torchscan.cost_curve import fit_curves``) and the
-    function the package exports; importing the submodule rebinds the package attribute to the module, so the
-    module forwards a call to the function and both spellings keep working.
-    """
-
-    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return cost_curve(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
-__signature__ = inspect.signature(cost_curve)

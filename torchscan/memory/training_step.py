@@ -8,7 +8,7 @@ the backward's operators extend the same timeline. Tensors that autograd saves f
 ``saved_activations`` once (views and shared storages too) and attributed to the layer call open when it was saved;
 activation checkpointing installs hooks of its own inside its blocks, so what it does not keep is never seen as
 saved. Gradients and optimizer state are labelled when they exist (categories split what is live at every point,
-never the level). The optimizer step runs on ``meta`` stand-ins (`torchscan.training`), so it is traced on a
+never the level). The optimizer step runs on ``meta`` stand-ins (`torchscan.training.step`), so it is traced on a
 timeline of its own and added to what was live when the backward ended.
 """
 
@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .memory_report import (
+from ..results import MODULE_CALL
+from .forward import (
     BUFFERS,
     INPUTS,
     METHOD,
@@ -28,8 +29,7 @@ from .memory_report import (
     attention_kernel,
     traced_bytes,
 )
-from .memory_trace import CREATED, PRE_EXISTING, MemoryTimeline, operator_label, tensors_in
-from .results import MODULE_CALL
+from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, operator_label, tensors_in
 
 SAVED, GRADIENTS, OPTIMIZER_STATE = "saved_activations", "gradients", "optimizer_state"
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"

@@ -24,14 +24,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import crawler
-from .crawler import Analysis, ForwardStep, raise_if_incomplete, resolve_call
-from .handlers import validate_handler_map
-from .memory_report import ForwardMemory
-from .operators import build_formula_table, new_recorder, validate_custom_mapping
-from .tracing import CallTracer, global_call_hooks
-from .training_memory import StepMemory, add_step_memory
-from .training_report import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
+from .. import crawler
+from ..crawler import Analysis, ForwardStep, raise_if_incomplete, resolve_call
+from ..handlers import validate_handler_map
+from ..memory.forward import ForwardMemory
+from ..memory.training_step import StepMemory, add_step_memory
+from ..operators import build_formula_table, new_recorder, validate_custom_mapping
+from ..tracing import CallTracer, global_call_hooks
+from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
 OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),

@@ -20,10 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .memory_trace import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label, tensors_in
-from .operators import OperatorRecorder
-from .results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
-from .tracing import global_call_hooks
+from ..operators import OperatorRecorder
+from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
+from ..tracing import global_call_hooks
+from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label, tensors_in
 
 METHOD = "traced_live_tensor_bytes"
 ACTIVATIONS_METHOD = "fvcore_activation_count"

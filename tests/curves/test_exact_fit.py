@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from torchscan.exact_fit import evaluate_piece, fit_points, lattice_step, solve_polynomial
+from torchscan.curves.exact_fit import evaluate_piece, fit_points, lattice_step, solve_polynomial
 
 
 def test_solving_three_points_gives_the_exact_rational_coefficients() -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from torchscan import cost_curve
-from torchscan.curve_schema import cost_curve_schema, validate_cost_curve
+from torchscan.curves.schema import cost_curve_schema, validate_cost_curve
 
 
 @pytest.fixture(scope="module")

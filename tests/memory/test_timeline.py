@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 from torch.utils.checkpoint import checkpoint
 
 from torchscan import measure_peak_memory, trace_memory
-from torchscan.memory_trace import METHOD, MemoryTimeline, TraceMode
+from torchscan.memory.timeline import METHOD, MemoryTimeline, TraceMode
 from torchscan.results import METRIC_RESULT_KEYS
 
 MIB = 2**20

@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 from torchscan.curves.cost_curve import fit_curves
-
 from torchscan.report.charts.sweep_curves import sweep_charts
 from torchscan.report.sweeps import fitted_counts, point_record
 from torchscan.views.sweep import sweep_view

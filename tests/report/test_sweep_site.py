@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from browser import Tab
 from e2e import write_models
-from torchscan.curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 
+from torchscan.curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 from torchscan.curves.schema import validate_cost_curve
 from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, BuildResult, build

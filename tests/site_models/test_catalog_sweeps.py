@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torchscan.curves.cost_curve import evaluate_piece
 
+from torchscan.curves.cost_curve import evaluate_piece
 from torchscan.curves.schema import validate_cost_curve
 from torchscan.report.registry import Entry, InputSpec, load_registry
 from torchscan.report.sweeps import sweep_record

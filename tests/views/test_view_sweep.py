@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torchscan.curves.cost_curve import cost_curve, evaluate_piece
 
 from torchscan import __version__, crawl_module
+from torchscan.curves.cost_curve import cost_curve, evaluate_piece
 from torchscan.views.sweep import domain_text, formula_text, sweep_view
 
 GOLDEN = Path(__file__).parent / "golden"

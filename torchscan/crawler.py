@@ -143,7 +143,7 @@ class ForwardStep:
 
     def set_modes(self, model: nn.Module, training_flags: list[tuple[nn.Module, bool]]) -> None:
         """Put the model in the step's mode (the flags are restored after the forward)."""
-        if any(flag for _, flag in training_flags):
+        if any(map(itemgetter(1), training_flags)):
             model.eval()
 
     def grad_mode(self) -> Any:
@@ -290,12 +290,16 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own)."""
+    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own,
+    copied in C-level steps: this runs for every record)."""
     metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
     operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
-        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
+        layer["metrics"] = dict(zip(metrics, map(_COPY, metrics.values()), strict=True))
+        layer["operator_flops"] = dict(zip(operator_flops, map(_COPY, operator_flops.values()), strict=True))
+
+
+_COPY = methodcaller("copy")
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
@@ -336,7 +340,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": analysis.step.execution(),
         "prior_training": {"root": bool(model.training),
-                           "training_modules": sum(flag for _, flag in training_flags),
+                           "training_modules": sum(map(itemgetter(1), training_flags)),
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
@@ -357,9 +361,13 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
     also switches its descendants before they are visited. An override that ignores ``mode`` is corrected last,
     by assignment, so that every flag ends as it was.
     """
+    switched = False
     for module, flag in training_flags:
         if module.training != flag:
             module.train(flag)
+            switched = True
+    if not switched:  # the common case: the forward left every flag as it was
+        return
     for module, flag in training_flags:
         if module.training != flag:
             module.training = flag

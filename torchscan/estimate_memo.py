@@ -34,7 +34,7 @@ from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
 from .results import copied
-from .values import Unkeyable, call_key
+from .values import TENSOR_TYPES, Unkeyable, call_key
 
 
 def module_configuration(module: nn.Module) -> tuple:
@@ -60,7 +60,7 @@ def _own_tensors(tensors: dict[str, Any]) -> tuple:
 
 
 def _own_tensor(tensor: torch.Tensor) -> Hashable:
-    if is_lazy(tensor):
+    if type(tensor) not in TENSOR_TYPES and is_lazy(tensor):  # a plain tensor is never lazy: one set lookup
         raise Unkeyable("an uninitialized lazy parameter")
     return tensor.shape, tensor.dtype
 
@@ -166,8 +166,9 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
     """The estimate of one more call: its own results and breakdown (a report shares no object between two
     records), and its diagnostics re-addressed to ``where`` when given."""
     metrics = {name: copied(result) for name, result in estimate.metrics.items()}
-    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
-                          list(estimate.delegated), breakdown=copy.deepcopy(estimate.breakdown))
+    breakdown = copy.deepcopy(estimate.breakdown) if estimate.breakdown else []  # mostly none: no deep copy to start
+    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated),
+                          breakdown=breakdown)
     if estimate.diagnostics:
         replay.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
                               if where is not None else list(estimate.diagnostics))

@@ -181,12 +181,8 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
-
-    @property
-    def counting(self) -> OperatorRecorder:
-        """The recorder of a full analysis (only a full analysis estimates and counts)."""
-        assert self.recorder is not None
-        return self.recorder
+        if recorder is not None:  # the recorder of a full analysis, the only kind that estimates and counts
+            self.counting: OperatorRecorder = recorder
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:

@@ -290,16 +290,12 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
 
 
 def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own,
-    copied in C-level steps: this runs for every record)."""
+    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own)."""
     metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
     operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
     for layer in layers:
-        layer["metrics"] = dict(zip(metrics, map(_COPY, metrics.values()), strict=True))
-        layer["operator_flops"] = dict(zip(operator_flops, map(_COPY, operator_flops.values()), strict=True))
-
-
-_COPY = methodcaller("copy")
+        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
+        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

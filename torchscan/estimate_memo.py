@@ -1,24 +1,17 @@
 """Module estimates computed once per distinct call of a formula that depends on nothing else.
 
-Repeated blocks (ResNet stages, MobileNet's inverted residuals, the 80 layers of a LLaMA) call the same layer
-types with the same configuration on the same shapes again and again. A handler that declares ``memoize=True``
-promises that its estimate depends only on what the key captures:
+A handler that declares ``memoize=True`` promises that its estimate depends only on what the key captures:
 
-* the call's *structure*: the handler, the fields needed, the module's type, and the call's positional and keyword
-  arguments and its output, as structure: for each tensor its shape, dtype and which argument's storage it shares
-  (a view of the input is not a copy); for each scalar its type and value (``stride=2`` and ``is_causal=True`` are
-  part of the key). The device is not: formulas read shapes only, and count alike on ``meta``;
-* the module's *configuration*: its plain attributes (numbers, strings, flags, dtypes and tuples of them, the
-  training flag included) and the names, shapes and dtypes of its own parameters and buffers (``None`` entries too).
+* the call's *structure*: the handler, the fields needed, the module's type, and `torchscan.values.call_key` of
+  the call's arguments and output (tensor shapes and dtypes, which storage each shares: a view of the input is not
+  a copy; scalars by type and value). The device is not: formulas read shapes only;
+* the module's *configuration*: its plain public attributes (the training flag included) and the names, shapes and
+  dtypes of its own parameters and buffers.
 
-A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
-The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own copy of the results, and diagnostics are re-addressed to the call they are about.
-
-The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
-so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
-their configuration is never needed), and then once per module and analysis: a model that changes a module's
-attributes between its calls within one forward pass is outside what the memo describes.
+A call whose module or arguments hold anything else (an object, a nested tensor) is never memoized. Each later
+call with an equal key replays a copy of the estimate, its diagnostics re-addressed to that call. The configuration
+is read only once a second call shares a structure, and then once per module and analysis: a model that changes a
+module's attributes between its calls within one forward pass is outside what the memo describes.
 """
 
 from __future__ import annotations

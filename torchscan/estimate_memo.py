@@ -17,6 +17,7 @@ module's attributes between its calls within one forward pass is outside what th
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Hashable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -31,13 +32,28 @@ from .values import TENSOR_TYPES, Unkeyable, call_key
 
 
 def module_configuration(module: nn.Module) -> tuple:
-    """The module's type, public plain attributes (names, and `torchscan.values.call_key` of the values without
-    tensors), and own parameters' and buffers' names, shapes and dtypes; `Unkeyable` when an attribute is anything
-    else (PyTorch's own state is underscored)."""
+    """The module's type, public plain attributes (names and `_attributes_key` of the values), and own parameters'
+    and buffers' names, shapes and dtypes; `Unkeyable` when an attribute is anything else (PyTorch's own state is
+    underscored)."""
     state = module.__dict__
     public = _public_names(tuple(state))
-    values = call_key(map(state.__getitem__, public), tensors=False)
-    return type(module), public, *values, _own_tensors(module._parameters), _own_tensors(module._buffers)
+    attributes = _attributes_key(tuple(map(state.__getitem__, public)))
+    return type(module), public, attributes, _own_tensors(module._parameters), _own_tensors(module._buffers)
+
+
+def _attributes_key(values: tuple) -> Hashable:
+    """The key of a module's attribute values: their ``marshal`` bytes when marshal encodes them all, else
+    `torchscan.values.call_key` without tensors (a dtype or a device; `Unkeyable` for a tensor or an object).
+
+    Marshal writes the exact type of every value and item (``1``, ``1.0`` and ``True`` differ, so do a tuple and a
+    list; it refuses subclasses), so equal bytes mean equal values of equal types, in one C-level step where
+    `call_key` takes a Python step per value (a convolution's attributes: seven times as long). Version 2 writes no
+    back-references, which would make the bytes depend on which values are one object.
+    """
+    try:
+        return marshal.dumps(values, 2)
+    except ValueError:  # some value marshal cannot write
+        return tuple(call_key(values, tensors=False))
 
 
 @lru_cache(maxsize=4096)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import marshal
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -82,14 +83,12 @@ def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple
     return len(args), tuple(kwargs), *call_key(values, storages={})
 
 
+@dataclass(slots=True)
 class _First:
     """The one estimate stored under a structure that no other call has shared yet, with its module."""
 
-    __slots__ = ("estimate", "module")
-
-    def __init__(self, module: nn.Module, estimate: CallEstimate) -> None:
-        self.module = module
-        self.estimate = estimate
+    module: nn.Module
+    estimate: CallEstimate
 
 
 class EstimateMemo:

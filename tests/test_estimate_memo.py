@@ -13,6 +13,7 @@ from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
 from torchscan.estimate_memo import EstimateMemo, module_configuration
 from torchscan.estimation import CallEstimate
 from torchscan.results import Incomplete, complete
+from torchscan.values import Unkeyable
 
 NEEDED = frozenset({"macs"})
 #: One memo for the tests of the key, as one analysis has; it reads a module's configuration by the module's id,
@@ -258,6 +259,28 @@ def test_configurations_tell_apart_the_item_types_and_the_grouping_of_tuple_attr
     assert configuration(sizes=[1, 2], nested=((1, 2), 3)) == configuration(sizes=[1, 2], nested=((1, 2), 3))
     assert configuration(sizes=[1, 2]) != configuration(sizes=(1, 2))
     assert configuration(nested=((1, 2), 3)) != configuration(nested=((1.0, 2), 3))
+
+
+def test_configurations_of_equal_attributes_are_equal_whether_or_not_values_are_one_object():
+    def configuration(**attributes):
+        return module_configuration(Configured(**attributes))
+
+    pair = (1, 1)
+    assert configuration(stride=pair, dilation=pair) == configuration(stride=(1, 1), dilation=(1, 1))
+    assert configuration(mode="nearest_".removesuffix("_"))  # not interned == configuration(mode="nearest")
+
+
+def test_attributes_marshal_cannot_write_are_keyed_value_by_value():
+    def configuration(**attributes):
+        return module_configuration(Configured(**attributes))
+
+    assert configuration(dtype=torch.float16, scale=2) == configuration(dtype=torch.float16, scale=2)
+    assert configuration(dtype=torch.float16, scale=2) != configuration(dtype=torch.float32, scale=2)
+    assert configuration(dtype=torch.float16, scale=2) != configuration(dtype=torch.float16, scale=2.0)
+    with pytest.raises(Unkeyable):
+        configuration(callback=print)
+    with pytest.raises(Unkeyable):
+        configuration(table=torch.ones(2))  # a tensor attribute may be read for its values
 
 
 def test_absent_and_present_parameters_and_buffers_are_part_of_the_configuration():

@@ -143,7 +143,7 @@ class ForwardStep:
 
     def set_modes(self, model: nn.Module, training_flags: list[tuple[nn.Module, bool]]) -> None:
         """Put the model in the step's mode (the flags are restored after the forward)."""
-        if any(flag for _, flag in training_flags):
+        if any(map(itemgetter(1), training_flags)):
             model.eval()
 
     def grad_mode(self) -> Any:
@@ -336,7 +336,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": analysis.step.execution(),
         "prior_training": {"root": bool(model.training),
-                           "training_modules": sum(flag for _, flag in training_flags),
+                           "training_modules": sum(map(itemgetter(1), training_flags)),
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
@@ -357,9 +357,13 @@ def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None
     also switches its descendants before they are visited. An override that ignores ``mode`` is corrected last,
     by assignment, so that every flag ends as it was.
     """
+    switched = False
     for module, flag in training_flags:
         if module.training != flag:
             module.train(flag)
+            switched = True
+    if not switched:  # the common case: the forward left every flag as it was
+        return
     for module, flag in training_flags:
         if module.training != flag:
             module.training = flag

@@ -1,30 +1,25 @@
 """Module estimates computed once per distinct call of a formula that depends on nothing else.
 
-Repeated blocks (ResNet stages, MobileNet's inverted residuals, the 80 layers of a LLaMA) call the same layer
-types with the same configuration on the same shapes again and again. A handler that declares ``memoize=True``
-promises that its estimate depends only on what the key captures:
+A handler that declares ``memoize=True`` promises that its estimate depends only on what the key captures:
 
-* the call's *structure*: the handler, the fields needed, the module's type, and the call's positional and keyword
-  arguments and its output, as structure: for each tensor its shape, dtype and which argument's storage it shares
-  (a view of the input is not a copy); for each scalar its type and value (``stride=2`` and ``is_causal=True`` are
-  part of the key). The device is not: formulas read shapes only, and count alike on ``meta``;
-* the module's *configuration*: its plain attributes (numbers, strings, flags, dtypes and tuples of them, the
-  training flag included) and the names, shapes and dtypes of its own parameters and buffers (``None`` entries too).
+* the call's *structure*: the handler, the fields needed, the module's type, and `torchscan.values.call_key` of
+  the call's arguments and output (tensor shapes and dtypes, which storage each shares: a view of the input is not
+  a copy; scalars by type and value). The device is not: formulas read shapes only;
+* the module's *configuration*: its plain public attributes (the training flag included) and the names, shapes and
+  dtypes of its own parameters and buffers.
 
-A call whose module or arguments hold anything else (an object, a callable, a nested tensor) is never memoized.
-The estimate is then computed once per key and replayed for every later call with that key: each record gets its
-own copy of the results, and diagnostics are re-addressed to the call they are about.
-
-The structure is cheap and read at every call. The configuration walks every attribute and tensor of the module,
-so it is read only once a second call shares a structure (most calls of a CNN have a structure of their own, and
-their configuration is never needed), and then once per module and analysis: a model that changes a module's
-attributes between its calls within one forward pass is outside what the memo describes.
+A call whose module or arguments hold anything else (an object, a nested tensor) is never memoized. Each later
+call with an equal key replays a copy of the estimate, its diagnostics re-addressed to that call. The configuration
+is read only once a second call shares a structure, and then once per module and analysis: a model that changes a
+module's attributes between its calls within one forward pass is outside what the memo describes.
 """
 
 from __future__ import annotations
 
 import copy
+import marshal
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -34,17 +29,32 @@ from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
 from .results import copied
-from .values import Unkeyable, call_key
+from .values import TENSOR_TYPES, Unkeyable, call_key
 
 
 def module_configuration(module: nn.Module) -> tuple:
-    """The module's type, public plain attributes (names, and `torchscan.values.call_key` of the values without
-    tensors), and own parameters' and buffers' names, shapes and dtypes; `Unkeyable` when an attribute is anything
-    else (PyTorch's own state is underscored)."""
+    """The module's type, public plain attributes (names and `_attributes_key` of the values), and own parameters'
+    and buffers' names, shapes and dtypes; `Unkeyable` when an attribute is anything else (PyTorch's own state is
+    underscored)."""
     state = module.__dict__
     public = _public_names(tuple(state))
-    values = call_key(map(state.__getitem__, public), tensors=False)
-    return type(module), public, *values, _own_tensors(module._parameters), _own_tensors(module._buffers)
+    attributes = _attributes_key(tuple(map(state.__getitem__, public)))
+    return type(module), public, attributes, _own_tensors(module._parameters), _own_tensors(module._buffers)
+
+
+def _attributes_key(values: tuple) -> Hashable:
+    """The key of a module's attribute values: their ``marshal`` bytes when marshal encodes them all, else
+    `torchscan.values.call_key` without tensors (a dtype or a device; `Unkeyable` for a tensor or an object).
+
+    Marshal writes the exact type of every value and item (``1``, ``1.0`` and ``True`` differ, so do a tuple and a
+    list; it refuses subclasses), so equal bytes mean equal values of equal types, in one C-level step where
+    `call_key` takes a Python step per value (a convolution's attributes: seven times as long). Version 2 writes no
+    back-references, which would make the bytes depend on which values are one object.
+    """
+    try:
+        return marshal.dumps(values, 2)
+    except ValueError:  # some value marshal cannot write
+        return tuple(call_key(values, tensors=False))
 
 
 @lru_cache(maxsize=4096)
@@ -60,7 +70,7 @@ def _own_tensors(tensors: dict[str, Any]) -> tuple:
 
 
 def _own_tensor(tensor: torch.Tensor) -> Hashable:
-    if is_lazy(tensor):
+    if type(tensor) not in TENSOR_TYPES and is_lazy(tensor):  # a plain tensor is never lazy: one set lookup
         raise Unkeyable("an uninitialized lazy parameter")
     return tensor.shape, tensor.dtype
 
@@ -73,14 +83,12 @@ def call_structure(args: tuple, kwargs: Mapping[str, Any], output: Any) -> tuple
     return len(args), tuple(kwargs), *call_key(values, storages={})
 
 
+@dataclass(slots=True)
 class _First:
     """The one estimate stored under a structure that no other call has shared yet, with its module."""
 
-    __slots__ = ("estimate", "module")
-
-    def __init__(self, module: nn.Module, estimate: CallEstimate) -> None:
-        self.module = module
-        self.estimate = estimate
+    module: nn.Module
+    estimate: CallEstimate
 
 
 class EstimateMemo:
@@ -166,8 +174,9 @@ def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimat
     """The estimate of one more call: its own results and breakdown (a report shares no object between two
     records), and its diagnostics re-addressed to ``where`` when given."""
     metrics = {name: copied(result) for name, result in estimate.metrics.items()}
-    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned,
-                          list(estimate.delegated), breakdown=copy.deepcopy(estimate.breakdown))
+    breakdown = copy.deepcopy(estimate.breakdown) if estimate.breakdown else []  # mostly none: no deep copy to start
+    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated),
+                          breakdown=breakdown)
     if estimate.diagnostics:
         replay.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
                               if where is not None else list(estimate.diagnostics))

@@ -179,19 +179,16 @@ def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | 
     return next((handlers[klass] for klass in module_type.__mro__ if klass in handlers), None)
 
 
+@dataclass(slots=True)
 class ValidatedEstimates:
     """A callback's result after validation: metric results by field, why any field was rejected, and what an
     `Incomplete` value said is missing (quoted by the diagnostic about that field)."""
 
-    __slots__ = ("breakdown", "invalid_whole", "metrics", "problems", "reasons")
-
-    def __init__(self, metrics: dict[str, MetricResult], problems: list[tuple[str | None, str]],
-                 invalid_whole: bool = False, reasons: dict[str, str] | None = None, breakdown: Any = None) -> None:
-        self.metrics = metrics
-        self.problems = problems  # (field or None for the whole result, message)
-        self.invalid_whole = invalid_whole
-        self.reasons = {} if reasons is None else reasons
-        self.breakdown = breakdown  # the raw "breakdown" the handler returned, checked by torchscan.breakdown
+    metrics: dict[str, MetricResult]
+    problems: list[tuple[str | None, str]]  # (field or None for the whole result, message)
+    invalid_whole: bool = False
+    reasons: dict[str, str] = field(default_factory=dict)
+    breakdown: Any = None  # the raw "breakdown" the handler returned, checked by torchscan.breakdown
 
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,

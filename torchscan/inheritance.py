@@ -1,39 +1,13 @@
 """Verified inheritance: a subclass that overrides ``forward`` keeps its parent's leaf formula when the operators
 its call ran prove that it did the parent's work.
 
-Libraries subclass ``torch.nn`` layers and override ``forward`` to do the same work another way (a positional
-embedding that computes its position ids first, a linear layer written as ``input @ weight.T + bias``, a
-convolution that pads its input to "same" size first). The built-in lookup refuses the parent's formula for such a
-class (it would describe work the class may not do) and offers it here instead, as an `InheritedHandler`: the
-parent's formula, applied to each call, and trusted for that call only when the operators the call ran directly
-match what the formula describes. Only leaf formulas are inherited (a formula that owns its subtree would be
-checked against its own direct operators alone); caller registrations never go through this check.
-
-Each built-in leaf formula declares the aten operators with arithmetic it describes (``OPERATORS`` in each family
-of `torchscan.formulas.modules`; a third-party formula's `OperatorSignature` names its own). A call is verified
-when
-
-* every operator it ran that did arithmetic (a priced FLOP or MAC), or that no functional formula prices, is one
-  the parent's formula describes, and
-* the FLOPs and MACs of the operators it ran, priced by the functional cost table, equal the formula's: the same
-  work, counted the same way (``addmm`` or ``mm`` plus its bias ``add`` alike; a second ``add`` is a mismatch).
-
-Everything else it may run is a documented equivalence, free of arithmetic: views and metadata, casts and copies,
-padding copies, and index arithmetic (operators whose results are all integer or boolean tensors, such as position
-ids). What the equivalences change is accounted metric by metric:
-
-* ``module_flops`` and ``macs``: the formula's values;
-* ``dmas``: the DMAs of the operators that ran (the functional convention), since the subclass's own kernels
-  (a padding copy, a cast, a split bias add) decide its memory traffic; they equal the formula's when the call
-  ran the parent's kernel alone;
-* ``receptive_field`` and ``effective_stride``: the formula's, unless the call moved elements in a way that can
-  change which inputs an output sees (anything but reshaping views, casts, copies, padding and index arithmetic):
-  then unavailable; ``effective_padding`` is also unavailable after a padding copy (the copy adds padding the
-  formula does not know).
-
-A call that is not verified gets what a third-party formula gets on a mismatch (`torchscan.operator_check`):
-lower bounds priced from the observed operators, unavailable receptive fields, and a
-``handler_signature_mismatch`` diagnostic naming the class and the operators that differ.
+The built-in lookup refuses the parent's formula for such a class and offers it here, as an `InheritedHandler`,
+trusted call by call. Each built-in leaf formula declares the aten operators with arithmetic it describes
+(``OPERATORS`` in each family of `torchscan.formulas.modules`); a call is verified when every arithmetic operator
+it ran is one of them and the functional cost table prices its operators at the formula's FLOPs and MACs. The
+equivalences allowed besides, what each changes metric by metric, and what an unverified call gets (what a
+third-party formula gets on a mismatch, `torchscan.operator_check`) are specified in docs/model-support.md
+("Subclasses that override forward: verified inheritance").
 """
 
 from __future__ import annotations

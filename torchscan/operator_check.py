@@ -1,17 +1,10 @@
 """The operator check that keeps third-party formulas truthful: a formula is trusted only while it describes what ran.
 
-A third-party class can change its forward in any release. Each `ThirdPartyHandler` therefore declares the aten
-operators its formula describes (an `OperatorSignature`), and every call it estimates is checked against the
-operators dispatched directly inside that call (child module calls keep their own operators). The check runs on
-any device, ``meta`` included: it reads operator names, never values.
-
-Allowed anywhere, without being declared: operators that only describe or reinterpret a tensor (the zero-work
-``view`` and ``metadata`` families: ``view``, ``permute``, ``slice``, ``expand``, ...) and dtype or device casts
-(``aten._to_copy``). Everything else must match: each required operator exactly as many times as declared, each
-optional one any number of times, and nothing more. On a mismatch the fields the formula supplied become lower
-bounds priced from the observed operators by the functional cost table (``module_flops``, ``macs``, ``dmas``), the
-receptive-field fields become unavailable, and a ``handler_signature_mismatch`` diagnostic names the class, the
-unexpected operators and the missing ones.
+Each `ThirdPartyHandler` declares the aten operators its formula describes (an `OperatorSignature`), and every call
+it estimates is checked against the operators dispatched directly inside that call, on any device (names, never
+values). Views, metadata and casts are allowed anywhere (`ALLOWED_ANYWHERE`). On a mismatch the formula's counts
+become lower bounds priced from the observed operators, its receptive fields unavailable, and a
+``handler_signature_mismatch`` diagnostic names the difference (docs/third-party.md specifies the check).
 """
 
 from __future__ import annotations

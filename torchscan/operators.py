@@ -123,17 +123,9 @@ class OperatorTotals:
                 row[1] += outcome.calls * outcome.flops
         return rows
 
-    @property
-    def ignored(self) -> dict[Any, int]:
-        """packet -> calls of operators that do no floating-point work."""
-        return self._calls_of(IGNORED)
-
-    @property
-    def uncounted(self) -> dict[Any, int]:
-        """packet -> calls that no formula priced (none exists, it declined, or it failed)."""
-        return self._calls_of(UNCOUNTED)
-
-    def _calls_of(self, kind: str) -> dict[Any, int]:
+    def calls_of(self, kind: str) -> dict[Any, int]:
+        """packet -> calls of one kind: ``IGNORED`` (operators that do no floating-point work) or ``UNCOUNTED``
+        (calls that no formula priced: none exists, it declined, or it failed)."""
         rows: dict[Any, int] = {}
         for outcome in self.outcomes:
             if outcome.kind == kind:
@@ -262,9 +254,9 @@ def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], re
         "by_operator": sorted(({"operator": operator_name(p), "calls": c, "flops": plain_number(f)}
                                for p, (c, f) in total.counted.items()), key=lambda row: row["operator"]),
         "uncounted": sorted(({"operator": operator_name(p), "calls": c, "significance": operator_significance(p)}
-                             for p, c in total.uncounted.items()), key=lambda row: row["operator"]),
+                             for p, c in total.calls_of(UNCOUNTED).items()), key=lambda row: row["operator"]),
         "ignored": sorted(({"operator": operator_name(p), "calls": c, "reason": ZERO_WORK_OPERATORS[p]}
-                           for p, c in total.ignored.items()), key=lambda row: row["operator"]),
+                           for p, c in total.calls_of(IGNORED).items()), key=lambda row: row["operator"]),
         "custom_formulas": sorted(operator_name(p) for p in custom_mapping),
     }
     errors = {operator_name(packet): error for packet, error in recorder.cache.formula_errors.items()}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from threading import get_ident
 from typing import Any
 
@@ -52,17 +53,14 @@ SUMMABLE = frozenset(SUMMABLE_METRICS)
 Finished = tuple[nn.Module, tuple, dict[str, Any], Any]
 
 
+@dataclass(slots=True)
 class CallOutcome:
     """A closed call's estimates and operator FLOPs, waiting to be written to its record."""
 
-    __slots__ = ("estimate", "index", "operator_flops", "owners")
-
-    def __init__(self, index: int, estimate: CallEstimate | None, owners: dict[str, dict[str, Any]],
-                 operator_flops: dict[str, Any]) -> None:
-        self.index = index
-        self.estimate = estimate
-        self.owners = owners  # covered field -> the owning ancestor's path and call_index
-        self.operator_flops = operator_flops
+    index: int
+    estimate: CallEstimate | None
+    owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
+    operator_flops: dict[str, Any]
 
     def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
         """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
@@ -181,12 +179,8 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
-
-    @property
-    def counting(self) -> OperatorRecorder:
-        """The recorder of a full analysis (only a full analysis estimates and counts)."""
-        assert self.recorder is not None
-        return self.recorder
+        if recorder is not None:  # the recorder of a full analysis, the only kind that estimates and counts
+            self.counting: OperatorRecorder = recorder
 
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:

@@ -152,8 +152,9 @@ def call_key(values: Iterable[Any], storages: dict[int, int] | None = None, *, t
                     raise Unkeyable("tensor")
                 append(value.shape)  # a strided nested tensor has the plain type but no single shape: RuntimeError
                 append(value.dtype)
-                if storages is not None:
-                    append(storage_number(value, storages))
+                if storages is not None:  # `storage_number`, inline: it runs for every tensor of a memoized call
+                    base = value._base
+                    append(storages.setdefault(id(value if base is None else base), len(storages)))
             elif kind in PLAIN_TYPES:
                 append(kind)  # typed: True, 1 and 1.0 are equal keys but not always equal arguments
                 append(value)

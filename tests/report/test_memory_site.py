@@ -14,7 +14,6 @@ import pytest
 from torchscan_testing import with_memory
 
 from torchscan import compare_reports
-from torchscan.formatting import format_bytes
 from torchscan.report.budgets import parse_budget
 from torchscan.report.catalog import NO_MEMORY, catalog_view
 from torchscan.report.catalog_diff import catalog_diff_view
@@ -25,6 +24,7 @@ from torchscan.report.documents import catalog_markdown, entry_markdown, render_
 from torchscan.report.registry import Registry, load_registry
 from torchscan.report.worker import analyze_run
 from torchscan.views import report_view
+from torchscan.views.formatting import format_bytes
 
 MODELS = '''
 from torch import nn

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from torchscan.formatting import format_count
 from torchscan.report.wording import plural
+from torchscan.views.formatting import format_count
 
 
 @pytest.mark.parametrize("count, singular, many, text", [

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from torchscan import IncompleteAnalysisError, crawl_module
-from torchscan.formatting import format_parameters
 from torchscan.views import Cell, findings, legend, report_view
 from torchscan.views.cells import MARKERS, cell_markers
+from torchscan.views.formatting import format_parameters
 
 
 class Bessel(nn.Module):

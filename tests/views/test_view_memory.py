@@ -8,8 +8,8 @@ from torch import nn
 from torchscan_testing import with_memory
 
 from torchscan import crawl_module, crawl_training_step
-from torchscan.formatting import format_metric
 from torchscan.views import report_view
+from torchscan.views.formatting import format_metric
 from torchscan.views.memory import memory_view
 
 

@@ -4,7 +4,7 @@ A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``ma
 ``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes``), one of
 ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
 either absolute in the metric's unit or relative to ``before`` (``+5%``). An absolute limit reads numbers as every
-view writes them (`torchscan.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
+view writes them (`torchscan.views.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
 ``8.03B`` (billions, the model-card style); a byte total also takes the byte suffixes the views write, ``B``,
 ``kB`` (or ``KB``), ``MB``, ``GB``, ``TB``, in powers of 1000 (``training_peak_bytes>80GB``); a minus sign may be ``-`` or the ``−`` the views write. The budget is *exceeded* when the change satisfies the condition, so ``macs>+5%`` fails a
 review whose MACs grew by more than 5%. In a catalog diff a budget applies to every entry, or, prefixed with an
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compare import COMPARED_TOTALS, MEMORY_TOTALS, TRAINING_MEMORY_TOTALS
-from ..formatting import PARAMETER_SCALES, SCALES
+from ..views.formatting import PARAMETER_SCALES, SCALES
 
 METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS)
 #: The totals counted in bytes: only they take byte suffixes (``MB``), and a bare ``B`` means bytes there.
 BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
-#: The suffixes of a limit, as the views write counts (`torchscan.formatting`), plus ``K`` for ``k``; ``B``
+#: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``; ``B``
 #: (billions) is the parameter style only, every other count writes ``G``.
 SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARAMETER_SCALES)}}
 PARAMETER_ONLY = {"B"}

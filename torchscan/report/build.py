@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..formatting import format_count
+from ..views.formatting import format_count
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
 from .catalog_index import CATALOG_INDEX, catalog_index

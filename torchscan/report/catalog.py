@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formatting import format_count
 from ..results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
+from ..views.formatting import format_count
 from ..views.sweep import SweepView, sweep_view
 from ..views.training import TrainingView
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run

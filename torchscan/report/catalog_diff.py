@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formatting import format_count
 from ..views import EMPTY, Cell
+from ..views.formatting import format_count
 from .budgets import Budget
 from .catalog_index import Catalog, CatalogRun
 from .diff_view import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, DiffView, diff_view, total_cells

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compare import compare_reports, metric_delta
-from ..formatting import (
+from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
+from ..views.formatting import (
     PARAMETER_SCALES,
     format_bytes,
     format_count,
@@ -22,7 +23,6 @@ from ..formatting import (
     format_signed,
     format_signed_bytes,
 )
-from ..views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import plural
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..formatting import format_count
+from ..views.formatting import format_count
 
 
 def plural(count: int, singular: str, many: str = "") -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..formatting import exact_count, format_metric, format_parameters
+from .formatting import exact_count, format_metric, format_parameters
 
 #: Short labels of the module-estimate fields, as table headers and in findings.
 METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "RF",

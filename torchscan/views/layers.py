@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..formatting import exact_count, format_percent
 from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
 from .breakdown import PartRow, part_rows
 from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
+from .formatting import exact_count, format_percent
 from .values import shape_text
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..formatting import format_percent
 from .cells import Cell, metric_cell
+from .formatting import format_percent
 from .layers import layer_label
 
 #: What is live at the forward's peak, in the order the breakdown shows it: key, label.

@@ -13,11 +13,11 @@ from functools import cached_property
 from typing import Any
 
 from ..diagnostics import CODES
-from ..formatting import exact_count, format_bytes, format_count, format_parameters
 from ..results import SUMMABLE_METRICS
 from .breakdown import PartRow
 from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .findings import Finding, causes, findings, incomplete_summary
+from .formatting import exact_count, format_bytes, format_count, format_parameters
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .memory import MemoryView, memory_view
 from .training import TrainingView, training_view

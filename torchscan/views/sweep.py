@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ..formatting import format_bytes
 from .cells import Cell, metric_cell
+from .formatting import format_bytes
 
 #: The totals a sweep shows, in order, with their labels (the curves of other totals stay in the JSON).
 SWEPT_METRICS = (("macs", "MACs"), ("module_flops", "Module FLOPs"), ("operator_flops", "Operator FLOPs"),

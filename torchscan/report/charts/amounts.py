@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...formatting import PARAMETER_SCALES, SCALES, format_count, format_percent
+from ...views.formatting import PARAMETER_SCALES, SCALES, format_count, format_percent
 
 if TYPE_CHECKING:
     from ...views import Cell

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...formatting import SCALES
+from ...views.formatting import SCALES
 from .amounts import Amount, tick_text
 from .canvas import Canvas, no_ticks
 from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE

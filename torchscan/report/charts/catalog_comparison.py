@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...formatting import PARAMETER_SCALES, format_parameters
+from ...views.formatting import PARAMETER_SCALES, format_parameters
 from .amounts import Amount, amount_of, shorten
 from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
 from .canvas import Canvas, no_ticks

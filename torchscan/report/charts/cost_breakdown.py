@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...formatting import format_parameters
+from ...views.formatting import format_parameters
 from .amounts import Amount, amount_of, counted, parameter_amount, ranked, share_text, shorten, total_of
 from .bar_plots import (
     Bar,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ...formatting import format_count
+from ...views.formatting import format_count
 from .amounts import counted, shorten
 from .bar_plots import add_boxes, label_margin, ranking_bottom, ranking_height
 from .canvas import Canvas

@@ -1,4 +1,4 @@
-"""One number style: the formatter of `torchscan.formatting`, and every view held to its grammar (`NUMBER`).
+"""One number style: the formatter of `torchscan.views.formatting`, and every view held to its grammar (`NUMBER`).
 
 The views checked: the terminal table and totals, the Markdown report, the site's model and catalog pages and the
 portable snippets, the standalone HTML report with its charts (tick and value labels), the before/after diff in
@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from torchscan import crawl_module
-from torchscan.formatting import (
+from torchscan.text import render_table
+from torchscan.views import LAYER_COLUMNS, Column, report_view
+from torchscan.views.formatting import (
     NUMBER,
     PARAMETER_SCALES,
     exact_count,
@@ -30,8 +32,6 @@ from torchscan.formatting import (
     format_signed,
     format_signed_bytes,
 )
-from torchscan.text import render_table
-from torchscan.views import LAYER_COLUMNS, Column, report_view
 
 #: How a number starts: a Σ, a bound, a sign, ``<`` or a digit.
 STARTS_LIKE_A_NUMBER = re.compile(r"(?:Σ )?[≥≤]?[+−-]?<?\d")

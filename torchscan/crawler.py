@@ -83,18 +83,16 @@ def crawl_module(
     as ``args``/``kwargs`` (forwarded unchanged). ``mode="structure"`` reports structure only; ``strict=True``
     raises `IncompleteAnalysisError` when any requested metric is incomplete. ``memory=True`` traces the bytes of
     live tensors through the forward (in either mode) and adds the ``memory`` section, the ``forward_peak_bytes``
-    and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs the
-    analysis on fake-tensor stand-ins on that device, which keep its kernel choices and allocate nothing
-    (`torchscan.stand_ins`); the model is left as it was.
+    and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs on
+    fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.stand_ins`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
-    if not isinstance(memory, bool):
-        raise TypeError(f"memory must be a bool, got {type(memory).__name__}")
+    for name, flag in (("strict", strict), ("memory", memory)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
     stand_in = stand_in_device(as_device)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .inputs import require_available
@@ -160,7 +161,8 @@ def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any]
     made: dict[int, torch.Tensor] = {}
     swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
     for module in model.modules():
-        for store in (module._parameters, module._buffers):
+        stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
+        for store in stores:
             for name, tensor in store.items():
                 if tensor is None:
                     continue
@@ -175,7 +177,7 @@ def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any]
 def _refuse_lazy(model: nn.Module) -> None:
     """Lazy modules materialize their parameters (and change class) on their first forward: not on stand-ins."""
     lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers())
-            if isinstance(tensor, nn.parameter.UninitializedTensorMixin)]
+            if is_lazy(tensor)]
     if lazy:
         raise ValueError(f"as_device: the model has uninitialized lazy parameters or buffers ({', '.join(lazy)}) that "
                          "its first forward would materialize; run one forward (or crawl_module) without as_device "

@@ -65,8 +65,7 @@ def crawl_training_step(
     forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
     every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
     ``params -> torch.optim.Optimizer``. ``memory=True`` adds ``crawl_module``'s memory sections and
-    ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s (the
-    whole step runs on fake-tensor stand-ins on that device). The model is left as it was.
+    ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s.
     """
     _check_options(model, loss, strict, keep_modes, memory)
     stand_in = stand_in_device(as_device)
@@ -77,15 +76,21 @@ def crawl_training_step(
     step = TrainingForward(keep_modes, StepMemory() if memory else None)
     analysis = Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step, memory=memory)
     report, phases = _run_step(analysis, step, loss, make_optimizer, stand_in)
+    _add_training(report, phases, step, mapping, optimizer)
+    if strict:
+        raise_if_incomplete(report)
+        raise_if_training_incomplete(report, phases)
+    return report
+
+
+def _add_training(report: dict[str, Any], phases: Phases, step: TrainingForward, mapping: Mapping[Any, Any],
+                  optimizer: Any) -> None:
+    """The report's ``training`` section (with its memory when traced), and the stand-ins' notes."""
     report["training"] = training_section(report, phases, mapping, optimizer)
     if step.memory is not None:
         add_step_memory(report["training"], step.memory)
     if step.stand_ins is not None:
         step.stand_ins.annotate(report)
-    if strict:
-        raise_if_incomplete(report)
-        raise_if_training_incomplete(report, phases)
-    return report
 
 
 def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], Any] | None,

@@ -78,6 +78,6 @@ def test_a_bad_as_device_is_reported_with_the_entry_and_the_key(folder: Path, va
                                         encoding="utf-8")
     with pytest.raises(RegistryError) as caught:
         load_registry(folder / "models.toml")
-    assert caught.value.problems == [
+    assert caught.value.problems == [(
         "models[0] (standing-in): as_device: expected one of 'cpu', 'cuda' (analyze on fake-tensor stand-ins of that "
-        f"device, keeping its kernel choices), got {described}"]
+        f"device, keeping its kernel choices), got {described}")]

@@ -75,8 +75,7 @@ def memory_chart(memory: MemoryView) -> Chart:
              for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
     chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", memory_summary(memory),
                   ("Peak", "Category", "Bytes", "Share of the peak"), rows, notes)
-    categories = [(part.key, part.label) for _, parts in peaks for part in parts if drawn_bytes(part) > 0]
-    return draw(chart, lambda: paint_memory(bars, legend_items(categories), notes))
+    return draw(chart, lambda: paint_memory(bars, legend_items(drawn_categories(peaks)), notes))
 
 
 def memory_summary(memory: MemoryView) -> str:
@@ -102,6 +101,11 @@ def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:
 
 def bytes_amount(part: MemoryPart) -> Amount:
     return replace(amount_of(part.bytes) or Amount(0.0, "unavailable"), unit="B")
+
+
+def drawn_categories(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str]]:
+    """``(key, label)`` of every category that some peak's bar draws, in the order the bars show them."""
+    return [(part.key, part.label) for _, parts in peaks for part in parts if drawn_bytes(part) > 0]
 
 
 def drawn_bytes(part: MemoryPart) -> float:

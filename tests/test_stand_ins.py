@@ -73,6 +73,15 @@ def test_an_attention_model_on_meta_analyzed_as_cpu_reports_the_real_cpu_trace()
     assert peak(meta) - peak(stand_in) >= scores
 
 
+def test_structure_mode_traces_the_same_memory_on_stand_ins():
+    """Without the operator recorder the memory trace runs a dispatch mode of its own: below the device queries too."""
+    torch.manual_seed(0)
+    real = crawl_module(SelfAttention(), args=(torch.randn(2, 128, 64),), memory=True, mode="structure")
+    stand_in = crawl_module(on_meta(SelfAttention), args=(torch.empty(2, 128, 64, device="meta"),), memory=True,
+                            mode="structure", as_device="cpu")
+    assert without_stand_ins(stand_in) == real
+
+
 def small_bert(meta: bool) -> nn.Module:
     library = import_transformers()
     config = library.BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -218,6 +218,28 @@ def test_cuda_stand_ins_are_refused_where_this_torch_has_no_usable_cuda_device()
         stand_in_device("cuda")
 
 
+class WithConstant(nn.Module):
+    """Holds a tensor that is neither a parameter nor a buffer: it keeps its own device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.offset = torch.zeros(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + self.offset
+
+
+def test_a_tensor_outside_the_parameters_buffers_and_call_meets_the_stand_ins_with_a_note():
+    model = on_meta(WithConstant)
+    with pytest.raises(RuntimeError) as error:
+        crawl_module(model, (4,), as_device="cpu")
+    assert any(note.startswith("as_device='cpu': a tensor that is neither a parameter, a buffer nor in the call's")
+               for note in error.value.__notes__)
+    assert model.linear.weight.device.type == "meta"
+    assert crawl_module(WithConstant(), (4,), as_device="cpu")["context"]["stand_ins"]["model_devices"] == ["cpu"]
+
+
 def test_lazy_modules_are_refused_before_anything_runs():
     model = nn.Sequential(nn.LazyLinear(3))
     with pytest.raises(ValueError, match=r"^as_device: the model has uninitialized lazy parameters or buffers "

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorDeviceMismatchError, FakeTensorMode
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -150,6 +150,12 @@ def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
     try:
         with stand_ins.mode:
             yield stand_ins
+    except FakeTensorDeviceMismatchError as error:
+        error.add_note(f"as_device={str(device)!r}: a tensor that is neither a parameter, a buffer nor in the call's "
+                       "tuples, lists and dicts (a plain tensor attribute, a cache object's tensors) keeps its own "
+                       "device and met the stand-ins; register it as a buffer or pass it in the call, or analyze "
+                       "without as_device")
+        raise
     finally:
         for store, name, tensor in reversed(swapped):
             store[name] = tensor

@@ -50,9 +50,9 @@ def stand_in_device(as_device: Any) -> torch.device | None:
         raise ValueError(f"as_device must be None or a device such as 'cpu' or 'cuda:0', got {as_device!r}"
                          ) from error
     if device.type not in STAND_IN_DEVICES:
-        raise ValueError(f"as_device must name a device whose kernel choices stand-ins keep ({', '.join(STAND_IN_DEVICES)}"
-                         f"), got {str(device)!r}" + (": a model on meta is analyzed with meta kernels without "
-                                                      "as_device" if device.type == "meta" else ""))
+        hint = ": a model on meta is analyzed with meta kernels without as_device" if device.type == "meta" else ""
+        raise ValueError(f"as_device must name a device whose kernel choices stand-ins keep "
+                         f"({', '.join(STAND_IN_DEVICES)}), got {str(device)!r}{hint}")
     if device.type == "cuda":
         _require_cuda_kernel_choice(device)
     return device

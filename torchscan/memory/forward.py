@@ -98,10 +98,10 @@ def native_attention_reason(device_type: str, score_bytes: int) -> str:
                 f"then an in-place softmax) and frees it before it returns, a kernel workspace that the trace does "
                 f"not count ({scores})")
     if device_type == "cuda":
-        return (f"{_NATIVE_MHA_RAN}: on CUDA, for self-attention without a mask or returned weights, the kernel "
-                f"runs a fused scaled_dot_product_attention kernel inside itself (no score matrix), else it computes "
-                f"the score matrix inside itself ({scores}); either is a kernel workspace that the trace does not "
-                f"count")
+        return (f"{_NATIVE_MHA_RAN}: on CUDA, for self-attention without a mask or returned weights and with head "
+                f"widths a fused kernel supports, the kernel runs a fused scaled_dot_product_attention kernel inside "
+                f"itself (no score matrix), else it computes the score matrix inside itself ({scores}); either is a "
+                f"kernel workspace that the trace does not count")
     return (f"{_NATIVE_MHA_RAN}: on {device_type} only its outputs exist; on CPU the kernel computes the score matrix "
             f"inside itself ({scores}), a kernel workspace that the trace does not count")
 

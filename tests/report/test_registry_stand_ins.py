@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from torchscan.report.registry import RegistryError, load_registry
+from torchscan.report.resources import GPU_RESOURCE, dask_resources
 from torchscan.report.worker import analyze_run
 
 MODELS = '''
@@ -70,6 +71,13 @@ def test_the_worker_analyzes_on_stand_ins_the_forward_and_the_training_step(fold
     assert standing_in["memory"]["attention_kernel"]["name"] == "flash"
     assert standing_in["training"]["memory"]["stand_ins"]["device"] == "cpu"
     assert "stand_ins" not in on_meta["context"] and on_meta["memory"]["attention_kernel"]["name"] == "math"
+
+
+def test_cuda_stand_ins_ask_a_cluster_for_a_gpu(folder: Path) -> None:
+    (folder / "models.toml").write_text(REGISTRY.replace('as_device = "cpu"', 'as_device = "cuda"'), encoding="utf-8")
+    registry = load_registry(folder / "models.toml")
+    jobs = [entry.runs[0].to_job(folder) for entry in registry.entries]
+    assert [dask_resources(job) for job in jobs] == [{GPU_RESOURCE: 1}, {}]
 
 
 @pytest.mark.parametrize(("value", "described"), [('"meta"', 'str "meta"'), ("3", "int 3"), ('"gpu"', 'str "gpu"')])

@@ -152,9 +152,9 @@ def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
             yield stand_ins
     except FakeTensorDeviceMismatchError as error:
         error.add_note(f"as_device={str(device)!r}: a tensor that is neither a parameter, a buffer nor in the call's "
-                       "tuples, lists and dicts (a plain tensor attribute, a cache object's tensors) keeps its own "
-                       "device and met the stand-ins; register it as a buffer or pass it in the call, or analyze "
-                       "without as_device")
+                       "tuples, lists and dicts (a plain tensor attribute, the tensors inside a KV cache object) keeps "
+                       "its own device and met the stand-ins; register it as a buffer, pass it as a tensor of the "
+                       "call, or analyze without as_device")
         raise
     finally:
         for store, name, tensor in reversed(swapped):

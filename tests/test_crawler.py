@@ -247,6 +247,8 @@ def test_no_hooks_buffers_attributes_or_state_are_added_in_any_mode():
     assert_unchanged(model, before)
     analyze(model, (3,), custom_modules=SCALE, mode="structure")
     assert_unchanged(model, before)
+    analyze(model, (3,), custom_modules=SCALE, custom_mapping=MUL, memory=True, as_device="cpu")  # on stand-ins
+    assert_unchanged(model, before)
     with pytest.raises(IncompleteAnalysisError):
         crawl_module(model, (3,), strict=True)
     assert_unchanged(model, before)

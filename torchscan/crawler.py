@@ -10,7 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import itemgetter, methodcaller
 from typing import Any, Literal
 
@@ -45,6 +45,7 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
+from .stand_ins import StandIns, stand_in_device, standing_in
 from .tracing import CallTracer
 from .values import call_metadata
 from .views.findings import incomplete_message
@@ -74,6 +75,7 @@ def crawl_module(
     mode: Mode = "full",
     strict: bool = False,
     memory: bool = False,
+    as_device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
 
@@ -81,20 +83,22 @@ def crawl_module(
     as ``args``/``kwargs`` (forwarded unchanged). ``mode="structure"`` reports structure only; ``strict=True``
     raises `IncompleteAnalysisError` when any requested metric is incomplete. ``memory=True`` traces the bytes of
     live tensors through the forward (in either mode) and adds the ``memory`` section, the ``forward_peak_bytes``
-    and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md).
+    and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs on
+    fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.stand_ins`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be a bool, got {type(strict).__name__}")
-    if not isinstance(memory, bool):
-        raise TypeError(f"memory must be a bool, got {type(memory).__name__}")
+    for name, flag in (("strict", strict), ("memory", memory)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+    stand_in = stand_in_device(as_device)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
-    report = analyze(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode, memory=memory))
+    report = analyze_as(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode, memory=memory),
+                        stand_in)
     if strict:
         raise_if_incomplete(report)
     return report
@@ -179,10 +183,27 @@ class Analysis:
     mode: Mode
     step: ForwardStep = EVAL_FORWARD
     memory: bool = False
+    stand_ins: StandIns | None = None  # the analysis runs on fake-tensor stand-ins (`torchscan.stand_ins`)
 
     @property
     def full(self) -> bool:
         return self.mode == "full"
+
+
+def analyze_as(analysis: Analysis, device: torch.device | None) -> dict[str, Any]:
+    """`analyze`, on fake-tensor stand-ins on ``device`` when one is given (the report says so)."""
+    if device is None:
+        return analyze(analysis)
+    with standing_in(analysis.model, device) as stand_ins:
+        report = analyze(on_stand_ins(analysis, stand_ins))
+    stand_ins.annotate(report)
+    return report
+
+
+def on_stand_ins(analysis: Analysis, stand_ins: StandIns) -> Analysis:
+    """``analysis`` with the call's tensors replaced by their stand-ins."""
+    return replace(analysis, args=stand_ins.value(analysis.args), kwargs=stand_ins.value(analysis.kwargs),
+                   stand_ins=stand_ins)
 
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
@@ -212,6 +233,8 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
                 probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer.stack,
                                                            recorder))
                 step.memory_traced(probe)
+            if analysis.stand_ins is not None:
+                stack.enter_context(analysis.stand_ins.device_queries())
             step.forward(analysis, tracer)
     finally:
         tracer.detach()

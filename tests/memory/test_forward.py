@@ -13,7 +13,7 @@ from torch.nn import functional
 from torchscan_testing import analyze_call
 
 from torchscan import crawl_module, measure_peak_memory, summary
-from torchscan.memory.forward import ACTIVATIONS_METHOD, METHOD, attention_kernel
+from torchscan.memory.forward import ACTIVATIONS_METHOD, METHOD, attention_kernel, native_attention_reason
 
 FLOAT = 4
 
@@ -273,3 +273,47 @@ def test_the_fused_multi_head_attention_counts_the_products_of_the_unfused_path(
     assert fused["memory"]["activations"]["value"] == unfused["memory"]["activations"]["value"] == expected
     assert fused["memory"]["activations"]["status"] == "complete"
 
+
+
+def test_the_fused_multi_head_attention_names_its_kernel_and_the_score_matrix_it_computes_inside():
+    """On CPU ``_native_multi_head_attention`` computes the score matrix inside the kernel and frees it before it
+    returns: the report names the kernel and those bytes, which the measured peak holds and the trace does not."""
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(64, 4, dim_feedforward=64, batch_first=True).eval()
+    tokens = torch.randn(2, 256, 64)
+    report = crawl_module(model.self_attn, args=(tokens, tokens, tokens), kwargs={"need_weights": False},
+                          memory=True)
+    kernel = report["memory"]["attention_kernel"]
+    scores = 2 * 4 * 256 * 256 * FLOAT
+    assert kernel["name"] == "native_mha"
+    assert "on CPU the kernel computes the score matrix inside itself" in kernel["reason"]
+    assert f"({scores:,} bytes at the largest here)" in kernel["reason"]
+
+    def attend() -> None:
+        with torch.no_grad():
+            model.self_attn(tokens, tokens, tokens, need_weights=False)
+
+    measured = measure_peak_memory(attend, device="cpu")["peak_bytes"]
+    assert measured - value(report["memory"]["peak_above_start"]) >= scores
+
+
+def test_vit_b16_takes_the_fused_multi_head_attention_on_cpu_stand_ins_and_the_math_path_on_meta():
+    """MultiheadAttention's fast path needs a CPU or CUDA tensor: on meta the unfused path runs (scaled dot product
+    attention's math path), on CPU stand-ins the fused operator the real CPU runs."""
+    with torch.device("meta"):
+        model = import_torchvision().models.vit_b_16().eval()
+    tokens = torch.empty(1, 197, 768, device="meta")  # the class token and 14 x 14 patches of 224 px
+    on_cpu = crawl_module(model.encoder, args=(tokens,), memory=True, as_device="cpu")
+    kernel = on_cpu["memory"]["attention_kernel"]
+    assert kernel["name"] == "native_mha"
+    assert f"({12 * 197 * 197 * FLOAT:,} bytes at the largest here)" in kernel["reason"]
+    on_meta = crawl_module(model.encoder, args=(tokens,), memory=True)
+    assert on_meta["memory"]["attention_kernel"]["name"] == "math"
+    assert value(on_cpu["memory"]["activations"], "activations") == value(on_meta["memory"]["activations"],
+                                                                           "activations")
+
+
+def test_the_native_attention_reason_depends_on_the_device():
+    cuda, meta = native_attention_reason("cuda", 8), native_attention_reason("meta", 8)
+    assert "fused scaled_dot_product_attention kernel inside itself" in cuda and "(8 bytes" in cuda
+    assert "on meta only its outputs exist" in meta

@@ -143,6 +143,20 @@ def test_the_memory_chart_stacks_each_peak_by_category(reports: dict[str, dict])
     assert "Gradients" in chart.svg and "Created during the forward" in chart.svg  # the legend names each category
 
 
+def test_the_legend_leaves_out_categories_of_zero_bytes_at_every_peak(reports: dict[str, dict]) -> None:
+    report = reports["plain"]  # an MLP: no buffers
+    assert report["memory"]["at_peak"]["buffers"]["value"] == 0
+    chart = memory_chart(report_view(report).memory)
+    assert ("Forward peak", "Buffers", "0B") in {row[:3] for row in chart.rows}  # the numbers keep the row
+    assert "Buffers" not in chart.svg and "Parameters" in chart.svg
+    with_buffers = {**report, "memory": {**report["memory"], "at_peak": {**report["memory"]["at_peak"]}}}
+    with_buffers["memory"]["at_peak"]["buffers"] = {**report["memory"]["at_peak"]["buffers"], "value": 64,
+                                                    "known_value": 64}
+    assert "Buffers" in memory_chart(report_view(with_buffers).memory).svg
+    trained = memory_chart(report_view(reports["trained"]).memory)  # one legend entry for the two bars' parameters
+    assert trained.svg.count("Parameters") == 1 and trained.svg.count("Optimizer state") == 1
+
+
 def test_a_lower_bound_category_is_hatched_and_an_unknown_one_listed(reports: dict[str, dict]) -> None:
     report = {**reports["plain"], "memory": {**reports["plain"]["memory"]}}
     at_peak = {**report["memory"]["at_peak"]}

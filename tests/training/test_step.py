@@ -204,10 +204,11 @@ def dropout_model() -> nn.Sequential:
     return model
 
 
-def test_the_model_is_left_as_it_was() -> None:
+@pytest.mark.parametrize("as_device", [None, "cpu"])
+def test_the_model_is_left_as_it_was(as_device: str | None) -> None:
     model = dropout_model()
     before = snapshot(model)
-    report = train(model, image(), optimizer="sgd")
+    report = train(model, image(), optimizer="sgd", as_device=as_device)
     assert_same(before, snapshot(model))
     assert report["context"]["execution"] == {"mode": "train", "grad": "enabled", "forward_passes": 1}
     assert report["context"]["prior_training"]["root"] is False

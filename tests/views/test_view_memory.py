@@ -4,6 +4,7 @@ rows every renderer shows, bytes written with one formatter, and nothing shown f
 from __future__ import annotations
 
 import pytest
+import torch
 from torch import nn
 from torchscan_testing import with_memory
 
@@ -87,3 +88,19 @@ def test_an_unknown_category_has_no_share() -> None:
     parts = memory_view(report).forward.parts
     assert {part.share for part in parts} == {"—"}
     assert parts[2].bytes.text == "n/a"
+
+
+def test_a_trace_on_stand_ins_says_so_beside_its_device() -> None:
+    from torchscan.report.documents import render_report_file
+
+    with torch.device("meta"):
+        model = nn.Linear(8, 4)
+    report = crawl_module(model, (8,), memory=True, as_device="cpu")
+    view = memory_view(report)
+    assert view is not None and view.device == "cpu"
+    assert view.stand_ins == "fake-tensor stand-ins of the model's tensors on meta"
+    plain = memory_view(crawl_module(nn.Linear(8, 4), (8,), memory=True))
+    assert plain is not None and plain.stand_ins == ""
+    assert "Traced on `cpu` (fake-tensor stand-ins of the model's tensors on meta)" in render_report_file(report, "md")
+    assert ("Traced on <code>cpu</code> (fake-tensor stand-ins of the model&#39;s tensors on meta)"
+            in render_report_file(report, "html"))

@@ -102,21 +102,24 @@ def cost_curve(
     mode: str = "full",
     custom_modules: Mapping[type, Any] | None = None,
     custom_mapping: Mapping[Any, Any] | None = None,
+    as_device: Any = None,
 ) -> dict[str, Any]:
     """Analyze ``model`` at every size and return the versioned, JSON-serializable curve of its totals.
 
     ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size. ``device``, when given, is where the
     call's tensors go (those nested in tuples, lists and dicts too; other objects, such as a KV cache, are passed
-    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules`` and
-    ``custom_mapping`` are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
+    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules``, ``custom_mapping``
+    and ``as_device`` (fake-tensor stand-ins on that device) are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
     ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals, plus ``kv_cache``, the report's
     ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
     KV-cache bytes under ``kv_cache``).
     """
     from ..crawler import crawl_module
     from ..inputs import normalize_device
+    from ..stand_ins import stand_in_device
 
     sizes = _check_sizes(sizes)
+    stand_in_device(as_device)  # checked once, before the first size runs
     if not callable(inputs):
         raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
     target = normalize_device(device)
@@ -124,7 +127,7 @@ def cost_curve(
     for size in sizes:
         args, kwargs = _moved(_call_of(inputs, size), target)
         report = crawl_module(model, args=args, kwargs=kwargs, mode=mode,  # type: ignore[arg-type]
-                              custom_modules=custom_modules, custom_mapping=custom_mapping)
+                              custom_modules=custom_modules, custom_mapping=custom_mapping, as_device=as_device)
         points.append(_point(size, report))
     return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
             "curves": fit_curves(sizes, [_fitted_counts(point) for point in points])}

@@ -12,7 +12,7 @@ Nothing here runs unless the caller asked for memory: the recorder checks one at
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from threading import get_ident
 from typing import Any
@@ -54,6 +54,11 @@ KERNEL_REASONS = {
     "none": "no scaled_dot_product_attention kernel ran; attention written as separate operators, if any, is "
             "traced as those operators ran",
 }
+#: ``nn.MultiheadAttention``'s fused inference fast path: one operator for the projections, the attention and the
+#: output projection, whose attention happens inside the kernel (`native_attention_reason`).
+NATIVE_MHA = "native_mha"
+_NATIVE_MHA_RAN = ("nn.MultiheadAttention's fused inference fast path ran (aten._native_multi_head_attention: the "
+                   "projections, the attention and the output projection in one operator)")
 
 
 def attention_products(args: tuple) -> int:
@@ -74,6 +79,31 @@ def native_attention_products(args: tuple) -> int:
     *batch, queries, _ = query.shape
     keys = key.shape[-2]
     return _product(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
+
+
+def native_score_bytes(args: tuple) -> int:
+    """The bytes of the score matrix (batch x heads x queries x keys) that ``_native_multi_head_attention``'s CPU
+    kernel computes inside itself."""
+    query, key, heads = args[0], args[1], int(args[4])
+    *batch, queries, _ = query.shape
+    return _product(batch) * heads * queries * key.shape[-2] * query.element_size()
+
+
+def native_attention_reason(device_type: str, score_bytes: int) -> str:
+    """Why ``native_mha``'s memory is what the trace shows on ``device_type``: its attention happens inside the
+    kernel, which allocates and frees its scratch there, a kernel workspace the trace does not count."""
+    scores = f"{score_bytes:,} bytes at the largest here"
+    if device_type == "cpu":
+        return (f"{_NATIVE_MHA_RAN}: on CPU the kernel computes the score matrix inside itself (a batched matmul, "
+                f"then an in-place softmax) and frees it before it returns, a kernel workspace that the trace does "
+                f"not count ({scores})")
+    if device_type == "cuda":
+        return (f"{_NATIVE_MHA_RAN}: on CUDA, for self-attention without a mask or returned weights and with head "
+                f"widths a fused kernel supports, the kernel runs a fused scaled_dot_product_attention kernel inside "
+                f"itself (no score matrix), else it computes the score matrix inside itself ({scores}); either is a "
+                f"kernel workspace that the trace does not count")
+    return (f"{_NATIVE_MHA_RAN}: on {device_type} only its outputs exist; on CPU the kernel computes the score matrix "
+            f"inside itself ({scores}), a kernel workspace that the trace does not count")
 
 
 def _product(sizes: Iterable[int]) -> int:
@@ -101,6 +131,7 @@ class ForwardMemory:
         self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
         self.activations = 0
         self.kernels: list[str] = []  # attention kernels, in first-seen order
+        self.native_scores = 0  # the largest score matrix a fused MultiheadAttention computed inside its kernel
         self.open: list[dict[str, Any] | None] = []  # the records of the calls the probe's hooks opened
         self.ends: dict[int, tuple[int, int]] = {}  # id(record) -> (output bytes, level at the call's end)
         self.thread = get_ident()  # global hooks also fire for other threads' calls, which the tracer ignores
@@ -126,13 +157,23 @@ class ForwardMemory:
             self._attention(packet, args)
         elif packet is _aten._native_multi_head_attention:
             self.activations += native_attention_products(args)
+            self._seen(NATIVE_MHA)
+            self.native_scores = max(self.native_scores, native_score_bytes(args))
 
     def _attention(self, packet: Any, args: tuple) -> None:
         kernel = ATTENTION_KERNELS[packet]
-        if kernel not in self.kernels:
-            self.kernels.append(kernel)
+        self._seen(kernel)
         if kernel != "math":  # the math path's products are counted as products
             self.activations += attention_products(args)
+
+    def _seen(self, kernel: str) -> None:
+        if kernel not in self.kernels:
+            self.kernels.append(kernel)
+
+    def attention_kernel(self) -> dict[str, str]:
+        """The report's ``attention_kernel`` for the kernels this forward ran."""
+        reasons = {NATIVE_MHA: native_attention_reason(self.device.type, self.native_scores)}
+        return attention_kernel(self.kernels, reasons)
 
     def opened(self, module: nn.Module, args: tuple) -> None:
         """Global pre-hook, run after the tracer's: note the record of the call the tracer just opened."""
@@ -155,11 +196,12 @@ class ForwardMemory:
         self.timeline.close()
 
 
-def attention_kernel(kernels: list[str]) -> dict[str, str]:
-    """The report's ``attention_kernel``: the kernel that ran (several are named in the reason), or ``none``."""
+def attention_kernel(kernels: list[str], reasons: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The report's ``attention_kernel``: the kernel that ran (several are named in the reason), or ``none``;
+    ``reasons`` gives the reasons of kernels whose reason depends on the trace (``native_mha``)."""
     if not kernels:
         return {"name": "none", "reason": KERNEL_REASONS["none"]}
-    reason = KERNEL_REASONS[kernels[0]]
+    reason = (reasons or {}).get(kernels[0]) or KERNEL_REASONS[kernels[0]]
     if len(kernels) > 1:
         reason += f" (kernels seen, in order: {', '.join(kernels)})"
     return {"name": kernels[0], "reason": reason}
@@ -181,7 +223,7 @@ def memory_section(report: dict[str, Any], probe: ForwardMemory) -> None:
     section: dict[str, Any] = {
         "method": METHOD,
         "device": str(probe.device),
-        "attention_kernel": attention_kernel(probe.kernels),
+        "attention_kernel": probe.attention_kernel(),
         "peak": traced_bytes(sum(at_peak.values()), partial),
         "peak_above_start": traced_bytes(timeline.peak, partial),
         "at_peak": {name: traced_bytes(value, partial) for name, value in at_peak.items()},

@@ -26,7 +26,6 @@ from .forward import (
     METHOD,
     PARAMETERS,
     ForwardMemory,
-    attention_kernel,
     traced_bytes,
 )
 from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, operator_label, tensors_in
@@ -135,7 +134,7 @@ def step_memory_section(memory: StepMemory) -> dict[str, Any]:
     return {
         "method": METHOD,
         "device": str(probe.device),
-        "attention_kernel": attention_kernel(probe.kernels),
+        "attention_kernel": probe.attention_kernel(),
         "peak": traced_bytes(sum(live.values()), partial),
         "phase_at_peak": phase,
         "at_peak": {name: traced_bytes(value, partial) for name, value in live.items()},

@@ -25,8 +25,11 @@ DTYPE_NAMES = frozenset({
 TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
-ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "memory",
-              "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping", "training")
+ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "as_device",
+              "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping",
+              "training")
+#: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps (`torchscan.stand_ins`).
+AS_DEVICES = ("cpu", "cuda")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
@@ -84,6 +87,7 @@ class Run:
     training: dict[str, str] | None = None  # crawl_training_step's options (``optimizer``), or None: forward only
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
+    as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.stand_ins`)
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
@@ -95,6 +99,8 @@ class Run:
             job["memory"] = self.memory
         if self.training is not None:  # only then: runs without training keep their jobs (and cache keys)
             job["training"] = dict(self.training)
+        if self.as_device is not None:  # likewise
+            job["as_device"] = self.as_device
         return job
 
 
@@ -199,7 +205,7 @@ class _Checker:
         variants = item.get("variants")
         common = {"entry": name, "factory": factory, "device": device, "strict": strict,
                   "memory": self.memory(f"{where}: memory", item.get("memory")),
-                  "extensions": self.extensions(where, item)}
+                  "extensions": self.extensions(where, item), "as_device": self.as_device(where, item)}
         sweep = self.sweep(where, item)
         if sweep is not None:
             runs = self.sweep_runs(where, common, base, sweep)
@@ -230,6 +236,15 @@ class _Checker:
                            f"{sweep.name} = {size:,}")
             runs.append(replace(run, quantity=sweep.name, size=size))
         return runs
+
+    def as_device(self, where: str, item: dict[str, Any]) -> str | None:
+        """The entry's ``as_device`` (None without one): a device whose kernel choices stand-ins keep."""
+        value = item.get("as_device")
+        if value is not None and value not in AS_DEVICES:
+            self.problem(f"{where}: as_device", f"expected one of {', '.join(map(repr, AS_DEVICES))} (analyze on "
+                         f"fake-tensor stand-ins of that device, keeping its kernel choices), got {_describe(value)}")
+            return None
+        return value
 
     def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
         """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""

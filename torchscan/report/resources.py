@@ -2,6 +2,7 @@
 
 A ``device = "cuda"`` run needs a GPU: on a cluster it asks for the ``GPU`` resource, so that only workers started
 with ``--resources GPU=1`` take it; anywhere without CUDA it fails in stage ``build`` with a message that says so.
+So does an ``as_device = "cuda"`` run: fake-tensor stand-ins choose a GPU's kernels only where one is usable.
 ``memory = "16GB"`` becomes the ``MEMORY`` resource (in bytes) for workers started with ``--resources MEMORY=...``;
 a local build ignores it. This module imports neither torch nor Dask: the registry validates with it.
 """
@@ -37,7 +38,7 @@ def parse_memory(value: Any) -> int:
 def dask_resources(job: dict[str, Any]) -> dict[str, float]:
     """The Dask resources one run asks for (empty for a CPU run without a memory request)."""
     resources: dict[str, float] = {}
-    if job["device"] == "cuda":
+    if job["device"] == "cuda" or job.get("as_device") == "cuda":  # stand-ins of a GPU need one to choose kernels
         resources[GPU_RESOURCE] = 1
     if job.get("memory"):
         resources[MEMORY_RESOURCE] = job["memory"]

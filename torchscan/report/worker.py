@@ -70,6 +70,8 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
                 raise TypeError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
             stage = "inputs"
             call = _call(job, inputs_callable)
+            if "as_device" in job:  # the analysis runs on fake-tensor stand-ins of that device
+                call["as_device"] = job["as_device"]
             stage = "analysis"
             report = analyze_model(model, call, extensions, job.get("training"))
         except BaseException as error:

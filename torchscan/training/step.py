@@ -18,7 +18,7 @@ copy of them is made; the stand-ins keep shapes and dtypes, not the device's cho
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -30,6 +30,7 @@ from ..handlers import validate_handler_map
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import build_formula_table, new_recorder, validate_custom_mapping
+from ..stand_ins import StandIns, stand_in_device, standing_in
 from ..tracing import CallTracer, global_call_hooks
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
@@ -55,6 +56,7 @@ def crawl_training_step(
     strict: bool = False,
     keep_modes: bool = False,
     memory: bool = False,
+    as_device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step).
 
@@ -63,33 +65,46 @@ def crawl_training_step(
     forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
     every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
     ``params -> torch.optim.Optimizer``. ``memory=True`` adds ``crawl_module``'s memory sections and
-    ``training.memory``, the step's peak of live tensor bytes broken down. The model is left as it was.
+    ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s.
     """
     _check_options(model, loss, strict, keep_modes, memory)
+    stand_in = stand_in_device(as_device)
     make_optimizer = _optimizer_factory(optimizer)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     step = TrainingForward(keep_modes, StepMemory() if memory else None)
     analysis = Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step, memory=memory)
-    report, phases = _run_step(analysis, step, loss, make_optimizer)
-    report["training"] = training_section(report, phases, mapping, optimizer)
-    if step.memory is not None:
-        add_step_memory(report["training"], step.memory)
+    report, phases = _run_step(analysis, step, loss, make_optimizer, stand_in)
+    _add_training(report, phases, step, mapping, optimizer)
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
     return report
 
 
+def _add_training(report: dict[str, Any], phases: Phases, step: TrainingForward, mapping: Mapping[Any, Any],
+                  optimizer: Any) -> None:
+    """The report's ``training`` section (with its memory when traced), and the stand-ins' notes."""
+    report["training"] = training_section(report, phases, mapping, optimizer)
+    if step.memory is not None:
+        add_step_memory(report["training"], step.memory)
+    if step.stand_ins is not None:
+        step.stand_ins.annotate(report)
+
+
 def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], Any] | None,
-              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None
-              ) -> tuple[dict[str, Any], Phases]:
-    """The forward's report and the phases of the rest of the step; the model's state is put back and the step's
-    memory timeline (if any) stops following storages, also when the step raises."""
+              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
+              stand_in: torch.device | None) -> tuple[dict[str, Any], Phases]:
+    """The forward's report and the phases of the rest of the step (on stand-ins on ``stand_in`` when given); the
+    model's state is put back and the step's memory timeline (if any) stops following storages, also when the step
+    raises."""
     model = analysis.model
     try:
-        with preserved_state(model):
+        with preserved_state(model), ExitStack() as contexts:
+            if stand_in is not None:
+                step.stand_ins = contexts.enter_context(standing_in(model, stand_in))
+                analysis = crawler.on_stand_ins(analysis, step.stand_ins)
             report = crawler.analyze(analysis)
             phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(analysis.mapping))
     finally:
@@ -165,6 +180,7 @@ class TrainingForward(ForwardStep):
         self.graph = GraphOwners()
         self.output: Any = None
         self.calls: list[int | None] = []  # the open calls' layer indices (None: not a call of the model)
+        self.stand_ins: StandIns | None = None  # the step runs on fake-tensor stand-ins (`torchscan.stand_ins`)
 
     def execution(self) -> dict[str, Any]:
         return {"mode": "kept" if self.keep_modes else "train", "grad": "enabled", "forward_passes": 1}
@@ -185,6 +201,10 @@ class TrainingForward(ForwardStep):
     def saving(self) -> Any:
         """Where autograd saves tensors for the backward: noted when memory is traced."""
         return nullcontext() if self.memory is None else self.memory.saving()
+
+    def device_queries(self) -> Any:
+        """Entered above each recorder of the step on stand-ins (`torchscan.stand_ins.DeviceQueries`)."""
+        return nullcontext() if self.stand_ins is None else self.stand_ins.device_queries()
 
     def memory_traced(self, probe: ForwardMemory) -> None:
         if self.memory is not None:
@@ -218,7 +238,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     phases.loss_default = loss is None
     memory = step.memory
     recorder.memory = None if memory is None else memory.probe
-    with torch.enable_grad(), recorder:
+    with torch.enable_grad(), recorder, step.device_queries():
         recorder.enter(phases.loss_forward)
         with step.saving():
             value = compute_loss(loss, step.output)
@@ -236,7 +256,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     if memory is not None:
         memory.backward_ended(model)
     if make_optimizer is not None:
-        _optimizer_step(model, make_optimizer, phases, memory)
+        _optimizer_step(model, make_optimizer, phases, memory, step.device_queries())
     recorder.memory = None
     return phases
 
@@ -297,7 +317,7 @@ def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
 
 
 def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
-                    phases: Phases, memory: StepMemory | None) -> None:
+                    phases: Phases, memory: StepMemory | None, device_queries: Any) -> None:
     """One optimizer step over ``meta`` stand-ins of the trainable parameters and their new gradients (traced on
     a timeline of its own when memory is: the stand-ins have the bytes of what they stand for)."""
     stand_ins = []
@@ -313,7 +333,7 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     recorder = phases.recorder
     recorder.memory = None if memory is None else memory.optimizer_timeline()
-    with recorder:
+    with recorder, device_queries:
         recorder.enter(phases.optimizer)
         optimizer.step()
         recorder.leave()

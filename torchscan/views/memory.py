@@ -87,6 +87,9 @@ class MemoryView:
 
     forward: ForwardMemory | None
     training: TrainingMemory | None
+    #: How the trace ran when not on the model's own tensors: ``fake-tensor stand-ins of the model's tensors on
+    #: meta`` (``as_device``), else empty.
+    stand_ins: str = ""
 
     @property
     def device(self) -> str:
@@ -109,7 +112,16 @@ def memory_view(report: dict[str, Any]) -> MemoryView | None:
     if section is None and step is None:
         return None
     return MemoryView(forward=None if section is None else forward_memory(section, report["layers"]),
-                      training=training_memory(step, report["layers"]))
+                      training=training_memory(step, report["layers"]),
+                      stand_ins=stand_ins_text(report["context"].get("stand_ins")))
+
+
+def stand_ins_text(stand_ins: dict[str, Any] | None) -> str:
+    """``context.stand_ins`` in words (empty without stand-ins): the trace's device is theirs, not the model's."""
+    if stand_ins is None:
+        return ""
+    where = ", ".join(stand_ins["model_devices"]) or "no device (the model has no tensors)"
+    return f"fake-tensor stand-ins of the model's tensors on {where}"
 
 
 def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> ForwardMemory:

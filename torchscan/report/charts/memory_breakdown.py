@@ -4,7 +4,8 @@ layer calls with the largest outputs and those that saved the most for backward,
 
 Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
 view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
-not known is listed as n/a under the chart, never drawn as zero.
+not known is listed as n/a under the chart, never drawn as zero. The legend names the categories the bars draw:
+one of zero bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry.
 """
 
 from __future__ import annotations
@@ -74,8 +75,7 @@ def memory_chart(memory: MemoryView) -> Chart:
              for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
     chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", memory_summary(memory),
                   ("Peak", "Category", "Bytes", "Share of the peak"), rows, notes)
-    categories = [(part.key, part.label) for _, parts in peaks for part in parts]
-    return draw(chart, lambda: paint_memory(bars, legend_items(categories), notes))
+    return draw(chart, lambda: paint_memory(bars, legend_items(drawn_categories(peaks)), notes))
 
 
 def memory_summary(memory: MemoryView) -> str:
@@ -103,8 +103,20 @@ def bytes_amount(part: MemoryPart) -> Amount:
     return replace(amount_of(part.bytes) or Amount(0.0, "unavailable"), unit="B")
 
 
+def drawn_categories(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str]]:
+    """``(key, label)`` of every category that some peak's bar draws, in the order the bars show them."""
+    return [(part.key, part.label) for _, parts in peaks for part in parts if drawn_bytes(part) > 0]
+
+
+def drawn_bytes(part: MemoryPart) -> float:
+    """The bytes a category's segment draws: 0 when it has none or is not drawn (unknown), so that the legend
+    names only the colours the bars show."""
+    amount = bytes_amount(part)
+    return amount.known if amount.drawn else 0.0
+
+
 def legend_items(categories: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """Each category once, in the order the bars show them."""
+    """Each category once, in the order the bars show them (the caller leaves out those no bar draws)."""
     seen: dict[str, str] = {}
     for key, label in categories:
         seen.setdefault(key, label)

@@ -1,0 +1,202 @@
+"""Fake-tensor stand-ins: analyze a model as if its tensors were on another device, without allocating anything.
+
+Kernels decide cost. A model on ``meta`` runs meta kernels: ``scaled_dot_product_attention`` there takes the math
+path and materializes score matrices that the fused kernel of a real device never allocates. PyTorch's fake tensors
+(``torch._subclasses.fake_tensor``) report the device they stand for, so the operators that choose a kernel by
+device choose the one that device would run, while their storages stay on ``meta``. ``as_device="cpu"`` runs the
+analysis on such stand-ins: every parameter and buffer of the model is swapped for a fake tensor of the same
+shape, strides, dtype and ``requires_grad`` on that device for the analysis (tied tensors stay tied), the call's
+tensors are replaced the same way, and the model's own tensors are put back afterwards, untouched.
+
+Only a device whose kernel choice this torch build can make is accepted: ``cpu`` always, ``cuda`` when this build
+has a usable CUDA device (a CPU-only build has no CUDA kernel selection compiled in, so fake ``cuda`` tensors would
+take the math path and mislead).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorDeviceMismatchError, FakeTensorMode
+from torch.nn.parameter import is_lazy
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .inputs import require_available
+
+#: The device types whose kernel choices stand-ins keep (a CUDA one only on a build and machine that have it).
+STAND_IN_DEVICES = ("cpu", "cuda")
+KIND = "fake_tensors"
+_DEVICE_QUERY = torch.ops.prim.device.default
+
+
+def stand_in_device(as_device: Any) -> torch.device | None:
+    """``as_device`` checked: None, or the ``torch.device`` whose kernel choices the stand-ins keep.
+
+    Refused with a ``ValueError`` naming the argument: a value that is not a device, ``meta`` (which has no kernel
+    choice to keep: analyze the model on meta directly), a device type other than ``cpu`` and ``cuda``, and a
+    device this torch build or machine does not have.
+    """
+    if as_device is None:
+        return None
+    try:
+        device = torch.device(as_device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"as_device must be None or a device such as 'cpu' or 'cuda:0', got {as_device!r}"
+                         ) from error
+    if device.type not in STAND_IN_DEVICES:
+        hint = ": a model on meta is analyzed with meta kernels without as_device" if device.type == "meta" else ""
+        raise ValueError(f"as_device must name a device whose kernel choices stand-ins keep "
+                         f"({', '.join(STAND_IN_DEVICES)}), got {str(device)!r}{hint}")
+    if device.type == "cuda":
+        _require_cuda_kernel_choice(device)
+    return device
+
+
+def _require_cuda_kernel_choice(device: torch.device) -> None:
+    """A ``cuda`` stand-in needs a CUDA build with a usable device: elsewhere fake ``cuda`` tensors take the math
+    attention path, not the kernels a GPU runs."""
+    if not torch.cuda.is_available():
+        raise ValueError(f"as_device={str(device)!r} needs a torch build with a usable CUDA device (this torch "
+                         f"{torch.__version__} reports none: torch.cuda.is_available() is False); fake cuda tensors "
+                         "here would take the math attention path, not the kernels a GPU runs")
+    require_available(device, "as_device")
+
+
+@dataclass
+class StandIns:
+    """The stand-ins of one analysis: the fake-tensor mode, the device they stand for, the model's own devices."""
+
+    device: torch.device
+    model_devices: list[str]
+    mode: FakeTensorMode = field(default_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
+
+    def record(self) -> dict[str, Any]:
+        """The report's ``stand_ins`` field: what the analysis ran on, and the devices of the model's own tensors."""
+        return {"kind": KIND, "device": str(self.device), "model_devices": list(self.model_devices)}
+
+    def tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A fake tensor on the stand-in device with ``tensor``'s shape, strides, dtype and ``requires_grad`` (a
+        parameter's stand-in is a parameter); nothing is allocated."""
+        with self.mode:
+            fake = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=self.device)
+        if isinstance(tensor, nn.Parameter):
+            return nn.Parameter(fake, requires_grad=tensor.requires_grad)
+        return fake.requires_grad_() if tensor.requires_grad else fake
+
+    def value(self, value: Any) -> Any:
+        """``value`` with every tensor in tuples, lists and dicts (at any depth) replaced by its stand-in."""
+        if isinstance(value, torch.Tensor):
+            return self.tensor(value)
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.value(item) for item in value)
+        if isinstance(value, dict):
+            return {key: self.value(item) for key, item in value.items()}
+        return value
+
+    def annotate(self, report: dict[str, Any]) -> None:
+        """Say in ``report`` that it was analyzed on stand-ins: ``context.stand_ins``, and in each memory section
+        (the forward's, a training step's) ``stand_ins`` and the attention kernel's reason."""
+        report["context"]["stand_ins"] = self.record()
+        for memory in (report.get("memory"), report.get("training", {}).get("memory")):
+            if memory is not None:
+                memory["stand_ins"] = self.record()
+                memory["attention_kernel"]["reason"] += (
+                    f"; traced on fake-tensor stand-ins on {self.device}, which keep the kernel choices "
+                    f"{self.device.type} makes")
+
+    def device_queries(self) -> DeviceQueries:
+        """The mode to enter above every observing mode (see `DeviceQueries`)."""
+        return DeviceQueries()
+
+
+class DeviceQueries(TorchDispatchMode):
+    """Answers a fake tensor's device query (``prim.device``) before the modes below it see it.
+
+    A fake tensor reports its device through dispatch, so every operator that checks a device (attention choosing
+    its kernel checks it a dozen times) would show the operator recorder and the memory trace a ``prim.device``
+    call that a real tensor never dispatches. Entered above them, this mode answers the query itself and passes
+    every other operator down unchanged.
+    """
+
+    supports_higher_order_operators = True
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch would otherwise wrap __torch_dispatch__ to import torch._dynamo on first use (about a second).
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
+                           ) -> Any:
+        if func is _DEVICE_QUERY and isinstance(args[0], FakeTensor):
+            return args[0].fake_device
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
+    """Swap the model's parameters and buffers for stand-ins on ``device`` and enter the fake-tensor mode for the
+    block; the model's own tensors are put back afterwards, also when the block raises."""
+    _refuse_lazy(model)
+    _load_fake_kernels()
+    model_devices = sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())})
+    stand_ins = StandIns(device, model_devices)
+    swapped = _swap_in(model, stand_ins)
+    try:
+        with stand_ins.mode:
+            yield stand_ins
+    except FakeTensorDeviceMismatchError as error:
+        error.add_note(f"as_device={str(device)!r}: a tensor that is neither a parameter, a buffer nor in the call's "
+                       "tuples, lists and dicts (a plain tensor attribute, the tensors inside a KV cache object) keeps "
+                       "its own device and met the stand-ins; register it as a buffer, pass it as a tensor of the "
+                       "call, or analyze without as_device")
+        raise
+    finally:
+        for store, name, tensor in reversed(swapped):
+            store[name] = tensor
+
+
+def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any], str, torch.Tensor]]:
+    """Put a stand-in in every parameter and buffer slot (a tensor in several slots gets one stand-in); returns
+    ``(slots, name, original)`` for each swap."""
+    made: dict[int, torch.Tensor] = {}
+    swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
+    for module in model.modules():
+        stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
+        for store in stores:
+            for name, tensor in store.items():
+                if tensor is None:
+                    continue
+                if id(tensor) not in made:
+                    made[id(tensor)] = stand_ins.tensor(tensor)
+                swapped.append((store, name, tensor))
+    for store, name, tensor in swapped:
+        store[name] = made[id(tensor)]
+    return swapped
+
+
+def _refuse_lazy(model: nn.Module) -> None:
+    """Lazy modules materialize their parameters (and change class) on their first forward: not on stand-ins."""
+    lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers())
+            if is_lazy(tensor)]
+    if lazy:
+        raise ValueError(f"as_device: the model has uninitialized lazy parameters or buffers ({', '.join(lazy)}) that "
+                         "its first forward would materialize; run one forward (or crawl_module) without as_device "
+                         "first")
+
+
+@functools.cache
+def _load_fake_kernels() -> None:
+    """Run one operator on a fake tensor before the first analysis on stand-ins.
+
+    Fake tensors compute through meta kernels, which PyTorch imports on first use; the exceptions that importing
+    raises and catches leave reference cycles through the frames of the running forward, which would keep that
+    forward's tensors alive while the analysis pauses the cyclic collector (as `torchscan.memory.forward` notes).
+    """
+    with FakeTensorMode():
+        torch.empty(1).add(1)

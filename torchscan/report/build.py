@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..formatting import format_count
 from .cache import CACHE_FOLDER, ResultCache
 from .catalog import CatalogView, catalog_view
 from .catalog_index import CATALOG_INDEX, catalog_index
@@ -23,7 +22,7 @@ from .registry import Registry
 from .render_cache import RenderCache
 from .runner import ExecutorFactory, isolated_executor, run_all
 from .site import SiteContent, build_site
-from .wording import plural
+from .wording import count_text, plural
 
 MARKER = ".torchscan-build"
 
@@ -107,8 +106,8 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         drawn = draw_build(catalog, catalog_page(registry), options.strict, options.templates,
                            RenderCache(previous, work, enabled=options.use_cache), options.jobs)
         timings["rendering"] = clock.lap()
-        progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {format_count(drawn.drawn)} drawn, "
-                      f"{format_count(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
+        progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {count_text(drawn.drawn)} drawn, "
+                      f"{count_text(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
         content = site_content(registry, catalog, drawn)
         progress.note(f"building the site with MkDocs ({navigation_text(content)})")
         staged = work / "site"

@@ -19,9 +19,10 @@ from .catalog_index import CATALOG_INDEX, catalog_index
 from .drawing import Drawn, draw_build
 from .progress import Progress
 from .registry import Registry
-from .render_cache import RenderCache
+from .render_cache import PAGES_FOLDER, RenderCache
 from .runner import ExecutorFactory, isolated_executor, run_all
-from .site import SiteContent, build_site
+from .site import SiteCaches, SiteContent, build_site
+from .site_reuse import SiteReuse
 from .wording import count_text, plural
 
 MARKER = ".torchscan-build"
@@ -111,8 +112,11 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         content = site_content(registry, catalog, drawn)
         progress.note(f"building the site with MkDocs ({navigation_text(content)})")
         staged = work / "site"
-        warnings = build_site(content, registry.mkdocs, work, staged)
+        caches = SiteCaches(SiteReuse(previous, work, enabled=options.use_cache),
+                            RenderCache(previous, work, enabled=options.use_cache, folder=PAGES_FOLDER))
+        warnings = build_site(content, registry.mkdocs, work, staged, caches)
         timings["mkdocs"] = clock.lap()
+        progress.note(site_text(caches, len(content.model_pages)))
         for relative, text in drawn.files.items():
             if relative.startswith("markdown/"):
                 _write(staged / relative, text)
@@ -143,6 +147,13 @@ def site_content(registry: Registry, catalog: CatalogView, drawn: Drawn) -> Site
     content.pages.update(drawn.pages)
     content.model_pages = [(entry.name, f"models/{entry.name}.md") for entry in catalog.entries]
     return content
+
+
+def site_text(caches: SiteCaches, model_pages: int) -> str:
+    """What MkDocs did, for the progress line: nothing (the site was kept), or how many pages it reused."""
+    if caches.site_reused:
+        return "site unchanged: kept the previous build's site files (MkDocs not run)"
+    return f"MkDocs reused the conversion of {count_text(caches.pages_reused)} of {plural(model_pages, 'model page')}"
 
 
 def navigation_text(content: SiteContent) -> str:

@@ -19,6 +19,7 @@ import dataclasses
 import gzip
 import hashlib
 import json
+import shutil
 import zlib
 from functools import lru_cache
 from importlib import metadata
@@ -31,6 +32,8 @@ from .registry import Entry
 from .render import PACKAGE_ROOT, template_folder
 
 RENDER_FOLDER = "render"
+#: Beside it, MkDocs' conversions of unchanged model pages (`torchscan.report.page_cache`).
+PAGES_FOLDER = "pages"
 #: Bumped when the stored layout changes, so entries of another layout are never read.
 RENDER_FORMAT = 1
 
@@ -62,29 +65,31 @@ def drawing_context(templates: Path | None) -> str:
     payload = {"format": RENDER_FORMAT, "templates": folder_digest(template_folder()),
                "overrides": folder_digest(templates) if templates is not None else None, "code": code_digest(),
                "torchscan": __version__, "matplotlib": matplotlib_version()}
-    return _hash(payload)
+    return content_hash(payload)
 
 
 def entry_key(context: str, entry: Entry, results: list[dict[str, Any]], strict: bool) -> str:
     """The key of an entry's files: the drawing context, the entry as the registry describes it, its results."""
-    return _hash({"context": context, "entry": dataclasses.asdict(entry), "results": results, "strict": strict})
+    return content_hash({"context": context, "entry": dataclasses.asdict(entry), "results": results, "strict": strict})
 
 
 def catalog_key(context: str, entry_keys: list[str], described: dict[str, Any]) -> str:
     """The key of the catalog's files: its entries' keys (in order) and what else the catalog page shows."""
-    return _hash({"context": context, "entries": entry_keys, "catalog": described})
+    return content_hash({"context": context, "entries": entry_keys, "catalog": described})
 
 
-def _hash(payload: dict[str, Any]) -> str:
+def content_hash(payload: Any) -> str:
+    """SHA-256 of a JSON-serializable payload (sorted keys; anything else by its ``str``)."""
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class RenderCache:
     """Reads drawn files from the previous output folder and keeps the ones used (or newly drawn) in the new one."""
 
-    def __init__(self, previous: Path | None, current: Path, enabled: bool = True) -> None:
-        self.previous = previous / CACHE_FOLDER / RENDER_FOLDER if previous else None
-        self.current = current / CACHE_FOLDER / RENDER_FOLDER
+    def __init__(self, previous: Path | None, current: Path, enabled: bool = True, folder: str = RENDER_FOLDER
+                 ) -> None:
+        self.previous = previous / CACHE_FOLDER / folder if previous else None
+        self.current = current / CACHE_FOLDER / folder
         self.enabled = enabled
 
     def load(self, key: str) -> dict[str, str] | None:
@@ -101,6 +106,14 @@ class RenderCache:
             return None
         self._write(key, data)
         return files
+
+    def keep_all(self) -> None:
+        """Carry every entry of the previous build into the new one (when the site they were used for is kept)."""
+        if not self.enabled or self.previous is None or not self.previous.is_dir():
+            return
+        self.current.mkdir(parents=True, exist_ok=True)
+        for stored in self.previous.glob("*.json.gz"):
+            shutil.copyfile(stored, self.current / stored.name)
 
     def store(self, key: str, files: dict[str, str]) -> None:
         """Keep newly drawn files for the next build (compressed without a timestamp: the same bytes every time)."""

@@ -109,14 +109,9 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         timings["rendering"] = clock.lap()
         progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {count_text(drawn.drawn)} drawn, "
                       f"{count_text(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
-        content = site_content(registry, catalog, drawn)
-        progress.note(f"building the site with MkDocs ({navigation_text(content)})")
         staged = work / "site"
-        caches = SiteCaches(SiteReuse(previous, work, enabled=options.use_cache),
-                            RenderCache(previous, work, enabled=options.use_cache, folder=PAGES_FOLDER))
-        warnings = build_site(content, registry.mkdocs, work, staged, caches)
+        warnings = _site(site_content(registry, catalog, drawn), registry, previous, work, options.use_cache, progress)
         timings["mkdocs"] = clock.lap()
-        progress.note(site_text(caches, len(content.model_pages)))
         for relative, text in drawn.files.items():
             if relative.startswith("markdown/"):
                 _write(staged / relative, text)
@@ -131,6 +126,17 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
     result = BuildResult(output=output, catalog=catalog, warnings=warnings, timings=timings)
     progress.note(result.timing_line())
     return result
+
+
+def _site(content: SiteContent, registry: Registry, previous: Path | None, work: Path, use_cache: bool,
+          progress: Progress) -> list[str]:
+    """Build the site into ``work/site`` (or keep the previous one), saying what MkDocs did; its warnings."""
+    progress.note(f"building the site with MkDocs ({navigation_text(content)})")
+    caches = SiteCaches(SiteReuse(previous, work, enabled=use_cache),
+                        RenderCache(previous, work, enabled=use_cache, folder=PAGES_FOLDER))
+    warnings = build_site(content, registry.mkdocs, work, work / "site", caches)
+    progress.note(site_text(caches, len(content.model_pages)))
+    return warnings
 
 
 def catalog_page(registry: Registry) -> str:

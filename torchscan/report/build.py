@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import CACHE_FOLDER, ResultCache
+from .cache import CACHE_FOLDER, ResultCache, link_or_copy
 from .catalog import CatalogView, catalog_view
 from .catalog_index import CATALOG_INDEX, catalog_index
 from .drawing import Drawn, draw_build
@@ -114,8 +114,8 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         timings["mkdocs"] = clock.lap()
         for relative, text in drawn.files.items():
             if relative.startswith("markdown/"):
-                _write(staged / relative, text)
-        _write(staged / CATALOG_INDEX, catalog_index(catalog))
+                _write_kept(previous, staged, relative, text)
+        _write_kept(previous, staged, CATALOG_INDEX, catalog_index(catalog))
         if (work / CACHE_FOLDER).is_dir():
             os.replace(work / CACHE_FOLDER, staged / CACHE_FOLDER)
         _write(staged / MARKER, "torchscan-report build output: this folder is replaced by the next build\n")
@@ -184,6 +184,19 @@ def _swap(staged: Path, output: Path, work: Path) -> None:
     if output.exists():
         os.replace(output, work / "previous")
     os.replace(staged, output)
+
+
+def _write_kept(previous: Path | None, staged: Path, relative: str, text: str) -> None:
+    """Write ``staged/relative``, or link the previous output's file when it already has these bytes (deleting
+    the previous output then frees nothing of it: on some disks that costs a millisecond a file)."""
+    data = text.encode("utf-8")
+    kept = previous / relative if previous is not None else None
+    try:
+        same = kept is not None and kept.is_file() and not kept.is_symlink() and kept.read_bytes() == data
+    except OSError:
+        same = False
+    if not (same and kept is not None and link_or_copy(kept, staged / relative)):
+        _write(staged / relative, text)
 
 
 def _write(path: Path, text: str) -> None:

@@ -19,7 +19,6 @@ import dataclasses
 import gzip
 import hashlib
 import json
-import shutil
 import zlib
 from functools import lru_cache
 from importlib import metadata
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .cache import CACHE_FOLDER
+from .cache import CACHE_FOLDER, link_or_copy
 from .registry import Entry
 from .render import PACKAGE_ROOT, template_folder
 
@@ -104,16 +103,16 @@ class RenderCache:
         files = stored.get("files") if isinstance(stored, dict) else None
         if not _all_text(files) or stored.get("format") != RENDER_FORMAT or stored.get("key") != key:
             return None
-        self._write(key, data)
+        if not link_or_copy(self.previous / f"{key}.json.gz", self.current / f"{key}.json.gz"):
+            self._write(key, data)
         return files
 
     def keep_all(self) -> None:
         """Carry every entry of the previous build into the new one (when the site they were used for is kept)."""
         if not self.enabled or self.previous is None or not self.previous.is_dir():
             return
-        self.current.mkdir(parents=True, exist_ok=True)
         for stored in self.previous.glob("*.json.gz"):
-            shutil.copyfile(stored, self.current / stored.name)
+            link_or_copy(stored, self.current / stored.name)
 
     def store(self, key: str, files: dict[str, str]) -> None:
         """Keep newly drawn files for the next build (compressed without a timestamp: the same bytes every time)."""

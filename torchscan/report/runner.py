@@ -70,13 +70,14 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
         cached = cache.load(key)
         if cached is not None:
             results[run.stem] = cached
-            cache.store(key, cached, run.stem)
+            cache.keep(key, cached, run.stem)
             progress.finished(run.stem, "cached", cached)
         else:
             pending.append((run, job, key))
     if pending:
         executor = executor_factory(min(jobs, len(pending)), timeout)
         results.update(_execute(pending, cache, progress, executor, function or default_function(executor)))
+    cache.close()
     progress.stop()
     return results
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .cache import CACHE_FOLDER
+from .cache import CACHE_FOLDER, link_or_copy
 from .render_cache import code_digest, content_hash
 
 MANIFEST = "site.json"
@@ -91,8 +90,9 @@ class SiteReuse:
         assert self.previous is not None
         if not all(_intact(self.previous / relative, digest) for relative, digest in files.items()):
             return None
-        for relative in files:
-            _link(self.previous / relative, site_dir / relative)
+        if not all(link_or_copy(self.previous / relative, site_dir / relative) for relative in files):
+            shutil.rmtree(site_dir, ignore_errors=True)  # a file vanished meanwhile: MkDocs builds it all
+            return None
         self._write(recorded)
         return list(recorded["warnings"])
 
@@ -125,12 +125,3 @@ def _inside(relative: Any) -> bool:
 
 def _intact(path: Path, digest: Any) -> bool:
     return path.is_file() and not path.is_symlink() and file_digest(path) == digest
-
-
-def _link(source: Path, target: Path) -> None:
-    """A hard link (the previous output is deleted after the swap), or a copy where links are not possible."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)

@@ -9,6 +9,7 @@ import pytest
 from catalogs import synthetic_registry
 
 from torchscan.report.catalog import catalog_view
+from torchscan.report.charts.amounts import counted
 from torchscan.report.documents import catalog_markdown
 from torchscan.report.wording import count_text, plural
 
@@ -36,3 +37,8 @@ def test_the_catalog_of_a_thousand_entries_counts_them_in_full(tmp_path: Path) -
     assert "1,000 models, 1,000 runs" in page
     assert "1,000 of 1,000 entries shown" in page
     assert "1k" not in page
+
+
+def test_chart_captions_count_in_full() -> None:
+    """``The numbers (1,000 rows)`` under a 1,000-point chart, never ``1000 rows``."""
+    assert counted(1_000, "row") == "1,000 rows" and counted(1, "call") == "1 call"

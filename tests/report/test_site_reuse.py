@@ -75,3 +75,17 @@ def test_a_changed_template_builds_the_site_again(tmp_path: Path) -> None:
     assert b"Overridden footer." in files["models/second.html"]
     full, _ = build_into(tmp_path, "full", use_cache=False, templates=overrides)
     assert files == full
+
+
+def test_an_unchanged_build_links_the_previous_files_instead_of_writing_them_again(tmp_path: Path) -> None:
+    """Kept files are the previous output's files (same inode), so replacing that output frees nothing of them."""
+    setup_registry(tmp_path)
+    build_into(tmp_path, "site")
+    site = tmp_path / "site"
+    kept = ["index.html", "models/second.html", "markdown/catalog.md", "catalog.json",
+            *(path.relative_to(site).as_posix() for path in (site / CACHE_FOLDER).rglob("*.gz")),
+            *(path.relative_to(site).as_posix() for path in (site / CACHE_FOLDER).glob("*.json")
+              if path.name not in ("last-good.json", "site.json"))]
+    inodes = {relative: (site / relative).stat().st_ino for relative in kept}
+    build_into(tmp_path, "site")
+    assert {relative: (site / relative).stat().st_ino for relative in kept} == inodes

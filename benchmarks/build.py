@@ -63,7 +63,7 @@ def write_registry(folder: Path, entries: int, changed: bool = False) -> Path:
     """A registry of ``entries`` tiny CNNs; ``changed`` widens the first one (one entry changed)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "tiny_cnns.py").write_text(MODELS, encoding="utf-8")
-    header = f'[catalog]\ntitle = "{entries} tiny CNNs"\n\n'
+    header = f'[catalog]\ntitle = "{entries:,} tiny CNNs"\n\n'
     body = "\n".join(entry_toml(index, 1 if changed and index == 0 else 0) for index in range(entries))
     registry = folder / "models.toml"
     registry.write_text(header + body, encoding="utf-8")
@@ -99,6 +99,8 @@ def report(entries: int | None, scenario: str, timed: Timed) -> None:
     target = TARGETS.get((entries or 0, scenario))
     if target is not None:
         line += f"  target {target:.0f} s: {'within' if timed.wall <= target else 'OVER'}"
+    # The machine's load after the build: timings taken beside other work are indicative only.
+    line += f"  load {os.getloadavg()[0]:.2f}"
     print(line, flush=True)
 
 

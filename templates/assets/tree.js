@@ -62,7 +62,7 @@
         rows[i].hidden = !shown[i];
         setOpen(rows[i], !!opened[i]);
       }
-      if (count) { count.textContent = matches + " of " + total; }
+      if (count) { count.textContent = matches.toLocaleString("en-US") + " of " + total; }
     }
     tree.querySelector("tbody").addEventListener("click", function (event) {
       var button = event.target.closest("button.ts-toggle");

@@ -47,7 +47,7 @@
         rows[i].hidden = !visible;
         shown += visible ? 1 : 0;
       }
-      count.textContent = shown + " of " + rows.length + " entries shown";
+      count.textContent = shown.toLocaleString("en-US") + " of " + rows.length.toLocaleString("en-US") + " entries shown";
     }
     input.addEventListener("input", apply);
     buttons.forEach(function (button) {

@@ -64,7 +64,7 @@ def test_a_5000_row_tree_opens_collapsed_and_expands_on_demand(tab: Tab, tmp_pat
     assert tab.count(VISIBLE_ROWS) == 3 and tab.count(".ts-tree-table tr.ts-match:not([hidden])") == 1
     assert tab.evaluate('[...document.querySelectorAll(".ts-tree-table tr:not([hidden]) td.ts-name")]'
                         '.map(cell => cell.textContent.trim())') == ["▾(root)", "▾49", "99"]
-    assert tab.page.text_content("[data-role=count]") == "1 of 5051 calls"
+    assert tab.page.text_content("[data-role=count]") == "1 of 5,051 calls"
     tab.page.fill("[data-role=filter]", "")
     assert tab.count(VISIBLE_ROWS) == 1 + 50
     assert tab.errors == []

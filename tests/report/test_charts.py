@@ -291,7 +291,7 @@ def test_a_5000_call_report_gives_bounded_charts() -> None:
         assert 1_000 < len(chart.svg) < 300_000
         assert_self_contained(chart.svg)
     by_type, top_calls, profile = charts
-    assert len(top_calls.rows) == 15 and "5000 calls" in profile.summary + by_type.summary
+    assert len(top_calls.rows) == 15 and "5,000 calls" in profile.summary + by_type.summary
     assert "summed over 25 consecutive calls per bar" in profile.summary  # 5000 calls in 200 bars
     assert profile.svg.count("<path") < 2_000 and len(profile.rows) == 50  # one stage per block
     html = report_html(view)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -269,3 +271,19 @@ def test_ctrl_c_kills_the_workers_and_keeps_the_previous_output(isolation: str, 
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".site")) == []
     # Every worker, the hanging run's included, was killed and reaped.
     assert _eventually(lambda: not multiprocessing.active_children(), within=30)
+
+
+def test_local_workers_get_the_analysis_by_its_import_path_and_the_build_never_imports_torch() -> None:
+    """The build process hands local workers `analyze_run` by name: importing it (and torch) there cost a build
+    with one changed entry over a second before its run was submitted."""
+    code = ("import sys, pickle\n"
+            "from torchscan.report.runner import isolated_executor, default_function\n"
+            "executor = isolated_executor(1, 5.0)\n"
+            "function = default_function(executor)\n"
+            "executor.shutdown()\n"
+            "payload = pickle.dumps(function)\n"
+            "assert 'torch' not in sys.modules, 'the build process imported torch'\n"
+            "print(function.path)\n")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[2])
+    assert found.stdout.strip() == "torchscan.report.worker:analyze_run"

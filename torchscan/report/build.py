@@ -13,17 +13,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..views.formatting import format_count
-from .cache import CACHE_FOLDER, ResultCache
+from .cache import CACHE_FOLDER, ResultCache, link_or_copy
 from .catalog import CatalogView, catalog_view
 from .catalog_index import CATALOG_INDEX, catalog_index
 from .drawing import Drawn, draw_build
 from .progress import Progress
 from .registry import Registry
-from .render_cache import RenderCache
+from .render_cache import PAGES_FOLDER, RenderCache
 from .runner import ExecutorFactory, isolated_executor, run_all
-from .site import SiteContent, build_site
-from .wording import plural
+from .site import SiteCaches, SiteContent, build_site
+from .site_reuse import SiteReuse
+from .wording import count_text, plural
 
 MARKER = ".torchscan-build"
 
@@ -107,17 +107,15 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         drawn = draw_build(catalog, catalog_page(registry), options.strict, options.templates,
                            RenderCache(previous, work, enabled=options.use_cache), options.jobs)
         timings["rendering"] = clock.lap()
-        progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {format_count(drawn.drawn)} drawn, "
-                      f"{format_count(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
-        content = site_content(registry, catalog, drawn)
-        progress.note(f"building the site with MkDocs ({navigation_text(content)})")
+        progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {count_text(drawn.drawn)} drawn, "
+                      f"{count_text(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
         staged = work / "site"
-        warnings = build_site(content, registry.mkdocs, work, staged)
+        warnings = _site(site_content(registry, catalog, drawn), registry, previous, work, options.use_cache, progress)
         timings["mkdocs"] = clock.lap()
         for relative, text in drawn.files.items():
             if relative.startswith("markdown/"):
-                _write(staged / relative, text)
-        _write(staged / CATALOG_INDEX, catalog_index(catalog))
+                _write_kept(previous, staged, relative, text)
+        _write_kept(previous, staged, CATALOG_INDEX, catalog_index(catalog))
         if (work / CACHE_FOLDER).is_dir():
             os.replace(work / CACHE_FOLDER, staged / CACHE_FOLDER)
         _write(staged / MARKER, "torchscan-report build output: this folder is replaced by the next build\n")
@@ -128,6 +126,17 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
     result = BuildResult(output=output, catalog=catalog, warnings=warnings, timings=timings)
     progress.note(result.timing_line())
     return result
+
+
+def _site(content: SiteContent, registry: Registry, previous: Path | None, work: Path, use_cache: bool,
+          progress: Progress) -> list[str]:
+    """Build the site into ``work/site`` (or keep the previous one), saying what MkDocs did; its warnings."""
+    progress.note(f"building the site with MkDocs ({navigation_text(content)})")
+    caches = SiteCaches(SiteReuse(previous, work, enabled=use_cache),
+                        RenderCache(previous, work, enabled=use_cache, folder=PAGES_FOLDER))
+    warnings = build_site(content, registry.mkdocs, work, work / "site", caches)
+    progress.note(site_text(caches, len(content.model_pages)))
+    return warnings
 
 
 def catalog_page(registry: Registry) -> str:
@@ -144,6 +153,13 @@ def site_content(registry: Registry, catalog: CatalogView, drawn: Drawn) -> Site
     content.pages.update(drawn.pages)
     content.model_pages = [(entry.name, f"models/{entry.name}.md") for entry in catalog.entries]
     return content
+
+
+def site_text(caches: SiteCaches, model_pages: int) -> str:
+    """What MkDocs did, for the progress line: nothing (the site was kept), or how many pages it reused."""
+    if caches.site_reused:
+        return "site unchanged: kept the previous build's site files (MkDocs not run)"
+    return f"MkDocs reused the conversion of {count_text(caches.pages_reused)} of {plural(model_pages, 'model page')}"
 
 
 def navigation_text(content: SiteContent) -> str:
@@ -168,6 +184,19 @@ def _swap(staged: Path, output: Path, work: Path) -> None:
     if output.exists():
         os.replace(output, work / "previous")
     os.replace(staged, output)
+
+
+def _write_kept(previous: Path | None, staged: Path, relative: str, text: str) -> None:
+    """Write ``staged/relative``, or link the previous output's file when it already has these bytes (deleting
+    the previous output then frees nothing of it: on some disks that costs a millisecond a file)."""
+    data = text.encode("utf-8")
+    kept = previous / relative if previous is not None else None
+    try:
+        same = kept is not None and kept.is_file() and not kept.is_symlink() and kept.read_bytes() == data
+    except OSError:
+        same = False
+    if not (same and kept is not None and link_or_copy(kept, staged / relative)):
+        _write(staged / relative, text)
 
 
 def _write(path: Path, text: str) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,23 @@ CACHE_FORMAT = 1
 LAST_GOOD_INDEX = "last-good.json"
 #: Job keys that do not change a result: where the registry lies, the output name, where the run may be placed.
 UNHASHED_JOB_KEYS = ("folder", "stem", "memory")
+
+
+def link_or_copy(source: Path, target: Path) -> bool:
+    """Put ``source``'s bytes at ``target`` by a hard link, or a copy where links are not possible; ``False`` when
+    ``source`` cannot be read. A file kept from the previous output is linked rather than written again: deleting
+    the previous output then frees nothing of it (on some disks freeing blocks costs a millisecond a file)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except FileExistsError:
+        return True
+    except OSError:
+        try:
+            shutil.copyfile(source, target)
+        except OSError:
+            return False
+    return True
 
 
 def installed_torch_version() -> str:
@@ -73,7 +92,20 @@ class ResultCache:
         self.current.mkdir(parents=True, exist_ok=True)
         (self.current / f"{key}.json").write_text(json.dumps(result, sort_keys=True), encoding="utf-8")
         self.last_good[stem] = key
-        (self.current / LAST_GOOD_INDEX).write_text(json.dumps(self.last_good, sort_keys=True), encoding="utf-8")
+
+    def keep(self, key: str, result: dict[str, Any], stem: str) -> None:
+        """Keep a result that `load` read from the previous build: its file is hard-linked (a copy where links are
+        not possible), not written again, so that deleting the previous output frees nothing of it."""
+        if self.previous is None or not link_or_copy(self.previous / f"{key}.json", self.current / f"{key}.json"):
+            self.store(key, result, stem)
+            return
+        self.last_good[stem] = key
+
+    def close(self) -> None:
+        """Write the index of each run's last good result (once, when every run is stored)."""
+        if self.last_good:
+            self.current.mkdir(parents=True, exist_ok=True)
+            (self.current / LAST_GOOD_INDEX).write_text(json.dumps(self.last_good, sort_keys=True), encoding="utf-8")
 
     def carry_last_good(self, stem: str) -> tuple[str, dict[str, Any]] | None:
         """The previous build's last good result of a run that failed now, kept for the next build too, with
@@ -83,7 +115,7 @@ class ResultCache:
         result = self._read(key) if isinstance(key, str) else None
         if key is None or result is None:
             return None
-        self.store(key, result, stem)
+        self.keep(key, result, stem)
         return key, result
 
     def _previous_index(self) -> dict[str, Any]:

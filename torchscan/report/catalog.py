@@ -11,12 +11,11 @@ from typing import Any
 
 from ..results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ..views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from ..views.formatting import format_count
 from ..views.sweep import SweepView, sweep_view
 from ..views.training import TrainingView
 from .registry import LAST_GOOD_SUFFIX, Entry, Registry, Run
 from .sweeps import sweep_record
-from .wording import plural
+from .wording import count_text, plural
 
 #: Run status -> the badge class the site colours it with.
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
@@ -254,7 +253,7 @@ class CatalogView:
     def counts_text(self) -> str:
         """``11 runs: 8 complete, 2 partial, 1 failed``."""
         counts = self.counts
-        return f"{plural(sum(counts.values()), 'run')}: " + ", ".join(f"{format_count(number)} {name}"
+        return f"{plural(sum(counts.values()), 'run')}: " + ", ".join(f"{count_text(number)} {name}"
                                                                     for name, number in counts.items())
 
     @property

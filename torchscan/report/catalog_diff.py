@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..views import EMPTY, Cell
-from ..views.formatting import format_count
 from .budgets import Budget
 from .catalog_index import Catalog, CatalogRun
 from .diff_view import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, DiffView, diff_view, total_cells
-from .wording import plural
+from .wording import count_text, plural
 
 #: The order of the counts on the verdict line, and every change an entry can have.
 CHANGES = ("changed", "added", "removed", "failed", "fixed", "unchanged")
@@ -138,10 +137,10 @@ class CatalogDiffView:
         parts = []
         if self.budgets:
             checked = [row for row in self.rows if row.budgets]
-            within = format_count(len(checked) - len(self.failing))
+            within = count_text(len(checked) - len(self.failing))
             parts.append(f"{within} of {plural(len(checked), 'checked entry', 'checked entries')} within budget"
                          + _named_failures(self.failing))
-        parts.append(", ".join(f"{format_count(self.count(change))} {change}" for change in CHANGES
+        parts.append(", ".join(f"{count_text(self.count(change))} {change}" for change in CHANGES
                                if self.count(change) or change in ("changed", "added", "removed", "unchanged")))
         return "; ".join(parts)
 
@@ -154,7 +153,7 @@ def _named_failures(rows: list[EntryRow]) -> str:
     if not rows:
         return ""
     named = [f"{row.label}: {row.budget_text}" for row in rows[:NAMED_FAILURES]]
-    more = f", and {format_count(len(rows) - NAMED_FAILURES)} more" if len(rows) > NAMED_FAILURES else ""
+    more = f", and {count_text(len(rows) - NAMED_FAILURES)} more" if len(rows) > NAMED_FAILURES else ""
     return " (" + ", ".join(named) + more + ")"
 
 

@@ -24,7 +24,7 @@ from ..views.formatting import (
     format_signed_bytes,
 )
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
-from .wording import plural
+from .wording import count_text, plural
 
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
                 ("module_flops", "FLOPs", "module view"), ("dmas", "DMAs", "module view"),
@@ -147,12 +147,12 @@ class DiffView:
     @property
     def verdict_details(self) -> str:
         """The budgets' outcome, the totals that moved and the layer calls that did."""
-        met = format_count(sum(not row.failed for row in self.budgets))
+        met = count_text(sum(not row.failed for row in self.budgets))
         parts = [f"{met} of {plural(len(self.budgets), 'budget')} met"] if self.budgets else []
         moved = [f"{_short_label(row)} {row.percent or row.delta}" for row in self.totals if row.change != "unchanged"]
         parts.append(", ".join(moved) if moved else "every total unchanged")
         layers = (self.changed, self.added, self.removed)
-        parts.append("layer calls: " + ", ".join(f"{format_count(len(rows))} {word}" for rows, word in
+        parts.append("layer calls: " + ", ".join(f"{count_text(len(rows))} {word}" for rows, word in
                                                  zip(layers, ("changed", "added", "removed"), strict=True)))
         return "; ".join(parts)
 

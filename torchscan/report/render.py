@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..views import Cell, layer_label
+from .wording import count_text
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 #: Characters with a meaning in Markdown inline syntax; backslash escapes are valid CommonMark and Python-Markdown.
@@ -112,7 +113,7 @@ def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
         raise ValueError(f"unknown template kind {kind!r}")
     env.filters.update({"status_class": _status_class, "sort_key": _sort_key, "md": markdown_escape,
                         "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup,
-                        "attr": html_attribute, "capitalize_first": capitalize_first})
+                        "attr": html_attribute, "capitalize_first": capitalize_first, "count": count_text})
     return env
 
 

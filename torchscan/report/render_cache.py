@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .cache import CACHE_FOLDER
+from .cache import CACHE_FOLDER, link_or_copy
 from .registry import Entry
 from .render import PACKAGE_ROOT, template_folder
 
 RENDER_FOLDER = "render"
+#: Beside it, MkDocs' conversions of unchanged model pages (`torchscan.report.page_cache`).
+PAGES_FOLDER = "pages"
 #: Bumped when the stored layout changes, so entries of another layout are never read.
 RENDER_FORMAT = 1
 
@@ -62,29 +64,31 @@ def drawing_context(templates: Path | None) -> str:
     payload = {"format": RENDER_FORMAT, "templates": folder_digest(template_folder()),
                "overrides": folder_digest(templates) if templates is not None else None, "code": code_digest(),
                "torchscan": __version__, "matplotlib": matplotlib_version()}
-    return _hash(payload)
+    return content_hash(payload)
 
 
 def entry_key(context: str, entry: Entry, results: list[dict[str, Any]], strict: bool) -> str:
     """The key of an entry's files: the drawing context, the entry as the registry describes it, its results."""
-    return _hash({"context": context, "entry": dataclasses.asdict(entry), "results": results, "strict": strict})
+    return content_hash({"context": context, "entry": dataclasses.asdict(entry), "results": results, "strict": strict})
 
 
 def catalog_key(context: str, entry_keys: list[str], described: dict[str, Any]) -> str:
     """The key of the catalog's files: its entries' keys (in order) and what else the catalog page shows."""
-    return _hash({"context": context, "entries": entry_keys, "catalog": described})
+    return content_hash({"context": context, "entries": entry_keys, "catalog": described})
 
 
-def _hash(payload: dict[str, Any]) -> str:
+def content_hash(payload: Any) -> str:
+    """SHA-256 of a JSON-serializable payload (sorted keys; anything else by its ``str``)."""
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
 class RenderCache:
     """Reads drawn files from the previous output folder and keeps the ones used (or newly drawn) in the new one."""
 
-    def __init__(self, previous: Path | None, current: Path, enabled: bool = True) -> None:
-        self.previous = previous / CACHE_FOLDER / RENDER_FOLDER if previous else None
-        self.current = current / CACHE_FOLDER / RENDER_FOLDER
+    def __init__(self, previous: Path | None, current: Path, enabled: bool = True, folder: str = RENDER_FOLDER
+                 ) -> None:
+        self.previous = previous / CACHE_FOLDER / folder if previous else None
+        self.current = current / CACHE_FOLDER / folder
         self.enabled = enabled
 
     def load(self, key: str) -> dict[str, str] | None:
@@ -99,8 +103,16 @@ class RenderCache:
         files = stored.get("files") if isinstance(stored, dict) else None
         if not _all_text(files) or stored.get("format") != RENDER_FORMAT or stored.get("key") != key:
             return None
-        self._write(key, data)
+        if not link_or_copy(self.previous / f"{key}.json.gz", self.current / f"{key}.json.gz"):
+            self._write(key, data)
         return files
+
+    def keep_all(self) -> None:
+        """Carry every entry of the previous build into the new one (when the site they were used for is kept)."""
+        if not self.enabled or self.previous is None or not self.previous.is_dir():
+            return
+        for stored in self.previous.glob("*.json.gz"):
+            link_or_copy(stored, self.current / stored.name)
 
     def store(self, key: str, files: dict[str, str]) -> None:
         """Keep newly drawn files for the next build (compressed without a timestamp: the same bytes every time)."""

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from .cache import ResultCache, cache_key, installed_torch_version
-from .executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
+from .executor import IsolatedProcessExecutor, NamedFunction, TaskRaised, TaskTimeout, WorkerDied
 from .progress import Progress
 from .registry import Run
 
 ExecutorFactory = Callable[[int, float], Executor]
+#: The runner's pure function, by import path.
+ANALYZE_RUN = "torchscan.report.worker:analyze_run"
 
 
 def default_jobs() -> int:
@@ -56,8 +58,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
             function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
 
-    ``function`` defaults to `torchscan.report.worker.analyze_run`, imported only when a run is not cached
-    (it imports torch, which a fully cached rebuild never needs).
+    ``function`` defaults to `torchscan.report.worker.analyze_run` (see `default_function`).
     """
     torch_version = installed_torch_version()
     results: dict[str, dict[str, Any]] = {}
@@ -69,19 +70,28 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
         cached = cache.load(key)
         if cached is not None:
             results[run.stem] = cached
-            cache.store(key, cached, run.stem)
+            cache.keep(key, cached, run.stem)
             progress.finished(run.stem, "cached", cached)
         else:
             pending.append((run, job, key))
     if pending:
-        if function is None:
-            from .worker import analyze_run
-
-            function = analyze_run
-        results.update(_execute(pending, cache, progress, executor_factory(min(jobs, len(pending)), timeout),
-                                function))
+        executor = executor_factory(min(jobs, len(pending)), timeout)
+        results.update(_execute(pending, cache, progress, executor, function or default_function(executor)))
+    cache.close()
     progress.stop()
     return results
+
+
+def default_function(executor: Executor) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """`torchscan.report.worker.analyze_run`, imported only when a run is not cached (it imports torch, which a
+    fully cached rebuild never needs). Local worker processes get it by its import path, so that this process
+    never imports torch: that import cost a build with one changed entry over a second before its run was even
+    submitted. Other executors get the function itself (a Dask executor sends it by name on its own)."""
+    if isinstance(executor, IsolatedProcessExecutor):
+        return NamedFunction(ANALYZE_RUN)
+    from .worker import analyze_run
+
+    return analyze_run
 
 
 def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache, progress: Progress,

@@ -21,6 +21,8 @@ import yaml
 
 from ..schema import SCHEMA_FILE
 from .render import template_folder
+from .render_cache import RenderCache, content_hash
+from .site_reuse import SiteReuse, environment_digest, site_inputs, tree_digest
 
 ASSET_FOLDER = "assets/torchscan"
 #: The site's style sheets and scripts: (folder under templates/, file name), loaded by every page.
@@ -38,6 +40,8 @@ REQUIRED_EXTENSIONS = ("tables", "attr_list", "toc")
 METHODOLOGY_FOLDER = "methodology"
 #: Used when the caller has not set SOURCE_DATE_EPOCH: 2024-01-01T00:00:00Z, any fixed value works.
 DEFAULT_SOURCE_DATE_EPOCH = "1704067200"
+#: The name under which TorchScan adds its page cache to MkDocs' plugins.
+PAGE_CACHE_PLUGIN = "torchscan/page-cache"
 
 
 class SiteBuildError(RuntimeError):
@@ -77,42 +81,96 @@ def methodology_source() -> Path | None:
     return checkout if is_checkout and any(checkout.glob("*.md")) else None
 
 
-def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_dir: Path) -> list[str]:
-    """Assemble ``work/docs`` and build it into ``site_dir``; returns MkDocs' warnings (empty on a clean build)."""
+@dataclass
+class SiteCaches:
+    """What a build may reuse from the previous output: the whole site when none of its inputs changed
+    (`SiteReuse`), else MkDocs' work on the unchanged model pages (`PageCache`, stored in ``pages``)."""
+
+    site: SiteReuse
+    pages: RenderCache
+    #: Set by `build_site`: whether the previous site was kept, and how many model pages MkDocs reused.
+    site_reused: bool = False
+    pages_reused: int = 0
+
+
+@dataclass
+class _Assembled:
+    """The assembled ``docs`` folder's MkDocs configuration: its file, the overrides, the files it names."""
+
+    config_file: Path
+    overrides: dict[str, Any]
+    sources: list[Path]
+
+
+def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_dir: Path,
+               caches: SiteCaches | None = None) -> list[str]:
+    """Assemble ``work/docs`` and build it into ``site_dir``; returns MkDocs' warnings (empty on a clean build).
+    With ``caches``, the previous site is kept when nothing it is built from changed, and unchanged model pages
+    reuse their earlier conversion; either way ``site_dir`` gets the bytes of a full build."""
     from mkdocs.config import load_config
 
+    from .page_cache import PageCache
+
     docs = work / "docs"
+    assembled = _assemble(content, mkdocs_file, work, docs, load_config)
+    assembled.overrides.update(docs_dir=str(docs), site_dir=str(site_dir), use_directory_urls=False, strict=True)
+    if caches is None:
+        return _run_mkdocs(load_config, assembled.config_file, assembled.overrides)
+    inputs = site_inputs(docs, assembled.config_file.read_text(encoding="utf-8"), assembled.overrides,
+                         assembled.sources, work)
+    kept = caches.site.reuse(inputs, site_dir)
+    caches.site_reused = kept is not None
+    if kept is not None:
+        caches.pages.keep_all()  # still valid: the next build with a changed entry needs them
+        return kept
+    generated = frozenset(content.pages) | frozenset(content.files)
+    plugin = PageCache(caches.pages, [page for _, page in content.model_pages],
+                       content_hash([environment_digest(), tree_digest(docs, generated)]))
+    warnings = _run_mkdocs(load_config, assembled.config_file, assembled.overrides, plugin)
+    caches.pages_reused = plugin.reused
+    caches.site.record(inputs, site_dir, warnings)
+    return warnings
+
+
+def _assemble(content: SiteContent, mkdocs_file: Path | None, work: Path, docs: Path, load_config: Any
+              ) -> _Assembled:
+    """Write ``docs`` (the user's pages, the methodology pages, the catalog's) and the configuration to build it."""
     if docs.exists():
         shutil.rmtree(docs)
-    user_docs: Path | None = None
-    overrides: dict[str, Any] = {}
-    if mkdocs_file is not None:
-        with _captured_logs() as messages:
-            user = load_config(str(mkdocs_file))
-        if messages:
-            raise SiteBuildError("; ".join(messages))
-        user_docs = Path(user["docs_dir"])
-        shutil.copytree(user_docs, docs, ignore=shutil.ignore_patterns(".*"))
-        overrides["markdown_extensions"] = _extensions(user)
-        overrides["extra_css"] = [*user["extra_css"], *STYLESHEETS]
-        overrides["extra_javascript"] = [*map(str, user["extra_javascript"]), *SCRIPTS]
-        methodology = _add_methodology(docs, user_docs)
-        own_nav = user["nav"] if user["nav"] is not None else folder_nav(user_docs, user_docs)
-        overrides["nav"] = [*own_nav, *_catalog_nav(content, methodology)]
-        overrides["not_in_nav"] = not_in_nav(content, user["not_in_nav"])
-        config_file = mkdocs_file
-    else:
+    if mkdocs_file is None:
         docs.mkdir(parents=True)
         methodology = _add_methodology(docs, None)
         config_file = work / "mkdocs.yml"
         config = _standalone_config(content, methodology, docs)
         config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        assembled = _Assembled(config_file, {}, [Path(hook) for hook in config["hooks"]])
+    else:
+        assembled = _joined(content, mkdocs_file, docs, load_config)
     _write_content(docs, content)
-    overrides.update(docs_dir=str(docs), site_dir=str(site_dir), use_directory_urls=False, strict=True)
-    return _run_mkdocs(load_config, config_file, overrides)
+    return assembled
 
 
-def _run_mkdocs(load_config: Any, config_file: Path, overrides: dict[str, Any]) -> list[str]:
+def _joined(content: SiteContent, mkdocs_file: Path, docs: Path, load_config: Any) -> _Assembled:
+    """The user's site with the catalog's section added: their configuration, overridden where needed."""
+    with _captured_logs() as messages:
+        user = load_config(str(mkdocs_file))
+    if messages:
+        raise SiteBuildError("; ".join(messages))
+    user_docs = Path(user["docs_dir"])
+    shutil.copytree(user_docs, docs, ignore=shutil.ignore_patterns(".*"))
+    overrides: dict[str, Any] = {"markdown_extensions": _extensions(user),
+                                 "extra_css": [*user["extra_css"], *STYLESHEETS],
+                                 "extra_javascript": [*map(str, user["extra_javascript"]), *SCRIPTS]}
+    methodology = _add_methodology(docs, user_docs)
+    own_nav = user["nav"] if user["nav"] is not None else folder_nav(user_docs, user_docs)
+    overrides["nav"] = [*own_nav, *_catalog_nav(content, methodology)]
+    overrides["not_in_nav"] = not_in_nav(content, user["not_in_nav"])
+    custom = user["theme"].custom_dir
+    sources = [mkdocs_file.resolve(), *map(Path, user["hooks"]), *([Path(custom)] if custom else [])]
+    return _Assembled(mkdocs_file, overrides, sources)
+
+
+def _run_mkdocs(load_config: Any, config_file: Path, overrides: dict[str, Any], plugin: Any = None) -> list[str]:
     from mkdocs.commands.build import build
     from mkdocs.exceptions import MkDocsException
 
@@ -120,6 +178,8 @@ def _run_mkdocs(load_config: Any, config_file: Path, overrides: dict[str, Any]) 
         try:
             config = load_config(str(config_file), **overrides)
             config.plugins.on_startup(command="build", dirty=False)
+            if plugin is not None:
+                config.plugins[PAGE_CACHE_PLUGIN] = plugin
             try:
                 build(config)
             finally:

@@ -87,8 +87,8 @@ def parameter_amount(count: float) -> Amount:
 
 
 def counted(number: int, word: str) -> str:
-    """``1 call``, ``5 calls``."""
-    return f"{number} {word}{'' if number == 1 else 's'}"
+    """``1 call``, ``5 calls``, ``1,200 calls``: a count in prose, in full with thousands separators."""
+    return f"{number:,} {word}{'' if number == 1 else 's'}"
 
 
 def shorten(text: str, limit: int) -> str:

@@ -54,7 +54,7 @@ def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict
     notes = ["Not drawn: " + ", ".join(skipped) + "."] if skipped else []
     rows = [(name, format_parameters(params), macs.text) for _, name, params, macs in points]
     summary = (f"Each point is one model run, on logarithmic axes; the variants of one model share a colour and are "
-               f"joined by a line; a hollow triangle marks a lower bound on MACs. {len(points)} of {len(runs)} "
+               f"joined by a line; a hollow triangle marks a lower bound on MACs. {len(points):,} of {len(runs):,} "
                "runs drawn."
                + (" Only the extremes are named; hover a point for its name and numbers." if len(points) > LABEL_ALL
                   else ""))
@@ -83,7 +83,7 @@ def macs_per_model_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colour
                         "analysis failed" if macs is None else ""))
     groups = [entry.name for entry, _ in runs][:CATALOG_BARS]
     bars = bars[:CATALOG_BARS]
-    notes = [f"Only the first {CATALOG_BARS} of {len(runs)} runs are drawn."] if len(runs) > CATALOG_BARS else []
+    notes = [f"Only the first {CATALOG_BARS} of {len(runs):,} runs are drawn."] if len(runs) > CATALOG_BARS else []
     if any(not bar.amount.drawn for bar in bars):
         notes.append("n/a: MACs unavailable or the analysis failed (no bar, never zero).")
     summary = ("MACs (module view) of every model run on a logarithmic axis, the variants of one model side by "

@@ -238,7 +238,7 @@ def top_with_other(items: Sequence[tuple[str, Amount]], count: int, colour: str,
     bars = [Bar(shorten(name, 30), amount, colour) for name, amount in drawn[:count]]
     rest = drawn[count:]
     if rest:
-        bars.append(Bar(f"other ({len(rest)} {what})", total_of([amount for _, amount in rest]), NEUTRAL))
+        bars.append(Bar(f"other ({len(rest):,} {what})", total_of([amount for _, amount in rest]), NEUTRAL))
     return bars
 
 

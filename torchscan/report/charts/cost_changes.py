@@ -49,8 +49,8 @@ def delta_chart(deltas: Sequence[LayerDelta], metric: str) -> tuple[Chart, Paint
     rows = [(delta.label, delta.type_name, delta.change, delta.before.text or "—", delta.after.text or "—",
              delta_text(delta), delta.percent or "—") for delta in [*known, *unknown][:TABLE_ROWS]]
     more = sum(1 for delta in known if (delta.value or 0) > 0)
-    summary = (f"Per layer call, the change of its own {unit} estimate (after − before), largest first: {more} more "
-               f"expensive, {len(known) - more} cheaper, {len(unknown)} unknown. Added calls count from nothing, "
+    summary = (f"Per layer call, the change of its own {unit} estimate (after − before), largest first: {more:,} more "
+               f"expensive, {len(known) - more:,} cheaper, {len(unknown):,} unknown. Added calls count from nothing, "
                "removed ones down to nothing.") if deltas else f"No layer call's {unit} estimate changed."
     chart = Chart("layer-deltas", f"Largest per-layer {unit} changes", summary,
                   ("Layer call", "Type", "Change", "Before", "After", "Delta", "%"), rows, notes)
@@ -71,7 +71,7 @@ def _delta_notes(known: Sequence[LayerDelta], unknown: Sequence[LayerDelta], sho
                  shown_unknown: Sequence[LayerDelta]) -> list[str]:
     notes = []
     if len(known) > len(shown):
-        notes.append(f"{len(known) - len(shown)} smaller changes are not drawn (see the table).")
+        notes.append(f"{len(known) - len(shown):,} smaller changes are not drawn (see the table).")
     if unknown:
         hidden = len(unknown) - len(shown_unknown)
         notes.append(f"Unknown deltas (a side is partial or unavailable) are marked ?, never drawn as 0: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from torchscan.report.build import BuildOptions, build
 from torchscan.report.cache import CACHE_FOLDER
 from torchscan.report.progress import Progress
 from torchscan.report.registry import load_registry
+from torchscan.report.render import template_folder
 
 #: Four entries (a pool draws from four on), one with two variants, one failing.
 REGISTRY = """
@@ -77,3 +79,13 @@ def drawn_counts(progress: str) -> tuple[int, int]:
 def setup_registry(folder: Path) -> None:
     write_models(folder)
     (folder / "models.toml").write_text(REGISTRY, encoding="utf-8")
+
+
+def overridden_templates(folder: Path) -> Path:
+    """A template folder under ``folder`` whose model page adds a footer: a template change a build must see."""
+    overrides = folder / "templates"
+    overrides.mkdir()
+    shutil.copy(template_folder() / "model.md.j2", overrides / "model.md.j2")
+    with (overrides / "model.md.j2").open("a", encoding="utf-8") as file:
+        file.write("\nOverridden footer.\n")
+    return overrides

@@ -7,13 +7,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import shutil
 from pathlib import Path
 
-from builds import REGISTRY, build_into, drawn_counts, setup_registry
+from builds import REGISTRY, build_into, drawn_counts, overridden_templates, setup_registry
 
 from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.render import template_folder
 from torchscan.report.render_cache import RENDER_FOLDER
 
 
@@ -62,11 +60,7 @@ def test_corrupt_or_mislabelled_cache_entries_are_drawn_again(tmp_path: Path) ->
 def test_a_changed_template_or_result_is_drawn_again(tmp_path: Path) -> None:
     setup_registry(tmp_path)
     build_into(tmp_path, "site")
-    overrides = tmp_path / "templates"
-    overrides.mkdir()
-    shutil.copy(template_folder() / "model.md.j2", overrides / "model.md.j2")
-    with (overrides / "model.md.j2").open("a", encoding="utf-8") as file:
-        file.write("\nOverridden footer.\n")
+    overrides = overridden_templates(tmp_path)
     files, progress = build_into(tmp_path, "site", templates=overrides)
     assert drawn_counts(progress) == (4, 0)
     assert b"Overridden footer." in files["models/second.html"]

@@ -5,13 +5,11 @@ uncached build's; a changed entry, a changed template or a deleted or edited sit
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
-from builds import REGISTRY, build_into, setup_registry
+from builds import REGISTRY, build_into, overridden_templates, setup_registry
 
 from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.render import template_folder
 from torchscan.report.render_cache import PAGES_FOLDER
 
 KEPT = "site unchanged: kept the previous build's site files (MkDocs not run)"
@@ -65,11 +63,7 @@ def test_a_deleted_or_edited_site_file_builds_the_site_again(tmp_path: Path) -> 
 def test_a_changed_template_builds_the_site_again(tmp_path: Path) -> None:
     setup_registry(tmp_path)
     build_into(tmp_path, "site")
-    overrides = tmp_path / "templates"
-    overrides.mkdir()
-    shutil.copy(template_folder() / "model.md.j2", overrides / "model.md.j2")
-    with (overrides / "model.md.j2").open("a", encoding="utf-8") as file:
-        file.write("\nOverridden footer.\n")
+    overrides = overridden_templates(tmp_path)
     files, progress = build_into(tmp_path, "site", templates=overrides)
     assert pages_reused(progress) == (0, 4)
     assert b"Overridden footer." in files["models/second.html"]

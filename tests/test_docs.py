@@ -276,3 +276,13 @@ def test_the_registry_page_documents_every_key() -> None:
         assert f"| `{key}` |" in page, f"registry.md does not document the key {key}"
     for name in (*registry.DTYPE_NAMES, *registry.DEVICES):
         assert f"`{name}`" in page or f'`"{name}"`' in page, f"registry.md does not mention {name}"
+
+
+def test_convention_snippets_link_relative_to_the_conventions_page() -> None:
+    # docs/conventions/*.md are included into conventions.md (pymdownx snippets), so their links resolve from
+    # conventions.md: a "../page.md" link written from the snippet's own folder breaks the generated site's
+    # strict MkDocs build (site_models' main job failed on one).
+    links = {(page_name(path), target) for path in sorted((DOCS / "conventions").glob("*.md"))
+             for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text(encoding="utf-8"))}
+    assert links, "the snippets have links to check"
+    assert not [link for link in links if link[1].startswith("../")]

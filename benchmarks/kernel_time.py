@@ -22,7 +22,7 @@ hooks (records, module estimates, operator scopes) and its dispatch mode's own w
 operator memo). Those timers add about a microsecond per hook call and operator. Run it on a quiet machine:
 medians of the alternating rounds, in milliseconds.
 
-    python benchmarks/kernels.py [--models mobilenet,resnet50] [--repeats 9] [--threads 1] [--gap 50] [--split]
+    python benchmarks/kernel_time.py [--models mobilenet,resnet50] [--repeats 9] [--threads 1] [--gap 50] [--split]
 """
 
 from __future__ import annotations

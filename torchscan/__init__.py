@@ -24,7 +24,7 @@ _EXPORTS = {
     "cost_curve": "curves.cost_curve",
     "crawl_module": "crawler",
     "crawl_training_step": "training.step",
-    "decode_step_inputs": "decode",
+    "decode_step_inputs": "calls.decode",
     "evaluate_piece": "curves.cost_curve",
     "fit_curves": "curves.cost_curve",
     "measure_flops": "operators",
@@ -54,10 +54,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .calls.decode import decode_step_inputs
     from .compare import compare_reports
     from .crawler import IncompleteAnalysisError, crawl_module
     from .curves.cost_curve import CURVE_SCHEMA_VERSION, cost_curve, evaluate_piece, fit_curves
-    from .decode import decode_step_inputs
     from .handlers import ModuleCall, ModuleEstimates, ModuleHandler
     from .memory.measured import measure_peak_memory
     from .memory.timeline import trace_memory

@@ -19,16 +19,17 @@ from torch import nn
 
 from . import __version__
 from .builtin_handlers import builtin_for
-from .decode import kv_cache_section
-from .diagnostics import Diagnostic, diagnostic, sort_key
-from .handlers import ModuleHandler, validate_handler_map
-from .inputs import (
+from .calls.decode import kv_cache_section
+from .calls.inputs import (
     generate_inputs,
     infer_device_and_dtype,
     normalize_device,
     normalize_dtypes,
     normalize_shapes,
 )
+from .calls.stand_ins import StandIns, stand_in_device, standing_in
+from .diagnostics import Diagnostic, diagnostic, sort_key
+from .handlers import ModuleHandler, validate_handler_map
 from .memory.forward import ForwardMemory, memory_section, traced_forward
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
@@ -45,7 +46,6 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
-from .stand_ins import StandIns, stand_in_device, standing_in
 from .tracing import CallTracer
 from .values import call_metadata
 from .views.findings import incomplete_message
@@ -84,7 +84,7 @@ def crawl_module(
     raises `IncompleteAnalysisError` when any requested metric is incomplete. ``memory=True`` traces the bytes of
     live tensors through the forward (in either mode) and adds the ``memory`` section, the ``forward_peak_bytes``
     and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs on
-    fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.stand_ins`).
+    fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.calls.stand_ins`).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -183,7 +183,7 @@ class Analysis:
     mode: Mode
     step: ForwardStep = EVAL_FORWARD
     memory: bool = False
-    stand_ins: StandIns | None = None  # the analysis runs on fake-tensor stand-ins (`torchscan.stand_ins`)
+    stand_ins: StandIns | None = None  # the analysis runs on fake-tensor stand-ins (`torchscan.calls.stand_ins`)
 
     @property
     def full(self) -> bool:

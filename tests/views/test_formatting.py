@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from torchscan import crawl_module
-from torchscan.text import render_table
 from torchscan.views import LAYER_COLUMNS, Column, report_view
 from torchscan.views.formatting import (
     NUMBER,
@@ -32,6 +31,7 @@ from torchscan.views.formatting import (
     format_signed,
     format_signed_bytes,
 )
+from torchscan.views.text import render_table
 
 #: How a number starts: a Σ, a bound, a sign, ``<`` or a digit.
 STARTS_LIKE_A_NUMBER = re.compile(r"(?:Σ )?[≥≤]?[+−-]?<?\d")

@@ -20,9 +20,9 @@ from torch import nn
 from torchscan_testing import with_memory
 
 from torchscan import __version__, crawl_module
-from torchscan.text import COLUMNS as TERMINAL_KEYS
-from torchscan.text import render_table
 from torchscan.views import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, ReportView, TreeItem, report_view
+from torchscan.views.text import COLUMNS as TERMINAL_KEYS
+from torchscan.views.text import render_table
 
 GOLDEN = Path(__file__).parent / "golden"
 #: The columns of the terminal table and of the Markdown layer table (templates/md/layers.md.j2).

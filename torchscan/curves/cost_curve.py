@@ -114,9 +114,9 @@ def cost_curve(
     ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
     KV-cache bytes under ``kv_cache``).
     """
+    from ..calls.inputs import normalize_device
+    from ..calls.stand_ins import stand_in_device
     from ..crawler import crawl_module
-    from ..inputs import normalize_device
-    from ..stand_ins import stand_in_device
 
     sizes = _check_sizes(sizes)
     stand_in_device(as_device)  # checked once, before the first size runs

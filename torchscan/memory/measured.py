@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ..inputs import require_available
+from ..calls.inputs import require_available
 
 CPU_METHOD, CUDA_METHOD = "profiler_memory_records", "cuda_allocator_peak"
 ALLOCATION = torch._C._profiler._EventType.Allocation

@@ -28,7 +28,8 @@ SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "as_device",
               "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping",
               "training")
-#: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps (`torchscan.stand_ins`).
+#: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps
+#: (`torchscan.calls.stand_ins`).
 AS_DEVICES = ("cpu", "cuda")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
@@ -87,7 +88,7 @@ class Run:
     training: dict[str, str] | None = None  # crawl_training_step's options (``optimizer``), or None: forward only
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
-    as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.stand_ins`)
+    as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""

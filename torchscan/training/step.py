@@ -25,12 +25,12 @@ import torch
 from torch import nn
 
 from .. import crawler
+from ..calls.stand_ins import StandIns, stand_in_device, standing_in
 from ..crawler import Analysis, ForwardStep, raise_if_incomplete, resolve_call
 from ..handlers import validate_handler_map
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import build_formula_table, new_recorder, validate_custom_mapping
-from ..stand_ins import StandIns, stand_in_device, standing_in
 from ..tracing import CallTracer, global_call_hooks
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
@@ -180,7 +180,7 @@ class TrainingForward(ForwardStep):
         self.graph = GraphOwners()
         self.output: Any = None
         self.calls: list[int | None] = []  # the open calls' layer indices (None: not a call of the model)
-        self.stand_ins: StandIns | None = None  # the step runs on fake-tensor stand-ins (`torchscan.stand_ins`)
+        self.stand_ins: StandIns | None = None  # the step runs on fake-tensor stand-ins (`torchscan.calls.stand_ins`)
 
     def execution(self) -> dict[str, Any]:
         return {"mode": "kept" if self.keep_modes else "train", "grad": "enabled", "forward_passes": 1}
@@ -203,7 +203,7 @@ class TrainingForward(ForwardStep):
         return nullcontext() if self.memory is None else self.memory.saving()
 
     def device_queries(self) -> Any:
-        """Entered above each recorder of the step on stand-ins (`torchscan.stand_ins.DeviceQueries`)."""
+        """Entered above each recorder of the step on stand-ins (`torchscan.calls.stand_ins.DeviceQueries`)."""
         return nullcontext() if self.stand_ins is None else self.stand_ins.device_queries()
 
     def memory_traced(self, probe: ForwardMemory) -> None:

@@ -1,7 +1,7 @@
 """The view model: what every renderer of a report shows, computed once from the report and importing no template
 engine.
 
-The terminal table (`torchscan.text`), the Markdown documents, the MkDocs pages and the standalone HTML report of
+The terminal table (`torchscan.views.text`), the Markdown documents, the MkDocs pages and the standalone HTML report of
 ``torchscan-report`` all render these objects, so they cannot disagree on a cell: how a number reads, which rows are
 covered by a subtree owner, what a marker means and which findings explain an incomplete number.
 """

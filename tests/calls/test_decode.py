@@ -13,8 +13,8 @@ from integrations.third_party_models import import_transformers
 from torchscan_testing import analyze_call
 
 from torchscan import cost_curve, decode_step_inputs
+from torchscan.calls.decode import kv_cache_section
 from torchscan.curves.schema import validate_cost_curve
-from torchscan.decode import kv_cache_section
 
 LAYERS, HEADS, KV_HEADS, WIDTH = 2, 4, 2, 32
 
@@ -121,11 +121,11 @@ def test_bad_arguments_are_named(library) -> None:
 
 
 def test_importing_torchscan_and_its_decode_module_does_not_import_transformers() -> None:
-    script = ("import sys, torchscan, torchscan.decode, torchscan.crawler\n"
+    script = ("import sys, torchscan, torchscan.calls.decode, torchscan.crawler\n"
               "torchscan.decode_step_inputs, torchscan.cost_curve\n"
               "print('transformers' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=Path(__file__).resolve().parents[2])
     assert result.stdout.strip() == "False"
 
 

@@ -13,9 +13,9 @@ from torch import nn
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module, summary
 from torchscan.schema import validate_report
-from torchscan.text import column_keys, render_table
 from torchscan.views import report_view
 from torchscan.views.cells import MARKERS
+from torchscan.views.text import column_keys, render_table
 
 
 @torch.library.custom_op("torchscan_test_text::opaque", mutates_args=())

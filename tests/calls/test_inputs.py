@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchscan import crawl_module, summary
-from torchscan.inputs import generate_inputs, require_available
+from torchscan.calls.inputs import generate_inputs, require_available
 from torchscan.schema import validate_report
 from torchscan.values import describe
 

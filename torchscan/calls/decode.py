@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .results import MODEL, MetricResult, complete, unavailable
-from .values import dtype_name
+from ..results import MODEL, MetricResult, complete, unavailable
+from ..values import dtype_name
 
 __all__ = ["KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_section"]
 

@@ -16,7 +16,7 @@ from torch.nn import functional
 from torchscan_testing import analyze_call, checked
 
 from torchscan import cost_curve, crawl_module, crawl_training_step, summary
-from torchscan.stand_ins import KIND, DeviceQueries, stand_in_device
+from torchscan.calls.stand_ins import KIND, DeviceQueries, stand_in_device
 
 STAND_INS = {"kind": KIND, "device": "cpu", "model_devices": ["meta"]}
 

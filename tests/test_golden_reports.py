@@ -10,13 +10,12 @@ change of the output (then review the diff and say in the commit which numbers m
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torchscan_testing import UPDATE_GOLDEN, golden_text
 
 from torchscan import crawl_module
 
@@ -27,7 +26,6 @@ MODELS = ("resnet18", "resnet50", "mobilenet_v2", "bert_base", "transformer", "l
           "llama2_70b_meta", "tv_resnet50", "hf_bert_base")
 #: The analyses of each model: a full one, and structure mode of two models.
 RUNS = [(name, "full") for name in MODELS] + [("resnet50", "structure"), ("bert_base", "structure")]
-VERSION_FIELDS = ("torchscan", "torch", "python")
 
 
 def benchmark_case(name: str) -> tuple[Any, tuple, dict]:
@@ -39,20 +37,12 @@ def benchmark_case(name: str) -> tuple[Any, tuple, dict]:
     return overhead.CASES[name]()
 
 
-def golden_text(report: dict[str, Any]) -> str:
-    """The report as committed: indented JSON, machine versions replaced by placeholders."""
-    context = dict(report["context"])
-    for key in VERSION_FIELDS:
-        context[key] = f"<{key} version>"
-    return json.dumps({**report, "context": context}, indent=1) + "\n"
-
-
 @pytest.mark.parametrize(("name", "mode"), RUNS, ids=[f"{name}-{mode}" for name, mode in RUNS])
 def test_engine_report_is_golden(name: str, mode: str) -> None:
     model, args, kwargs = benchmark_case(name)
     text = golden_text(crawl_module(model, args=args, kwargs=kwargs, mode=mode))
     path = GOLDEN / f"{name}.{mode}.json"
-    if os.environ.get("UPDATE_GOLDEN"):
+    if UPDATE_GOLDEN:
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"no golden report {path.name}: run UPDATE_GOLDEN=1 python -m pytest {Path(__file__).name}"
     assert text == path.read_text(encoding="utf-8"), f"{name} ({mode}) differs from {path.name}"

@@ -7,6 +7,7 @@ Imported by name (``from torchscan_testing import ...``): ``tests/conftest.py`` 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,19 @@ def _add_training_memory(report: dict[str, Any], forward: dict[str, int], output
         "peak_operator": "aten._foreach_addcdiv_",
     }
     report["training"]["totals"]["training_peak_bytes"] = _bytes(peak)
+
+
+# -- golden files -----------------------------------------------------------------------------------------------------
+
+#: ``context`` fields that name the machine's torch, Python and TorchScan, not the analysis: placeholders in golden files.
+VERSION_FIELDS = ("torchscan", "torch", "python")
+#: ``UPDATE_GOLDEN=1 python -m pytest ...`` rewrites the golden files from the current output (then review the diff).
+UPDATE_GOLDEN = bool(os.environ.get("UPDATE_GOLDEN"))
+
+
+def golden_text(report: dict[str, Any]) -> str:
+    """The report as golden files hold it: indented JSON, machine versions replaced by placeholders."""
+    context = dict(report["context"])
+    for key in VERSION_FIELDS:
+        context[key] = f"<{key} version>"
+    return json.dumps({**report, "context": context}, indent=1) + "\n"

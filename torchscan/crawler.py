@@ -227,12 +227,12 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
         tracer.attach()
         with ExitStack() as stack:
             stack.enter_context(step.grad_mode())
-            if recorder is not None:
-                stack.enter_context(recorder)
-            if analysis.memory:
+            if analysis.memory:  # before the recorder: setting up the trace may run an operator of its own
                 probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer.stack,
                                                            recorder))
                 step.memory_traced(probe)
+            if recorder is not None:
+                stack.enter_context(recorder)
             if analysis.stand_ins is not None:
                 stack.enter_context(analysis.stand_ins.device_queries())
             step.forward(analysis, tracer)

@@ -13,7 +13,13 @@ from torch.nn import functional
 from torchscan_testing import analyze_call
 
 from torchscan import crawl_module, measure_peak_memory, summary
-from torchscan.memory.forward import ACTIVATIONS_METHOD, METHOD, attention_kernel, native_attention_reason
+from torchscan.memory.forward import (
+    ACTIVATIONS_METHOD,
+    METHOD,
+    _load_meta_kernels,
+    attention_kernel,
+    native_attention_reason,
+)
 
 FLOAT = 4
 
@@ -96,6 +102,18 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.features(x).flatten(1))
+
+
+def test_the_first_memory_analysis_on_meta_reports_only_the_models_operators():
+    """The trace's one-time set-up on ``meta`` (loading PyTorch's meta kernels) runs an operator of its own: it must
+    not reach the report, or the first such analysis of a process would differ from the next."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    call = torch.ones(2, 8, device="meta")
+    _load_meta_kernels.cache_clear()  # as in a fresh process
+    first = crawl_module(model, args=(call,), memory=True)
+    assert first["operator_flops"] == crawl_module(model, args=(call,))["operator_flops"]
+    assert first == crawl_module(model, args=(call,), memory=True)
 
 
 def test_a_convolutional_net_traces_the_same_memory_on_meta_as_on_cpu():

@@ -37,7 +37,6 @@ from .results import (
 )
 
 BREAKDOWN_KEY = "breakdown"
-PART_SCOPE = PART
 PART_STATUSES = frozenset({"complete", "partial", "unavailable"})
 
 
@@ -77,13 +76,6 @@ def without_metrics(parts: list[dict[str, Any]], dropped: set[str]) -> list[dict
     return kept if kept and any(name in kept[0] for name in SUMMABLE_METRICS) else []
 
 
-def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
-    """The parts of a call's estimate (a `CallEstimate` or None), beside it in its layer record, when its handler
-    gave some."""
-    if estimate is not None and estimate.breakdown:
-        record["breakdown"] = estimate.breakdown
-
-
 def _part(index: int, item: Any, module: nn.Module, method: str) -> dict[str, Any]:
     where = f"breakdown[{index}]"
     if not isinstance(item, Mapping):
@@ -119,19 +111,19 @@ def _result(where: str, metric: str, value: Any, method: str) -> MetricResult:
     unit = METRIC_UNITS[metric]
     if isinstance(value, Incomplete):  # a lower bound, or nothing known
         if value.known is None:
-            return unavailable(unit, PART_SCOPE, method)
+            return unavailable(unit, PART, method)
         if not is_count(value.known):
             raise BreakdownError(f"{where}: the known part must be a finite non-negative number")
-        return lower_bound(plain_number(value.known), unit, PART_SCOPE, method)
+        return lower_bound(plain_number(value.known), unit, PART, method)
     if value is None:
-        return unavailable(unit, PART_SCOPE, method)
+        return unavailable(unit, PART, method)
     if isinstance(value, Mapping):
         problem = validation_error(value, unit=unit, statuses=PART_STATUSES)
         if problem:
             raise BreakdownError(f"{where}: {problem}")
-        return {**normalized(value), "scope": PART_SCOPE, "method": method}
+        return {**normalized(value), "scope": PART, "method": method}
     if is_count(value):
-        return complete(plain_number(value), unit, PART_SCOPE, method)
+        return complete(plain_number(value), unit, PART, method)
     raise BreakdownError(f"{where} must be a finite non-negative number, None, Incomplete or a MetricResult, "
                          f"got {type(value).__name__}")
 

@@ -156,9 +156,6 @@ class ModuleHandler:
         return False
 
 
-HandlerMap = Mapping[type, ModuleHandler]
-
-
 def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:
     """Check a caller's registrations before the model runs: module classes mapped to ModuleHandler objects."""
     if custom_modules is None:
@@ -174,7 +171,7 @@ def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") 
     return dict(custom_modules)
 
 
-def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
+def closest_handler(module_type: type, handlers: Mapping[type, ModuleHandler]) -> ModuleHandler | None:
     """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
     return next((handlers[klass] for klass in module_type.__mro__ if klass in handlers), None)
 
@@ -268,10 +265,17 @@ def _estimate_to_result(name: str, value: Any, scope: Scope, label: str, builtin
 
 def _other_to_result(name: str, value: Any, scope: Scope, label: str, builtin: bool
                      ) -> tuple[MetricResult, str | None]:
-    """A MetricResult mapping, any other number (a float, a numpy scalar), or an invalid value."""
+    """A MetricResult mapping (checked: its scope becomes the handler's, a caller's method gets the caller label),
+    any other number (a float, a numpy scalar), or an invalid value."""
     unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
     if isinstance(value, Mapping):
-        return _structured_to_result(name, value, scope, label, builtin)
+        problem = validation_error(value, unit=unit, spatial=spatial,
+                                   statuses=SPATIAL_STATUSES if spatial else COUNT_STATUSES)
+        if problem:
+            return unavailable(unit, scope, label), problem
+        result = normalized(value)
+        method = result["method"] if builtin else f"{label}:{result['method']}"
+        return {**result, "scope": scope, "method": method}, None
     if is_count(value) or (spatial and is_spatial_value(value)):
         return complete(plain_number(value), unit, scope, label), None
     what = "a finite non-negative number" + (" or a list of them" if spatial else "")
@@ -294,16 +298,3 @@ def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: Scope,
     if is_count(value.known) or (name in SPATIAL_METRICS and is_spatial_value(value.known)):
         return lower_bound(plain_number(value.known), unit, scope, label), None
     return unavailable(unit, scope, label), f"the known part of {name} must be a finite non-negative number"
-
-
-def _structured_to_result(name: str, value: Mapping[str, Any], scope: Scope, label: str, builtin: bool
-                          ) -> tuple[MetricResult, str | None]:
-    """A MetricResult mapping, checked; its scope becomes the handler's, a caller's method gets the caller label."""
-    unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
-    statuses = SPATIAL_STATUSES if spatial else COUNT_STATUSES
-    problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
-    if problem:
-        return unavailable(unit, scope, label), problem
-    result = normalized(value)
-    method = result["method"] if builtin else f"{label}:{result['method']}"
-    return {**result, "scope": scope, "method": method}, None

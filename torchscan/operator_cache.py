@@ -133,17 +133,16 @@ class FormulaCache:
     def outcome(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> Outcome:
         """The outcome of one call of a formulated operator: memoized by signature where that is sound."""
         key = signature(plan.func, args, kwargs, out) if plan.memoized else None
-        if key is None:
-            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
         try:
-            found = self.outcomes.get(key)
+            found = None if key is None else self.outcomes.get(key)
         except TypeError:  # a symbolic size in the shape: unhashable
-            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
-        if found is None:
-            if len(self.outcomes) >= MAX_SIGNATURES:  # full: priced, and shared by equal results only
-                return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
-            found = self.outcomes[key] = self._listed(Outcome(plan.packet, *self._evaluate(plan, args, kwargs, out),
-                                                              key=key))
+            key = found = None
+        if found is not None:
+            return found
+        kind, flops = self._evaluate(plan, args, kwargs, out)
+        if key is None or len(self.outcomes) >= MAX_SIGNATURES:  # priced, and shared by equal results only
+            return self._intern(plan.packet, kind, flops)
+        found = self.outcomes[key] = self._listed(Outcome(plan.packet, kind, flops, key=key))
         return found
 
     def _listed(self, outcome: Outcome) -> Outcome:

@@ -26,9 +26,6 @@ from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lo
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
-OpPacket = torch._ops.OpOverloadPacket
-
-
 HIGHER_ORDER_PREFIX = "higher_order."
 
 
@@ -51,7 +48,7 @@ def validate_custom_mapping(custom_mapping: Any) -> dict[Any, Callable[..., Any]
         if isinstance(key, torch._ops.OpOverload):
             raise TypeError(f"custom_mapping keys must be operator packets such as {operator_name(key.overloadpacket)}"
                             f", not overloads such as {key}; use torch.ops.{operator_name(key.overloadpacket)}")
-        if not isinstance(key, OpPacket):
+        if not isinstance(key, torch._ops.OpOverloadPacket):
             raise TypeError(f"custom_mapping keys must be operator packets such as torch.ops.aten.sin, "
                             f"got {type(key).__name__}")
         if not callable(formula):
@@ -177,7 +174,6 @@ class OperatorRecorder(TorchDispatchMode):
 
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()
-        self.formulas = formulas
         self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [OperatorScope()]  # the root, then one scope per open call
         self._pause = _Pause()

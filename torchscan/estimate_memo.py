@@ -113,14 +113,6 @@ class EstimateMemo:
         except Unkeyable:
             return None
 
-    def key(self, handler: Any, needed: frozenset[str], module: nn.Module, args: tuple, kwargs: Mapping[str, Any],
-            output: Any) -> Hashable | None:
-        """The whole key of one call (structure, configuration number), or None when it cannot be memoized: two
-        calls share an estimate exactly when their keys are equal."""
-        structure = self.structure(handler, needed, module, args, kwargs, output)
-        number = None if structure is None else self.configuration(module)
-        return None if number is None else (structure, number)
-
     def configuration(self, module: nn.Module) -> int | None:
         """The number of the module's configuration (equal configurations, equal numbers); None: not memoizable."""
         identity = (id(module), type(module))
@@ -142,17 +134,14 @@ class EstimateMemo:
         entry = self.entries.get(structure)
         if entry is None:
             return None
-        if isinstance(entry, _First):
-            entry = self.entries[structure] = self._by_configuration(entry)
+        if isinstance(entry, _First):  # a second call shares the structure: the first is filed by configuration
+            first = self.configuration(entry.module)
+            entry = self.entries[structure] = {} if first is None else {first: entry.estimate}
         number = self.configuration(module)
         stored = None if number is None else entry.get(number)
         if stored is None:
             return None
         return _copied(stored, {"path": path, "call_index": call_index})
-
-    def _by_configuration(self, first: _First) -> dict[int, CallEstimate]:
-        number = self.configuration(first.module)
-        return {} if number is None else {number: first.estimate}
 
     def store(self, structure: Hashable | None, module: nn.Module, estimate: CallEstimate, *, copy: bool = True
               ) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from torch import nn
 
@@ -116,6 +116,10 @@ class ModuleHandler:
     within one analysis, calls alike in all of these then share one evaluation of a built-in callback.
     """
 
+    checks_operators: ClassVar[bool] = False
+    """Whether each call's estimate is trusted only after checking the operators the call ran against the ones the
+    formula declares (third-party formulas do, see `torchscan.operator_check`)."""
+
     callback: Callback
     subtree_metrics: frozenset[str] = frozenset()
     method: str | None = field(default=None, kw_only=True)
@@ -148,13 +152,6 @@ class ModuleHandler:
 
     def scope(self, metric: str) -> Scope:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
-
-    @property
-    def checks_operators(self) -> bool:
-        """Whether each call's estimate is trusted only after checking the operators the call ran against the ones
-        the formula declares (third-party formulas do, see `torchscan.operator_check`)."""
-        return False
-
 
 def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:
     """Check a caller's registrations before the model runs: module classes mapped to ModuleHandler objects."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -96,6 +96,7 @@ class ThirdPartyHandler(ModuleHandler):
     """
 
     operators: SignatureSource = field(default_factory=OperatorSignature, kw_only=True)
+    checks_operators: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,10 +105,6 @@ class ThirdPartyHandler(ModuleHandler):
                             f"got {type(self.operators).__name__}")
         if self.method is None:
             raise ValueError("a ThirdPartyHandler is a built-in formula and needs its method label")
-
-    @property
-    def checks_operators(self) -> bool:
-        return True
 
     def expected(self, call: ModuleCall) -> OperatorSignature:
         """The signature of this call."""

@@ -1,15 +1,9 @@
 """Breakdowns: how a handler's estimate of one call splits into parts, kept beside the estimate and never added again.
 
 A handler may return ``"breakdown"`` next to its fields: a list of parts, each naming what it is (``part``), where
-it happens (``module``: a dotted path relative to the call's module, ``""`` for the module itself) and its share of
-some of the summable metrics, as numbers, ``None``, `Incomplete` values or MetricResults, like the fields
-themselves. Native attention and Transformer handlers report projections, attention scores and weighted sums,
-feed-forward blocks, norms and residual additions this way. `validate_breakdown` is the one place that checks a
-breakdown; the report keeps it under the call's ``breakdown`` key with every value a MetricResult of scope
-``part``.
-
-The parts of a metric must add up to the call's own estimate of it: their known values sum to its known value, and
-a complete estimate has complete parts only. A part never enters a total: totals add the call's estimate alone.
+it happens (``module``, relative to the call's module) and its share of some summable metrics, given as fields are.
+`validate_breakdown` is the one place that checks a breakdown, by the rules of docs/schema.md ("Breakdowns"): the
+parts of a metric add up to the call's estimate of it, and a complete estimate has complete parts only.
 """
 
 from __future__ import annotations

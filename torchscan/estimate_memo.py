@@ -44,13 +44,9 @@ def module_configuration(module: nn.Module) -> tuple:
 
 def _attributes_key(values: tuple) -> Hashable:
     """The key of a module's attribute values: their ``marshal`` bytes when marshal encodes them all, else
-    `torchscan.values.call_key` without tensors (a dtype or a device; `Unkeyable` for a tensor or an object).
-
-    Marshal writes the exact type of every value and item (``1``, ``1.0`` and ``True`` differ, so do a tuple and a
-    list; it refuses subclasses), so equal bytes mean equal values of equal types, in one C-level step where
-    `call_key` takes a Python step per value (a convolution's attributes: seven times as long). Version 2 writes no
-    back-references, which would make the bytes depend on which values are one object.
-    """
+    `call_key` without tensors. Marshal writes each value's exact type (``1``, ``1.0`` and ``True`` differ; it
+    refuses subclasses) in one C-level step, several times faster than `call_key`; its version 2 writes no
+    back-references, which would make the bytes depend on which values are one object."""
     try:
         return marshal.dumps(values, 2)
     except ValueError:  # some value marshal cannot write

@@ -187,15 +187,9 @@ class ValidatedEstimates:
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
                        builtin: bool | None = None) -> ValidatedEstimates:
-    """Turn a callback result into MetricResults; invalid fields become unavailable with a reason.
-
-    A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
-    handler becomes unavailable), as the extension contract states. Values are filled in with the field's unit,
-    the handler's scope and its method label: caller results are labelled with the caller label (a MetricResult's
-    own method appended); built-in results keep their method. Either may say a receptive-field field is
-    ``not_applicable``; counts are complete, partial or unavailable. ``builtin`` defaults to whether the handler
-    carries a ``method`` label (the crawler always says which role a handler plays).
-    """
+    """Turn a callback result into MetricResults with the field's unit, the handler's scope and its label (a
+    caller's, or a built-in's ``method``; ``builtin`` defaults to whether it has one). Invalid fields become
+    unavailable with a reason; a non-mapping result or an unknown field name invalidates the whole result."""
     if builtin is None:
         builtin = handler.method is not None
     label = handler.label if builtin else handler.caller_label

@@ -50,11 +50,8 @@ def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tu
 class Outcome:
     """What calls with one signature contribute: their operator's packet, how they count, and FLOPs per call.
 
-    ``key`` is the signature (``None`` for a call priced directly); ``work`` caches the functional (module-view)
-    estimate of the same signature once a module call needed it. ``calls`` counts the calls that had this outcome
-    in the analysis (the recorder adds one per call): the model's operator totals are read from the outcomes at the
-    end, so no module call keeps or merges calls by operator.
-    """
+    ``key`` is the signature (``None``: priced directly); ``work`` caches the signature's functional estimate;
+    ``calls`` counts the calls with this outcome, from which the model's operator totals are read at the end."""
 
     __slots__ = ("calls", "flops", "key", "kind", "packet", "uncounted", "work")
 

@@ -1,14 +1,12 @@
 """The module-call tracer: forward hooks that build one record per call and keep the call stack.
 
-Pre-hooks open a `Frame` (record, operator scope, metric coverage inherited from owning ancestors);
-post-hooks close it, run the estimates immediately with operator counting paused, attribute operator FLOPs
-directly and inclusively, and release every reference to the call's objects.
+Pre-hooks open a `Frame`; post-hooks close it, estimate the call with operator counting paused, attribute
+operator FLOPs directly and inclusively, and release every reference to the call's objects.
 
-Speculative ownership: when a caller registration matches some module of the model, a built-in inclusive owner
-(a native Transformer layer) may still be opened by a registered descendant, so its descendants are estimated
-before the owner knows whether its formula applies. Their outcomes wait in the owner frame's ``pending`` overlay
-and are written to the records only when no undecided owner encloses them: an owner whose formula applied drops
-the fields it covers from them first. Records are written once, never edited afterwards.
+Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
+still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the
+owner frame's ``pending`` list until no undecided owner encloses them, and lose the fields an owner whose formula
+applied covers. Records are written once, never edited afterwards.
 """
 
 from __future__ import annotations
@@ -249,12 +247,8 @@ class CallTracer:
     # -- ownership ---------------------------------------------------------------------------------------------
 
     def _open_ownership(self, frame: Frame) -> None:
-        """Which fields this call will own for its descendants: surely (caller) or pending its own estimate.
-
-        A built-in inclusive formula is only pending when a caller registration matches some module of this model:
-        a registered descendant may then still open it (expanded_atomic_boundary), and every descendant estimate
-        must exist. Otherwise it is sure, and descendants skip the fields it owns before they execute.
-        """
+        """Which fields this call will own for its descendants: surely (a caller's handler, or a built-in one when
+        nothing is speculative: descendants then skip those fields), or pending its own estimate."""
         info = frame.info
         free = METRIC_FIELDS - frame.covered.keys()
         if info.caller is not None:

@@ -22,9 +22,17 @@ MEMO = EstimateMemo()
 SEEN: list[nn.Module] = []
 
 
+def memo_key(memo: EstimateMemo, handler, needed, module, args, kwargs, output):
+    """The whole key of one call (structure, configuration number), or None when it cannot be memoized: two calls
+    share an estimate exactly when their keys are equal."""
+    structure = memo.structure(handler, needed, module, args, kwargs, output)
+    number = None if structure is None else memo.configuration(module)
+    return None if number is None else (structure, number)
+
+
 def call_key(handler, needed, module, args, kwargs, output):
     SEEN.append(module)
-    return MEMO.key(handler, needed, module, args, kwargs, output)
+    return memo_key(MEMO, handler, needed, module, args, kwargs, output)
 
 
 def key(module: nn.Module, *args, output=None, **kwargs):
@@ -105,11 +113,11 @@ def test_a_call_holding_an_object_the_key_cannot_describe_is_not_memoized():
 
 def test_a_lazy_module_is_read_again_once_it_materializes():
     memo, layer = EstimateMemo(), nn.LazyLinear(3)
-    assert memo.key(None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3)) is None  # sizes unknown yet
+    assert memo_key(memo, None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3)) is None  # sizes unknown yet
     layer(torch.ones(2))  # becomes a Linear(2, 3)
-    materialized = memo.key(None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3))
+    materialized = memo_key(memo, None, NEEDED, layer, (torch.ones(2),), {}, torch.ones(3))
     assert materialized is not None
-    assert materialized == memo.key(None, NEEDED, nn.Linear(2, 3), (torch.ones(2),), {}, torch.ones(3))
+    assert materialized == memo_key(memo, None, NEEDED, nn.Linear(2, 3), (torch.ones(2),), {}, torch.ones(3))
 
 
 # -- memoized analyses --------------------------------------------------------------------------------------------

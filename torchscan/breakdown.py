@@ -1,15 +1,9 @@
 """Breakdowns: how a handler's estimate of one call splits into parts, kept beside the estimate and never added again.
 
 A handler may return ``"breakdown"`` next to its fields: a list of parts, each naming what it is (``part``), where
-it happens (``module``: a dotted path relative to the call's module, ``""`` for the module itself) and its share of
-some of the summable metrics, as numbers, ``None``, `Incomplete` values or MetricResults, like the fields
-themselves. Native attention and Transformer handlers report projections, attention scores and weighted sums,
-feed-forward blocks, norms and residual additions this way. `validate_breakdown` is the one place that checks a
-breakdown; the report keeps it under the call's ``breakdown`` key with every value a MetricResult of scope
-``part``.
-
-The parts of a metric must add up to the call's own estimate of it: their known values sum to its known value, and
-a complete estimate has complete parts only. A part never enters a total: totals add the call's estimate alone.
+it happens (``module``, relative to the call's module) and its share of some summable metrics, given as fields are.
+`validate_breakdown` is the one place that checks a breakdown, by the rules of docs/schema.md ("Breakdowns"): the
+parts of a metric add up to the call's estimate of it, and a complete estimate has complete parts only.
 """
 
 from __future__ import annotations
@@ -37,7 +31,6 @@ from .results import (
 )
 
 BREAKDOWN_KEY = "breakdown"
-PART_SCOPE = PART
 PART_STATUSES = frozenset({"complete", "partial", "unavailable"})
 
 
@@ -77,13 +70,6 @@ def without_metrics(parts: list[dict[str, Any]], dropped: set[str]) -> list[dict
     return kept if kept and any(name in kept[0] for name in SUMMABLE_METRICS) else []
 
 
-def keep_breakdown(record: dict[str, Any], estimate: Any) -> None:
-    """The parts of a call's estimate (a `CallEstimate` or None), beside it in its layer record, when its handler
-    gave some."""
-    if estimate is not None and estimate.breakdown:
-        record["breakdown"] = estimate.breakdown
-
-
 def _part(index: int, item: Any, module: nn.Module, method: str) -> dict[str, Any]:
     where = f"breakdown[{index}]"
     if not isinstance(item, Mapping):
@@ -119,19 +105,19 @@ def _result(where: str, metric: str, value: Any, method: str) -> MetricResult:
     unit = METRIC_UNITS[metric]
     if isinstance(value, Incomplete):  # a lower bound, or nothing known
         if value.known is None:
-            return unavailable(unit, PART_SCOPE, method)
+            return unavailable(unit, PART, method)
         if not is_count(value.known):
             raise BreakdownError(f"{where}: the known part must be a finite non-negative number")
-        return lower_bound(plain_number(value.known), unit, PART_SCOPE, method)
+        return lower_bound(plain_number(value.known), unit, PART, method)
     if value is None:
-        return unavailable(unit, PART_SCOPE, method)
+        return unavailable(unit, PART, method)
     if isinstance(value, Mapping):
         problem = validation_error(value, unit=unit, statuses=PART_STATUSES)
         if problem:
             raise BreakdownError(f"{where}: {problem}")
-        return {**normalized(value), "scope": PART_SCOPE, "method": method}
+        return {**normalized(value), "scope": PART, "method": method}
     if is_count(value):
-        return complete(plain_number(value), unit, PART_SCOPE, method)
+        return complete(plain_number(value), unit, PART, method)
     raise BreakdownError(f"{where} must be a finite non-negative number, None, Incomplete or a MetricResult, "
                          f"got {type(value).__name__}")
 

@@ -44,8 +44,7 @@ class DirectWork:
 
     def known(self, field: str) -> int | float:
         """What the estimated operators add up to for ``field``: exact, or a lower bound if some had no formula."""
-        total: int | float = plain_number(self.totals[SUMMABLE_METRICS.index(field)])  # type: ignore[assignment]
-        return total
+        return plain_number(self.totals[SUMMABLE_METRICS.index(field)])  # type: ignore[return-value]
 
     def result(self, field: str) -> MetricResult:
         value = self.known(field)

@@ -65,13 +65,13 @@ class CallContext(NamedTuple):
 
 def estimate_call(context: CallContext, call: ModuleCall | None) -> CallEstimate:
     """Estimates for the ``needed`` fields of one call; ``call`` is None when the forward raised."""
-    if call is not None and plain_container(context.caller, context.builtin, context.leaf, context.direct):
-        return delegated_estimate(context.needed)
     estimate = CallEstimate()
-    if call is None:
-        _mark_failed(context, estimate)
-    else:
+    if call is not None:
         _estimate_fields(context, call, estimate)
+        return estimate
+    for name in sorted(context.needed):
+        estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, "module_forward_error")
+    estimate.diagnostics.append(forward_error(context.type_name, **context.where))
     return estimate
 
 
@@ -113,7 +113,7 @@ def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCal
     """The built-in handler supplies the fields no caller handler did, unless a registered descendant opened it
     (its inclusive formula is then dropped); a third-party formula is checked against the operators that ran."""
     if context.expanded and context.caller is None:
-        _mark_expanded(context, remaining, estimate)
+        _mark_expanded(context, builtin, remaining, estimate)
         return
     _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
     if isinstance(builtin, InheritedHandler):
@@ -121,8 +121,7 @@ def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCal
     else:
         verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
     if builtin.subtree_metrics:
-        estimate.builtin_owned = frozenset(name for name in remaining & estimate.metrics.keys()
-                                           if name in builtin.subtree_metrics)
+        estimate.builtin_owned = frozenset(remaining & builtin.subtree_metrics & estimate.metrics.keys())
 
 
 def _apply_handler(handler: ModuleHandler, call: ModuleCall, needed: frozenset[str], estimate: CallEstimate,
@@ -201,21 +200,14 @@ def _set(estimate: CallEstimate, handler: ModuleHandler, name: str, result: Metr
     estimate.ownership[name] = handler.scope(name)
 
 
-def _mark_failed(context: CallContext, estimate: CallEstimate) -> None:
-    for name in sorted(context.needed):
-        estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, "module_forward_error")
-    estimate.diagnostics.append(forward_error(context.type_name, **context.where))
-
-
 def forward_error(type_name: str, path: str, call_index: int) -> Diagnostic:
     """A call whose forward raised inside an enclosing module that caught the error and went on."""
     return diagnostic("module_forward_error", f"the forward of {type_name} raised; the enclosing module caught it "
                       "and continued, so this call has no output and no estimates", path=path, call_index=call_index)
 
 
-def _mark_expanded(context: CallContext, remaining: frozenset[str], estimate: CallEstimate) -> None:
-    builtin = context.builtin
-    assert builtin is not None
+def _mark_expanded(context: CallContext, builtin: ModuleHandler, remaining: frozenset[str], estimate: CallEstimate
+                   ) -> None:
     for name in sorted(remaining):  # the call's own work is unknown; its descendants keep their estimates
         estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, builtin.label)
     estimate.diagnostics.append(diagnostic(

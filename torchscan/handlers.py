@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from torch import nn
 
@@ -116,6 +116,10 @@ class ModuleHandler:
     within one analysis, calls alike in all of these then share one evaluation of a built-in callback.
     """
 
+    checks_operators: ClassVar[bool] = False
+    """Whether each call's estimate is trusted only after checking the operators the call ran against the ones the
+    formula declares (third-party formulas do, see `torchscan.operator_check`)."""
+
     callback: Callback
     subtree_metrics: frozenset[str] = frozenset()
     method: str | None = field(default=None, kw_only=True)
@@ -149,16 +153,6 @@ class ModuleHandler:
     def scope(self, metric: str) -> Scope:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
 
-    @property
-    def checks_operators(self) -> bool:
-        """Whether each call's estimate is trusted only after checking the operators the call ran against the ones
-        the formula declares (third-party formulas do, see `torchscan.operator_check`)."""
-        return False
-
-
-HandlerMap = Mapping[type, ModuleHandler]
-
-
 def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:
     """Check a caller's registrations before the model runs: module classes mapped to ModuleHandler objects."""
     if custom_modules is None:
@@ -174,7 +168,7 @@ def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") 
     return dict(custom_modules)
 
 
-def closest_handler(module_type: type, handlers: HandlerMap) -> ModuleHandler | None:
+def closest_handler(module_type: type, handlers: Mapping[type, ModuleHandler]) -> ModuleHandler | None:
     """The handler of the nearest registered class in ``module_type``'s MRO (mapping order never matters)."""
     return next((handlers[klass] for klass in module_type.__mro__ if klass in handlers), None)
 
@@ -193,15 +187,9 @@ class ValidatedEstimates:
 
 def validate_estimates(raw: Any, handler: ModuleHandler, requested: frozenset[str] = METRIC_FIELDS, *,
                        builtin: bool | None = None) -> ValidatedEstimates:
-    """Turn a callback result into MetricResults; invalid fields become unavailable with a reason.
-
-    A non-mapping result or an unknown field name invalidates the whole result (every requested field of this
-    handler becomes unavailable), as the extension contract states. Values are filled in with the field's unit,
-    the handler's scope and its method label: caller results are labelled with the caller label (a MetricResult's
-    own method appended); built-in results keep their method. Either may say a receptive-field field is
-    ``not_applicable``; counts are complete, partial or unavailable. ``builtin`` defaults to whether the handler
-    carries a ``method`` label (the crawler always says which role a handler plays).
-    """
+    """Turn a callback result into MetricResults with the field's unit, the handler's scope and its label (a
+    caller's, or a built-in's ``method``; ``builtin`` defaults to whether it has one). Invalid fields become
+    unavailable with a reason; a non-mapping result or an unknown field name invalidates the whole result."""
     if builtin is None:
         builtin = handler.method is not None
     label = handler.label if builtin else handler.caller_label
@@ -268,10 +256,17 @@ def _estimate_to_result(name: str, value: Any, scope: Scope, label: str, builtin
 
 def _other_to_result(name: str, value: Any, scope: Scope, label: str, builtin: bool
                      ) -> tuple[MetricResult, str | None]:
-    """A MetricResult mapping, any other number (a float, a numpy scalar), or an invalid value."""
+    """A MetricResult mapping (checked: its scope becomes the handler's, a caller's method gets the caller label),
+    any other number (a float, a numpy scalar), or an invalid value."""
     unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
     if isinstance(value, Mapping):
-        return _structured_to_result(name, value, scope, label, builtin)
+        problem = validation_error(value, unit=unit, spatial=spatial,
+                                   statuses=SPATIAL_STATUSES if spatial else COUNT_STATUSES)
+        if problem:
+            return unavailable(unit, scope, label), problem
+        result = normalized(value)
+        method = result["method"] if builtin else f"{label}:{result['method']}"
+        return {**result, "scope": scope, "method": method}, None
     if is_count(value) or (spatial and is_spatial_value(value)):
         return complete(plain_number(value), unit, scope, label), None
     what = "a finite non-negative number" + (" or a list of them" if spatial else "")
@@ -294,16 +289,3 @@ def _incomplete_to_result(name: str, value: Incomplete, unit: str, scope: Scope,
     if is_count(value.known) or (name in SPATIAL_METRICS and is_spatial_value(value.known)):
         return lower_bound(plain_number(value.known), unit, scope, label), None
     return unavailable(unit, scope, label), f"the known part of {name} must be a finite non-negative number"
-
-
-def _structured_to_result(name: str, value: Mapping[str, Any], scope: Scope, label: str, builtin: bool
-                          ) -> tuple[MetricResult, str | None]:
-    """A MetricResult mapping, checked; its scope becomes the handler's, a caller's method gets the caller label."""
-    unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
-    statuses = SPATIAL_STATUSES if spatial else COUNT_STATUSES
-    problem = validation_error(value, unit=unit, spatial=spatial, statuses=statuses)
-    if problem:
-        return unavailable(unit, scope, label), problem
-    result = normalized(value)
-    method = result["method"] if builtin else f"{label}:{result['method']}"
-    return {**result, "scope": scope, "method": method}, None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .diagnostics import diagnostic
 from .direct_work import METHOD as FUNCTIONAL_METHOD
@@ -22,7 +22,7 @@ from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
 from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator, zero_work_names
 from .operators import operator_name
-from .results import METRIC_UNITS, MODULE_CALL, complete, unavailable
+from .results import METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, complete, unavailable
 
 #: The method label prefix of inherited results: ``inherited:<parent class>:<parent's method>``.
 INHERITED_PREFIX = "inherited"
@@ -46,7 +46,6 @@ PADDING = frozenset({
 METADATA = zero_work_names(["metadata"])
 #: Element movement after which the formula's receptive field and stride still hold.
 KEEPS_RECEPTIVE_FIELDS = RESHAPING | COPIES | PADDING | METADATA
-SPATIAL_FIELDS = ("receptive_field", "effective_stride", "effective_padding")
 
 
 @dataclass(frozen=True)
@@ -57,10 +56,7 @@ class InheritedHandler(ModuleHandler):
     parent: type = object
     formula: ModuleHandler | None = None
     operators: frozenset[str] = frozenset()
-
-    @property
-    def checks_operators(self) -> bool:
-        return True
+    checks_operators: ClassVar[bool] = True
 
     @property
     def parent_name(self) -> str:
@@ -157,6 +153,6 @@ def _spatial_fields_lost(observed: ObservedWork, described: frozenset[str]) -> t
     moved = {operator_name(packet) for packet in observed.observed
              if packet not in observed.arithmetic and packet not in observed.indices} - described
     if not moved <= KEEPS_RECEPTIVE_FIELDS:
-        return SPATIAL_FIELDS
+        return SPATIAL_METRICS
     return ("effective_padding",) if moved & PADDING else ()
 

@@ -130,13 +130,9 @@ def _is_leaf(module: nn.Module) -> bool:
 
 def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple[str, str]] | None = None
                       ) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    """Parameter and buffer statistics of each module path of ``modules`` (a model's ``named_modules()``); a tensor
-    shared by several modules counts once.
-
-    One walk over the model's tensors, after the forward: ``kinds`` (when given) also collects the device type and
-    dtype of every counted tensor. Uninitialized lazy parameters (a lazy module that never ran) have no size yet
-    and are not counted.
-    """
+    """Parameter and buffer statistics of each module path of ``modules`` (a model's ``named_modules()``), in one
+    walk after the forward: a shared tensor counts once, an uninitialized lazy one not at all; ``kinds`` (when
+    given) also collects the device type and dtype of every counted tensor."""
     seen: set[int] = set()
     found: set[Any] = set()  # dtypes of CPU tensors, (device type, dtype) of others: named once each, at the end
     statistics = {}

@@ -50,11 +50,8 @@ def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tu
 class Outcome:
     """What calls with one signature contribute: their operator's packet, how they count, and FLOPs per call.
 
-    ``key`` is the signature (``None`` for a call priced directly); ``work`` caches the functional (module-view)
-    estimate of the same signature once a module call needed it. ``calls`` counts the calls that had this outcome
-    in the analysis (the recorder adds one per call): the model's operator totals are read from the outcomes at the
-    end, so no module call keeps or merges calls by operator.
-    """
+    ``key`` is the signature (``None``: priced directly); ``work`` caches the signature's functional estimate;
+    ``calls`` counts the calls with this outcome, from which the model's operator totals are read at the end."""
 
     __slots__ = ("calls", "flops", "key", "kind", "packet", "uncounted", "work")
 
@@ -133,17 +130,16 @@ class FormulaCache:
     def outcome(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> Outcome:
         """The outcome of one call of a formulated operator: memoized by signature where that is sound."""
         key = signature(plan.func, args, kwargs, out) if plan.memoized else None
-        if key is None:
-            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
         try:
-            found = self.outcomes.get(key)
+            found = None if key is None else self.outcomes.get(key)
         except TypeError:  # a symbolic size in the shape: unhashable
-            return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
-        if found is None:
-            if len(self.outcomes) >= MAX_SIGNATURES:  # full: priced, and shared by equal results only
-                return self._intern(plan.packet, *self._evaluate(plan, args, kwargs, out))
-            found = self.outcomes[key] = self._listed(Outcome(plan.packet, *self._evaluate(plan, args, kwargs, out),
-                                                              key=key))
+            key = found = None
+        if found is not None:
+            return found
+        kind, flops = self._evaluate(plan, args, kwargs, out)
+        if key is None or len(self.outcomes) >= MAX_SIGNATURES:  # priced, and shared by equal results only
+            return self._intern(plan.packet, kind, flops)
+        found = self.outcomes[key] = self._listed(Outcome(plan.packet, kind, flops, key=key))
         return found
 
     def _listed(self, outcome: Outcome) -> Outcome:

@@ -9,9 +9,10 @@ become lower bounds priced from the observed operators, its receptive fields una
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -71,17 +72,13 @@ class OperatorSignature:
 
     def describe(self) -> str:
         """``aten.add, aten.mul x2 (optional: aten.clone)`` or ``no operator`` for a pure view."""
-        parts = [name if count == 1 else f"{name} x{count}" for name, count in self.required.items()]
-        text = ", ".join(parts) or "no operator"
+        text = counted_names(self.required) or "no operator"
         return text + (f" (optional: {', '.join(sorted(self.optional))})" if self.optional else "")
 
 
 def signature(*names: str, optional: Iterable[str] = ()) -> OperatorSignature:
     """``signature("aten.mul", "aten.mul", "aten.sigmoid")``: each name once per time the call runs it."""
-    required: dict[str, int] = {}
-    for name in names:
-        required[name] = required.get(name, 0) + 1
-    return OperatorSignature(required, frozenset(optional))
+    return OperatorSignature(Counter(names), frozenset(optional))
 
 
 SignatureSource = OperatorSignature | Callable[[ModuleCall], OperatorSignature]
@@ -96,6 +93,7 @@ class ThirdPartyHandler(ModuleHandler):
     """
 
     operators: SignatureSource = field(default_factory=OperatorSignature, kw_only=True)
+    checks_operators: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,10 +102,6 @@ class ThirdPartyHandler(ModuleHandler):
                             f"got {type(self.operators).__name__}")
         if self.method is None:
             raise ValueError("a ThirdPartyHandler is a built-in formula and needs its method label")
-
-    @property
-    def checks_operators(self) -> bool:
-        return True
 
     def expected(self, call: ModuleCall) -> OperatorSignature:
         """The signature of this call."""
@@ -124,17 +118,15 @@ def compare(expected: OperatorSignature, observed: Mapping[str, int]) -> tuple[d
     return unexpected, missing
 
 
-def _counted(counts: Mapping[str, int]) -> str:
+def counted_names(counts: Mapping[str, int]) -> str:
+    """``aten.add, aten.mul x2``: operator names with their counts above one."""
     return ", ".join(name if count == 1 else f"{name} x{count}" for name, count in counts.items())
 
 
 def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: DirectWork | None,
                      fields: Iterable[str], estimate: Any, where: dict[str, Any]) -> None:
-    """Distrust ``handler``'s ``fields`` of this call when its directly executed operators differ from its own.
-
-    ``estimate`` is the call's `CallEstimate` (metrics, ownership and diagnostics are replaced in place); a
-    handler that is not a `ThirdPartyHandler` is left alone.
-    """
+    """Distrust a `ThirdPartyHandler`'s ``fields`` of this call (in ``estimate``, a `CallEstimate`, in place) when
+    the operators it ran directly differ from the declared ones; other handlers are left alone."""
     if not isinstance(handler, ThirdPartyHandler):
         return
     supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
@@ -179,8 +171,8 @@ def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWo
     unexpected, missing = compare(expected, _by_name(observed.counts()))
     if not unexpected and not missing:
         return None
-    parts = [f"it also ran {_counted(unexpected)}" if unexpected else "",
-             f"it did not run {_counted(missing)}" if missing else ""]
+    parts = [f"it also ran {counted_names(unexpected)}" if unexpected else "",
+             f"it did not run {counted_names(missing)}" if missing else ""]
     detail = f"describes {expected.describe()}, but {'; '.join(part for part in parts if part)}"
     return detail, any(significant_operator(operator) for operator in unexpected)
 

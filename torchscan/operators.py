@@ -26,9 +26,6 @@ from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lo
 
 UNIT = "FLOPs"
 METHOD = "operator_dispatch"
-OpPacket = torch._ops.OpOverloadPacket
-
-
 HIGHER_ORDER_PREFIX = "higher_order."
 
 
@@ -51,7 +48,7 @@ def validate_custom_mapping(custom_mapping: Any) -> dict[Any, Callable[..., Any]
         if isinstance(key, torch._ops.OpOverload):
             raise TypeError(f"custom_mapping keys must be operator packets such as {operator_name(key.overloadpacket)}"
                             f", not overloads such as {key}; use torch.ops.{operator_name(key.overloadpacket)}")
-        if not isinstance(key, OpPacket):
+        if not isinstance(key, torch._ops.OpOverloadPacket):
             raise TypeError(f"custom_mapping keys must be operator packets such as torch.ops.aten.sin, "
                             f"got {type(key).__name__}")
         if not callable(formula):
@@ -160,13 +157,8 @@ class _Pause:
 
 
 class OperatorRecorder(TorchDispatchMode):
-    """Counts every dispatched operator into the active scope: the innermost module call entered, else the root.
-
-    The recorder owns its stack of scopes: `enter` a module call's scope when the call starts, `leave` it when the
-    call ends, and run estimates inside `paused` so that their own tensor work is not counted. A scope with a
-    ``direct_work`` accumulator also feeds it each operator, so the module view can estimate work that a module
-    performs directly.
-    """
+    """Counts every dispatched operator into the active scope (the innermost module call entered, else the root),
+    and into its ``direct_work``, if any, for the module view's estimate of the call's own operators."""
 
     supports_higher_order_operators = True
 
@@ -177,7 +169,6 @@ class OperatorRecorder(TorchDispatchMode):
 
     def __init__(self, formulas: Mapping[Any, Callable[..., Any]]) -> None:
         super().__init__()
-        self.formulas = formulas
         self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [OperatorScope()]  # the root, then one scope per open call
         self._pause = _Pause()
@@ -299,13 +290,8 @@ class CompileSafeRecorder(OperatorRecorder):
 
 
 def new_recorder(formulas: Mapping[Any, Callable[..., Any]]) -> OperatorRecorder:
-    """A recorder for one analysis.
-
-    ``torch.cond`` compiles its branches with PyTorch's compiler, whose frame hook must then step over the recorder's
-    ``__torch_dispatch__`` (and everything it calls). Once ``torch._dynamo`` is imported in this process, that code
-    is marked to be skipped, once and at no cost per operator; a torch without that marking gets the recorder that
-    PyTorch wraps on every operator instead.
-    """
+    """A recorder for one analysis. ``torch.cond`` compiles its branches, so once ``torch._dynamo`` is imported the
+    compiler must step over ``__torch_dispatch__``: marked once where this torch allows, else wrapped per operator."""
     if "torch._dynamo" in sys.modules and not _skipped_by_the_compiler():
         return CompileSafeRecorder(formulas)
     return OperatorRecorder(formulas)

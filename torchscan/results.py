@@ -51,13 +51,9 @@ METRIC_RESULT_KEYS = frozenset({"status", "value", "known_value", "unit", "scope
 
 @dataclass(frozen=True, slots=True)
 class Incomplete:
-    """A formula's answer for a field it cannot count completely.
-
-    ``known`` is a lower bound of the true value (a partial result), or ``None`` when nothing is known (an
-    unavailable one); ``reason`` says what is missing, and the diagnostic about the field quotes it. Handlers
-    return values (numbers, ``None``, `Incomplete`, `NOT_APPLICABLE`); validation turns them into MetricResults
-    with the field's unit, the handler's scope and its method label.
-    """
+    """A formula's answer for a field it cannot count completely: ``known`` is a lower bound of the true value (a
+    partial result) or ``None`` (an unavailable one); ``reason``, quoted by the field's diagnostic, says what is
+    missing."""
 
     known: Value = None
     reason: str | None = None

@@ -1,14 +1,12 @@
 """The module-call tracer: forward hooks that build one record per call and keep the call stack.
 
-Pre-hooks open a `Frame` (record, operator scope, metric coverage inherited from owning ancestors);
-post-hooks close it, run the estimates immediately with operator counting paused, attribute operator FLOPs
-directly and inclusively, and release every reference to the call's objects.
+Pre-hooks open a `Frame`; post-hooks close it, estimate the call with operator counting paused, attribute
+operator FLOPs directly and inclusively, and release every reference to the call's objects.
 
-Speculative ownership: when a caller registration matches some module of the model, a built-in inclusive owner
-(a native Transformer layer) may still be opened by a registered descendant, so its descendants are estimated
-before the owner knows whether its formula applies. Their outcomes wait in the owner frame's ``pending`` overlay
-and are written to the records only when no undecided owner encloses them: an owner whose formula applied drops
-the fields it covers from them first. Records are written once, never edited afterwards.
+Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
+still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the
+owner frame's ``pending`` list until no undecided owner encloses them, and lose the fields an owner whose formula
+applied covers. Records are written once, never edited afterwards.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from torch.nn.modules.module import (
 )
 from torch.utils.hooks import RemovableHandle
 
-from .breakdown import keep_breakdown, without_metrics
+from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork, ObservedWork
 from .estimate_memo import EstimateMemo
@@ -48,8 +46,7 @@ from .values import FAILED_OUTPUT, call_metadata, describe
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
-#: A completed call as the post-hook saw it: module, positional arguments, keyword arguments, output. The
-#: handlers' `ModuleCall` is made of it only for an estimate that is computed (not replayed from the memo).
+#: A completed call as the post-hook saw it (module, args, kwargs, output): a `ModuleCall` only when computed.
 Finished = tuple[nn.Module, tuple, dict[str, Any], Any]
 
 
@@ -135,28 +132,6 @@ def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
     return covered
 
 
-def _describe_input(frame: Frame, args: tuple, kwargs: dict[str, Any]) -> None:
-    """The call's input as its forward received it: positional arguments as the pre-hook saw them (again if a
-    caller's pre-hook replaced them), and the keyword arguments."""
-    described = frame.record["input"]
-    if args is not frame.args:
-        described["args"] = call_metadata(args, {})["args"]
-    if kwargs:
-        described["kwargs"] = call_metadata((), kwargs)["kwargs"]
-
-
-def _needs_direct_work(frame: Frame) -> bool:
-    """Whether the module view must estimate the operators this call runs directly: some summable field is not
-    covered by an owner, and no built-in formula alone prices the call (a caller handler may omit fields)."""
-    return frame.info.prices_direct_work and not frame.covered.keys() >= SUMMABLE
-
-
-def _observes_operators(frame: Frame) -> bool:
-    """Whether this call's built-in formula is a third-party one, trusted only while the operators the call runs
-    directly match those it declares: the call then records them (`ObservedWork`, which also prices them)."""
-    return frame.info.observes and not frame.covered.keys() >= METRIC_FIELDS
-
-
 def _keep_the_decomposed_path(module: nn.Module, args: tuple) -> None:
     """A module hook that does nothing; its presence makes PyTorch run the observable decomposed path."""
 
@@ -166,8 +141,6 @@ class CallTracer:
 
     def __init__(self, model: nn.Module, custom_modules: dict[type, ModuleHandler],
                  recorder: OperatorRecorder | None, builtin: BuiltinLookup | None) -> None:
-        self.model = model
-        self.recorder = recorder
         self.full = recorder is not None
         self.facts = model_facts(model, custom_modules if self.full else {}, builtin if self.full else None)
         self.infos = self.facts.infos
@@ -223,11 +196,12 @@ class CallTracer:
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
         frame.open(len(self.records), parent)
-        if frame.info.may_own:
+        info, covered = frame.info, frame.covered.keys()
+        if info.may_own:
             self._open_ownership(frame)
-        if _observes_operators(frame):
+        if info.observes and not covered >= METRIC_FIELDS:  # a third-party formula, checked against what ran
             frame.operators = OperatorScope(ObservedWork())
-        elif _needs_direct_work(frame):
+        elif info.prices_direct_work and not covered >= SUMMABLE:  # the module view prices its direct operators
             frame.operators = OperatorScope(DirectWork())
         else:
             frame.operators = OperatorScope()
@@ -247,8 +221,10 @@ class CallTracer:
             failed = False
         else:
             kwargs, output, failed = {}, rest[0], True
-        if args is not frame.args or kwargs:
-            _describe_input(frame, args, kwargs)
+        if args is not frame.args:  # a caller's pre-hook replaced them
+            frame.record["input"]["args"] = call_metadata(args, {})["args"]
+        if kwargs:
+            frame.record["input"]["kwargs"] = call_metadata((), kwargs)["kwargs"]
         frame.record["output"] = dict(FAILED_OUTPUT) if failed else describe(output)
         if self.full:
             self._close_estimates(frame, None if failed else (module, args, kwargs, output))
@@ -260,7 +236,8 @@ class CallTracer:
         undecided owner is inside or around it."""
         self.counting.leave()
         estimate = self._estimate(frame, call)
-        owners = self._owners(frame)
+        # dicts of this call's own: an enclosing owner may still take over fields in it
+        owners = {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
         operator_flops = frame.operators.close(self.stack[-1].operators if self.stack else None)
         if frame.pending is None and frame.overlay is None:  # the common case
             self._write(frame.record, estimate, owners, operator_flops)
@@ -270,17 +247,12 @@ class CallTracer:
     # -- ownership ---------------------------------------------------------------------------------------------
 
     def _open_ownership(self, frame: Frame) -> None:
-        """Which fields this call will own for its descendants: surely (caller) or pending its own estimate.
-
-        A built-in inclusive formula is only pending when a caller registration matches some module of this model:
-        a registered descendant may then still open it (expanded_atomic_boundary), and every descendant estimate
-        must exist. Otherwise it is sure, and descendants skip the fields it owns before they execute.
-        """
+        """Which fields this call will own for its descendants: surely (a caller's handler, or a built-in one when
+        nothing is speculative: descendants then skip those fields), or pending its own estimate."""
         info = frame.info
-        if info.caller is not None:
-            self._open_builtin_owners(info.type_name)
         free = METRIC_FIELDS - frame.covered.keys()
         if info.caller is not None:
+            self._open_builtin_owners(info.type_name)
             frame.owned_sure = info.caller.subtree_metrics & free
             if info.builtin is not None:
                 frame.owned_maybe = (info.builtin.subtree_metrics & free) - frame.owned_sure
@@ -298,11 +270,6 @@ class CallTracer:
             if ancestor.owned_maybe and ancestor.info.caller is None and not ancestor.expanded:
                 ancestor.expanded = True
                 ancestor.opened_by = opener
-
-    def _owners(self, frame: Frame) -> dict[str, dict[str, Any]]:
-        """The owning ancestor of each covered field, by path and call_index (dicts of this call's own: an
-        enclosing owner may still take over fields in it)."""
-        return {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
 
     def _settle(self, frame: Frame, outcome: CallOutcome) -> None:
         """Resolve the overlay of a closing frame, then write the outcomes or hand them to an undecided owner."""
@@ -331,7 +298,8 @@ class CallTracer:
             record["metric_owners"] = dict(sorted(owners.items()))
         if estimate and estimate.delegated:
             record["delegated_metrics"] = estimate.delegated
-        keep_breakdown(record, estimate)
+        if estimate and estimate.breakdown:
+            record["breakdown"] = estimate.breakdown
         record["operator_flops"] = operator_flops
         if estimate:
             self.diagnostics.extend(estimate.diagnostics)

@@ -153,6 +153,7 @@ class ModuleHandler:
     def scope(self, metric: str) -> Scope:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
 
+
 def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:
     """Check a caller's registrations before the model runs: module classes mapped to ModuleHandler objects."""
     if custom_modules is None:

@@ -32,9 +32,14 @@ def overhead_rows(checkout: Path, model: str, options: argparse.Namespace) -> di
     """One fresh run of ``checkout``'s ``overhead.py`` for the models matching ``model``: ratio columns by row."""
     command = [sys.executable, "benchmarks/overhead.py", "--models", model, "--no-memory", "--repeats",
                str(options.repeats), "--threads", str(options.threads), "--stat", options.stat]
-    output = subprocess.run(command, cwd=checkout, check=True, capture_output=True, text=True).stdout
-    lines = output.splitlines()
-    header = next(line for line in lines if line.startswith("model"))
+    run = subprocess.run(command, cwd=checkout, check=False, capture_output=True, text=True)
+    if run.returncode:  # a model that one version cannot build: the rows printed before it still count
+        last = run.stderr.strip().splitlines()[-1:] or ["no error output"]
+        print(f"{checkout}: overhead.py --models {model} exited with {run.returncode}: {last[0]}", file=sys.stderr)
+    lines = run.stdout.splitlines()
+    header = next((line for line in lines if line.startswith("model")), None)
+    if header is None:
+        return {}
     names = header.replace("plain ms", "plain_ms").replace("crawl us/call", "crawl_us").replace(
         "own us", "own_us").replace("structure own", "structure_own").split()
     rows = {}
@@ -47,22 +52,22 @@ def overhead_rows(checkout: Path, model: str, options: argparse.Namespace) -> di
 
 
 def compare(before: Path, options: argparse.Namespace) -> None:
-    """Alternate the two checkouts per model and round, then print the medians and the change."""
-    samples: dict[tuple[str, str], dict[str, list[float]]] = {}
+    """Alternate the two checkouts per model and round; print each model's medians and change once it is done."""
+    print(f"median of {options.rounds} fresh-process rounds per checkout ({options.stat} of {options.repeats} "
+          f"alternating runs in each, {options.threads} thread(s)); before: {before}")
+    print(f"{'model':<17}{'variant':<17}{'before':>8}{'after':>8}{'change':>9}", flush=True)
     for model in options.models.split(","):
+        samples: dict[tuple[str, str], dict[str, list[float]]] = {}
         for _ in range(options.rounds):
             for side, checkout in (("before", before), ("after", ROOT)):
                 for row, ratios in overhead_rows(checkout, model, options).items():
                     for variant, ratio in ratios.items():
                         samples.setdefault((row, variant), {"before": [], "after": []})[side].append(ratio)
-    print(f"median of {options.rounds} fresh-process rounds per checkout ({options.stat} of {options.repeats} "
-          f"alternating runs in each, {options.threads} thread(s)); before: {before}")
-    print(f"{'model':<17}{'variant':<17}{'before':>8}{'after':>8}{'change':>9}")
-    for (row, variant), sides in samples.items():
-        if len(sides["before"]) != len(sides["after"]):  # a variant one version does not measure
-            continue
-        first, second = statistics.median(sides["before"]), statistics.median(sides["after"])
-        print(f"{row:<17}{variant:<17}{first:>7.2f}x{second:>7.2f}x{(second / first - 1) * 100:>+8.1f}%")
+        for (row, variant), sides in samples.items():
+            if sides["before"] and sides["after"]:  # else a variant or model that one version does not measure
+                first, second = statistics.median(sides["before"]), statistics.median(sides["after"])
+                print(f"{row:<17}{variant:<17}{first:>7.2f}x{second:>7.2f}x{(second / first - 1) * 100:>+8.1f}%",
+                      flush=True)
 
 
 def main() -> None:

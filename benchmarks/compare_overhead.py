@@ -75,12 +75,15 @@ def main() -> None:
     parser.add_argument("before", type=Path, help="a checkout of the version to compare with")
     parser.add_argument("--rounds", type=int, default=5, help="fresh processes per model and checkout (default 5)")
     parser.add_argument("--models", default="mobilenet_v2,resnet50,bert_base,transformer,llama2_70b_meta",
-                        help="comma-separated model names, each measured in processes of its own")
+                        help="comma-separated parts of model names, each passed to overhead.py's --models in "
+                             "processes of its own (resnet50 also selects tv_resnet50)")
     parser.add_argument("--repeats", type=int, default=9, help="alternating runs inside each process (default 9)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--stat", choices=("min", "median"), default="min",
                         help="statistic of the runs inside each process (default min)")
     options = parser.parse_args()
+    if options.rounds < 1 or options.repeats < 1:
+        parser.error(f"--rounds and --repeats must be at least 1, got {options.rounds} and {options.repeats}")
     if not (options.before / "benchmarks" / "overhead.py").is_file():
         parser.error(f"before: {options.before} holds no benchmarks/overhead.py (expected a checkout of this "
                      "repository)")

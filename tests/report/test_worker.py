@@ -166,12 +166,13 @@ def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not(reuse: b
 
     from torchscan.report.executor import IsolatedProcessExecutor
 
+    found = signal.getsignal(signal.SIGINT)  # Python's default handler, or SIG_IGN when launched in the background
     executor = IsolatedProcessExecutor(max_workers=1, reuse=reuse)
     try:
         assert executor.submit(interrupt_handler).result(timeout=120) == signal.SIG_IGN
     finally:
         executor.shutdown()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is found
 
 
 def interrupt_handler() -> int:

@@ -1,10 +1,14 @@
-"""Call values: what the values that module and operator calls take and return are, and the three walks over them.
+"""Call values: what the values that module and operator calls take and return are, and the walks over them.
 
 A call value is a tensor, a *plain value* (``None``, a bool, int, float, complex, str or bytes, a dtype, device,
-layout or memory format), a container of call values (tuple, list, named tuple, mapping), or any other object.
-The type sets below are the vocabulary; every part of TorchScan that looks inside call values walks them here:
+layout or memory format), a container of call values, or any other object. The containers are one policy, kept by
+`container_items`: tuples, lists and named tuples, mappings (``transformers``-style output objects among them) and
+dataclass instances. The type sets below are the vocabulary; every part of TorchScan that looks inside call values
+walks them here, and nothing else recurses into arguments or outputs:
 
 * `describe` (and `call_metadata`): the report's metadata of a value, its structure and never its contents;
+* `tensors_in`, `tensor_elements` and `map_tensors`: the tensors in a value, their elements, and the value with
+  every tensor replaced (stand-ins, a device move), containers rebuilt as their own type;
 * `call_key`: a hashable key of everything a shape-reading formula can see in a call (tensor shapes and dtypes,
   plain values by type and value, containers item by item), with which storage each tensor shares when asked;
   the operator cache and the estimate memo price once per key;
@@ -16,11 +20,14 @@ every layer call and every dispatched operator.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+import copy
+import dataclasses
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
 #: The exact types of plain tensors (subclasses may override attributes such as ``device``).
 PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
@@ -55,6 +62,8 @@ def describe(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
     if isinstance(value, SCALAR_TYPES):
         return {"kind": "scalar", "type": kind.__name__}
     if not isinstance(value, (tuple, list, Mapping)):
+        if _is_dataclass_instance(value):
+            return _describe_container(value, "dataclass", _enclosing)
         return {"kind": "object", "type": _type_name(value)}
     if isinstance(value, tuple) and hasattr(kind, "_fields"):
         return _describe_container(value, "namedtuple", _enclosing)
@@ -62,16 +71,16 @@ def describe(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
 
 
 def _describe_container(value: Any, kind: str, _enclosing: tuple[int, ...]) -> dict[str, Any]:
-    """A tuple, list, other sequence, namedtuple or mapping: its items, unless it encloses itself or nests too deep."""
+    """A tuple, list, other sequence, namedtuple, mapping or dataclass: its items, unless it encloses itself or nests
+    too deep."""
     if id(value) in _enclosing:
         return {"kind": "recursive", "type": _type_name(value)}
     if len(_enclosing) >= MAX_DEPTH:
         return {"kind": "truncated", "type": _type_name(value)}
     inner = (*_enclosing, id(value))
-    if kind == "namedtuple":
+    if kind == "namedtuple" or kind == "dataclass":
         return {"kind": kind, "type": type(value).__qualname__,
-                "items": [{"key": name, "value": describe(item, inner)}
-                          for name, item in zip(value._fields, value, strict=False)]}
+                "items": [{"key": name, "value": describe(item, inner)} for name, item in _named_items(value)]}
     if kind == "mapping":
         return {"kind": kind, "items": [{"key": safe_key(key), "value": describe(item, inner)}
                                         for key, item in value.items()]}
@@ -125,6 +134,118 @@ def safe_key(key: Any) -> str | None:
 def _type_name(value: Any) -> str:
     name = type(value).__qualname__
     return name if name.replace(".", "").replace("_", "").isalnum() else "object"
+
+
+# -- tensors -------------------------------------------------------------------------------------------------------
+
+
+def _is_dataclass_instance(value: Any) -> bool:
+    return hasattr(type(value), "__dataclass_fields__") and not isinstance(value, type)
+
+
+def _named_items(value: Any) -> list[tuple[str, Any]]:
+    """A named tuple's or a dataclass instance's fields and values, in declaration order."""
+    if isinstance(value, tuple):
+        return list(zip(type(value)._fields, value, strict=False))  # type: ignore[attr-defined]
+    return [(field.name, getattr(value, field.name)) for field in dataclasses.fields(value)]
+
+
+def container_items(value: Any) -> Iterable[Any] | None:
+    """The items of a container call value, in order (a mapping's values), or None for anything else: the one
+    container policy of every walk."""
+    kind = type(value)
+    if kind is tuple or kind is list or isinstance(value, (tuple, list)):
+        return value
+    if kind is dict or isinstance(value, Mapping):
+        return value.values()
+    if _is_dataclass_instance(value):
+        return [item for _, item in _named_items(value)]
+    return None
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in a call value, depth first, each occurrence (a container that holds itself is opened once;
+    nesting beyond ``MAX_DEPTH`` is not opened). It runs for every dispatched operator of a memory trace: plain
+    values and flat containers of tensors take the fast path."""
+    kind = type(value)
+    if kind in TENSOR_TYPES:
+        return [value]
+    if kind in PLAIN_TYPES:
+        return []
+    found: list[torch.Tensor] = []
+    _collect(value, found, ())
+    return found
+
+
+def _collect(value: Any, found: list[torch.Tensor], enclosing: tuple[int, ...]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+        return
+    if type(value) in PLAIN_TYPES or id(value) in enclosing or len(enclosing) >= MAX_DEPTH:
+        return
+    items = container_items(value)
+    if items is None:
+        return
+    inner = (*enclosing, id(value))
+    for item in items:
+        kind = type(item)
+        if kind in TENSOR_TYPES:
+            found.append(item)
+        elif kind not in PLAIN_TYPES:
+            _collect(item, found, inner)
+
+
+def tensor_elements(value: Any) -> int:
+    """The elements of every tensor in a call value; a ``PackedSequence`` counts its data, not its integer
+    bookkeeping (batch sizes and sort indices)."""
+    if isinstance(value, PackedSequence):
+        return value.data.numel()
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    items = container_items(value)
+    return 0 if items is None else sum(map(tensor_elements, items))
+
+
+def map_tensors(value: Any, function: Callable[[torch.Tensor], Any], _enclosing: tuple[int, ...] = ()) -> Any:
+    """``value`` with every tensor replaced by ``function(tensor)``; containers are rebuilt as their own type (a
+    named tuple by its fields, a mapping or dataclass as a shallow copy with the new items), and a value with no
+    tensor inside is returned as it is."""
+    if isinstance(value, torch.Tensor):
+        return function(value)
+    if type(value) in PLAIN_TYPES or id(value) in _enclosing or len(_enclosing) >= MAX_DEPTH:
+        return value
+    inner = (*_enclosing, id(value))
+    if isinstance(value, (tuple, list)):
+        items = [map_tensors(item, function, inner) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
+    if isinstance(value, Mapping):
+        changed = {key: new for key, old in value.items() if (new := map_tensors(old, function, inner)) is not old}
+        return _replaced(value, changed, _set_item) if changed else value
+    if _is_dataclass_instance(value):
+        changed = {name: new for name, old in _named_items(value)
+                   if (new := map_tensors(old, function, inner)) is not old}
+        return _replaced(value, changed, object.__setattr__) if changed else value
+    return value
+
+
+def _set_item(mapping: Any, key: Any, item: Any) -> None:
+    mapping[key] = item
+
+
+def _replaced(value: Any, changed: dict[Any, Any], assign: Callable[[Any, Any, Any], None]) -> Any:
+    """A shallow copy of a mapping or dataclass with ``changed`` items (a plain dict is rebuilt)."""
+    if type(value) is dict:
+        return {**value, **changed}
+    try:
+        new = copy.copy(value)
+        for key, item in changed.items():
+            assign(new, key, item)
+    except Exception as error:
+        raise TypeError(f"cannot rebuild a {type(value).__qualname__} with its tensors replaced "
+                        f"({type(error).__name__}: {error})") from error
+    return new
 
 
 # -- keys ----------------------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorDeviceMismatchEr
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..values import map_tensors
 from .inputs import require_available
 
 #: The device types whose kernel choices stand-ins keep (a CUDA one only on a build and machine that have it).
@@ -90,14 +91,8 @@ class StandIns:
         return fake.requires_grad_() if tensor.requires_grad else fake
 
     def value(self, value: Any) -> Any:
-        """``value`` with every tensor in tuples, lists and dicts (at any depth) replaced by its stand-in."""
-        if isinstance(value, torch.Tensor):
-            return self.tensor(value)
-        if isinstance(value, (tuple, list)):
-            return type(value)(self.value(item) for item in value)
-        if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
-        return value
+        """``value`` with every tensor inside it replaced by its stand-in (`torchscan.values.map_tensors`)."""
+        return map_tensors(value, self.tensor)
 
     def annotate(self, report: dict[str, Any]) -> None:
         """Say in ``report`` that it was analyzed on stand-ins: ``context.stand_ins``, and in each memory section

@@ -9,6 +9,7 @@ analyzed: a user who wants a size asks for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from operator import methodcaller
 from typing import Any
 
 from .exact_fit import Fit, evaluate_piece, fit_points
@@ -152,10 +153,9 @@ def _moved(call: tuple[tuple[Any, ...], dict[str, Any]], device: Any) -> tuple[t
     """The call with its tensors on ``device`` (unchanged when ``device`` is ``None``)."""
     if device is None:
         return call
-    import torch
-    from torch.utils._pytree import tree_map
+    from ..values import map_tensors
 
-    return tree_map(lambda value: value.to(device) if isinstance(value, torch.Tensor) else value, call)
+    return map_tensors(call, methodcaller("to", device))
 
 
 def counts_of_point(point: Mapping[str, Any]) -> dict[str, int | None]:

@@ -23,7 +23,8 @@ from torch import nn
 from ..operators import OperatorRecorder
 from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
 from ..tracing import global_call_hooks
-from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label, tensors_in
+from ..values import tensors_in
+from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
 METHOD = "traced_live_tensor_bytes"
 ACTIVATIONS_METHOD = "fvcore_activation_count"

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..operators import operator_name
 from ..results import MODEL, MetricResult, complete, lower_bound, unavailable
+from ..values import tensors_in
 
 METHOD = "traced_live_tensor_bytes"
 UNIT = "bytes"
@@ -55,24 +56,6 @@ class StorageRecord:
 
     def live_after(self, index: int) -> bool:
         return self.created_at <= index and (self.freed_after is None or index < self.freed_after)
-
-
-def tensors_in(value: Any) -> list[torch.Tensor]:
-    """The tensors in an operator's arguments or result: tensors, and tuples, lists and dicts of them at any depth
-    (this runs for every operator: containers recurse, nothing else does)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (tuple, list)):
-        return []
-    found: list[torch.Tensor] = []
-    for item in value:
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        elif isinstance(item, (tuple, list, dict)):
-            found.extend(tensors_in(item))
-    return found
 
 
 class MemoryTimeline:

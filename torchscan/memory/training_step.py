@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..results import MODULE_CALL
+from ..values import tensors_in
 from .forward import (
     BUFFERS,
     INPUTS,
@@ -28,7 +29,7 @@ from .forward import (
     ForwardMemory,
     traced_bytes,
 )
-from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, operator_label, tensors_in
+from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, operator_label
 
 SAVED, GRADIENTS, OPTIMIZER_STATE = "saved_activations", "gradients", "optimizer_state"
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"

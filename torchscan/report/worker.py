@@ -21,6 +21,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Mapping
+from operator import methodcaller
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -46,6 +47,7 @@ from ..crawler import crawl_module  # noqa: E402
 from ..handlers import validate_handler_map  # noqa: E402
 from ..operators import validate_custom_mapping  # noqa: E402
 from ..training.step import crawl_training_step  # noqa: E402
+from ..values import map_tensors  # noqa: E402
 from .resources import require_device  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).
@@ -110,7 +112,7 @@ def _call(job: dict[str, Any], inputs_callable: Any) -> dict[str, Any]:
                 "dtype": None if dtypes is None else [dtype_named(name) for name in dtypes]}
     args, kwargs = unpack_inputs(inputs_callable(**job["inputs"]["kwargs"]))
     if job["device"] == "meta":
-        args, kwargs = to_device(args, "meta"), to_device(kwargs, "meta")
+        args, kwargs = map_tensors((args, kwargs), methodcaller("to", "meta"))
     return {"args": args, "kwargs": kwargs}
 
 
@@ -214,16 +216,3 @@ def dtype_named(name: str) -> Any:
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"{name!r} is not a torch dtype")
     return dtype
-
-
-def to_device(value: Any, device: str) -> Any:
-    """Move every tensor inside nested tuples, lists and dicts (a meta-device model takes meta inputs)."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
-        return type(value)(*(to_device(item, device) for item in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_device(item, device) for item in value)
-    if isinstance(value, dict):
-        return {key: to_device(item, device) for key, item in value.items()}
-    return value

@@ -32,6 +32,7 @@ from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import build_formula_table, new_recorder, validate_custom_mapping
 from ..tracing import CallTracer, global_call_hooks
+from ..values import tensors_in
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
 OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
@@ -157,18 +158,6 @@ class GraphOwners:
                 continue
             owners[node] = owner
             todo.extend(parent for parent, _ in node.next_functions if parent is not None)
-
-
-def tensors_in(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a nested value of tuples, lists, dicts (and mappings such as model outputs)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from tensors_in(item)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from tensors_in(item)
 
 
 class TrainingForward(ForwardStep):

@@ -18,6 +18,7 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
 from ...results import METRIC_UNITS
+from ...values import tensor_elements
 from ..conventions import adaptive_windows, window_reads
 from .conv import effective_kernel, exact_ratio, transposed_window
 
@@ -28,13 +29,6 @@ INTERPOLATION_TAPS = {"nearest": 1, "nearest-exact": 1, "linear": 2, "bilinear":
 
 
 # --- reading a call ------------------------------------------------------------------------------------------------
-
-def _elements(value: Any) -> int:
-    """Elements of a tensor, or of every tensor in a tuple (pooled values and their indices)."""
-    if isinstance(value, (tuple, list)):
-        return sum(_elements(item) for item in value)
-    return value.numel() if isinstance(value, torch.Tensor) else 0
-
 
 def _pooled(output: Any) -> torch.Tensor:
     """The pooled values of an output that may carry indices too."""
@@ -52,7 +46,7 @@ def _flops(count: int, dtype: torch.dtype) -> int | None:
 
 def _copy_dmas(call: ModuleCall) -> int:
     """Every input tensor read once and every output element written once."""
-    return _elements(tuple(call.args) + tuple(call.kwargs.values())) + _elements(call.output)
+    return tensor_elements(tuple(call.args) + tuple(call.kwargs.values())) + tensor_elements(call.output)
 
 
 # --- window geometry -----------------------------------------------------------------------------------------------

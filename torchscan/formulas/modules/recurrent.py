@@ -22,6 +22,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import NOT_APPLICABLE, Incomplete
+from ...values import tensor_elements
 from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
 from ..estimates import NO_SPATIAL_MEANING
 
@@ -34,17 +35,6 @@ def cell_kind(module: nn.RNNBase | nn.RNNCellBase) -> CellKind:
     if isinstance(module, (nn.GRU, nn.GRUCell)):
         return gru_cell_kind()
     return rnn_cell_kind(cast(nn.RNN | nn.RNNCell, module).nonlinearity)  # the one other kind HANDLERS registers
-
-
-def tensor_elements(value: Any) -> int:
-    """Elements of every tensor in ``value``; a PackedSequence counts its data, not its integer bookkeeping."""
-    if isinstance(value, PackedSequence):
-        return value.data.numel()
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, (tuple, list)):
-        return sum(tensor_elements(item) for item in value)
-    return 0
 
 
 def _call_inputs(call: ModuleCall) -> tuple[Any, Any]:

@@ -20,23 +20,13 @@ from typing import Any
 
 import torch
 
+from ...values import tensor_elements
 from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
 
 aten = torch.ops.aten
 
 Estimate = tuple[float, float, float]
 FunctionalEstimator = Callable[[tuple, dict, Any], "Estimate | None"]
-
-
-def tensor_elements(value: Any) -> int:
-    """Elements of every tensor in ``value`` (nested tuples, lists and dicts included)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, (tuple, list)):
-        return sum(tensor_elements(item) for item in value)
-    if isinstance(value, dict):
-        return sum(tensor_elements(item) for item in value.values())
-    return 0
 
 
 def _reads(args: tuple, kwargs: dict) -> int:

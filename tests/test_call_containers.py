@@ -1,0 +1,122 @@
+"""Every entry point takes a model whose argument and output are containers of each kind the one walker of call
+values knows (`torchscan.values.container_items`): tuples, lists, named tuples, dicts, other mappings, dataclasses
+(frozen too) and ``transformers``-style output objects. Each analysis must see the container's tensor, describe it,
+move it (stand-ins, devices) and rebuild it as its own type."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torchscan_testing import checked
+
+from torchscan import cost_curve, crawl_module, crawl_training_step, trace_memory
+from torchscan.values import map_tensors, tensor_elements, tensors_in
+
+Pair = namedtuple("Pair", "features scale")
+
+
+@dataclasses.dataclass
+class Batch:
+    features: torch.Tensor
+    scale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenBatch:
+    features: torch.Tensor
+    scale: float = 1.0
+
+
+class Output(OrderedDict):
+    """The shape of a ``transformers`` ``ModelOutput``: an ordered mapping whose items are also attributes."""
+
+    def __setitem__(self, key: str, item: Any) -> None:
+        super().__setitem__(key, item)
+        object.__setattr__(self, key, item)
+
+
+def _output(features: torch.Tensor) -> Output:
+    out = Output()
+    out["features"] = features
+    return out
+
+
+#: kind -> (wrap a tensor in the container, read the tensor back out)
+KINDS: dict[str, tuple[Callable[[torch.Tensor], Any], Callable[[Any], torch.Tensor]]] = {
+    "tuple": (lambda t: (t, 2), lambda v: v[0]),
+    "list": (lambda t: [t, 2], lambda v: v[0]),
+    "namedtuple": (lambda t: Pair(t, 2), lambda v: v.features),
+    "dict": (lambda t: {"features": t}, lambda v: v["features"]),
+    "mapping": (lambda t: OrderedDict(features=t), lambda v: v["features"]),
+    "dataclass": (Batch, lambda v: v.features),
+    "frozen_dataclass": (FrozenBatch, lambda v: v.features),
+    "model_output": (_output, lambda v: v.features),
+}
+
+
+class Reads(nn.Module):
+    """A linear layer on the tensor inside a container, returning the same kind of container."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.wrap, self.read = KINDS[kind]
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, value: Any) -> Any:
+        return self.wrap(self.linear(self.read(value)))
+
+
+def _call(kind: str, rows: int = 2) -> Any:
+    return KINDS[kind][0](torch.randn(rows, 4))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_walker_finds_moves_and_rebuilds_each_container_kind(kind: str) -> None:
+    value = _call(kind)
+    assert [tuple(t.shape) for t in tensors_in(value)] == [(2, 4)]
+    assert tensor_elements(value) == 8
+    moved = map_tensors(value, lambda tensor: tensor.to("meta"))
+    assert type(moved) is type(value)
+    assert KINDS[kind][1](moved).device.type == "meta"
+    assert KINDS[kind][1](value).device.type == "cpu"  # the original is left as it was
+    assert map_tensors(value, lambda tensor: tensor) is value  # nothing replaced, nothing rebuilt
+
+
+@pytest.mark.parametrize("as_device", [None, "cpu"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_crawl_module_takes_each_container_kind(kind: str, as_device: str | None) -> None:
+    report = checked(crawl_module(Reads(kind), args=(_call(kind),), memory=True, as_device=as_device))
+    linear = next(layer for layer in report["layers"] if layer["path"] == "linear")
+    assert linear["input"]["args"][0]["shape"] == [2, 4]
+    assert report["totals"]["macs"] == {**report["totals"]["macs"], "status": "complete", "value": 24}
+    root_input = report["inputs"]["args"][0]
+    assert root_input["kind"] != "object"  # described by its items, never as an opaque object
+    assert report["layers"][0]["memory"]["output_bytes"]["value"] == 2 * 3 * 4
+
+
+@pytest.mark.parametrize("as_device", [None, "cpu"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_crawl_training_step_takes_each_container_kind(kind: str, as_device: str | None) -> None:
+    report = checked(crawl_training_step(Reads(kind), args=(_call(kind),), optimizer="sgd", as_device=as_device))
+    assert report["training"]["totals"]["backward"]["status"] == "complete"
+    assert report["training"]["totals"]["backward"]["value"] > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cost_curve_takes_each_container_kind(kind: str) -> None:
+    curve = cost_curve(Reads(kind).to("meta"), [1, 2, 3], lambda rows: ((_call(kind, rows),), {}), device="meta")
+    macs = [point["totals"]["macs"]["value"] for point in curve["points"]]
+    assert macs == [12, 24, 36]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_trace_memory_follows_each_container_kind(kind: str) -> None:
+    model, value = Reads(kind), _call(kind)
+    trace = trace_memory(lambda: model(value))
+    assert trace["at_end"]["created"]["value"] == 2 * 3 * 4  # the output's tensor, inside its container

@@ -228,7 +228,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
         with ExitStack() as stack:
             stack.enter_context(step.grad_mode())
             if analysis.memory:  # before the recorder: setting up the trace may run an operator of its own
-                probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer.stack,
+                probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer,
                                                            recorder))
                 step.memory_traced(probe)
             if recorder is not None:

@@ -1,7 +1,11 @@
-"""The module-call tracer: forward hooks that build one record per call and keep the call stack.
+"""The module-call tracer: the only global hooks and the only stack of open calls; it builds one record per call and
+publishes every call's opening and closing to the features that subscribe.
 
 Pre-hooks open a `Frame`; post-hooks close it, estimate the call with operator counting paused, attribute
-operator FLOPs directly and inclusively, and release every reference to the call's objects.
+operator FLOPs directly and inclusively, and release every reference to the call's objects. Features (memory,
+training-step attribution, recomputation) are `CallSubscriber` objects: the tracer tells each, in the order they
+subscribed, after its own work on the call, so no feature depends on another's hooks. Operators reach features
+through the operator recorder, which knows the open call from this stack.
 
 Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
 still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the
@@ -11,11 +15,11 @@ applied covers. Records are written once, never edited afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from threading import get_ident
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -46,8 +50,25 @@ from .values import FAILED_OUTPUT, call_metadata, describe
 
 NO_FIELDS: frozenset[str] = frozenset()
 SUMMABLE = frozenset(SUMMABLE_METRICS)
-#: A completed call as the post-hook saw it (module, args, kwargs, output): a `ModuleCall` only when computed.
-Finished = tuple[nn.Module, tuple, dict[str, Any], Any]
+
+
+class Finished(NamedTuple):
+    """A call that returned, as the post-hook saw it: a `ModuleCall` only when an estimate needs one."""
+
+    module: nn.Module
+    args: tuple
+    kwargs: dict[str, Any]
+    output: Any
+
+
+class CallSubscriber(Protocol):
+    """A feature that follows the model's layer calls through the tracer (memory, graph claims, recomputation)."""
+
+    def call_opened(self, frame: Frame) -> None:
+        """The tracer opened ``frame`` (it is on top of the stack)."""
+
+    def call_closed(self, frame: Frame, call: Finished | None) -> None:
+        """The tracer closed ``frame`` (popped, its record written): ``call`` is None when the call raised."""
 
 
 @dataclass(slots=True)
@@ -120,6 +141,14 @@ class Frame:
         return {"path": self.record["path"], "call_index": self.record["call_index"]}
 
 
+def open_call(stack: list[Frame]) -> dict[str, Any] | None:
+    """The innermost open call that has a record, as ``{"path", "call_index"}``; None outside every recorded call
+    (a call re-run after the forward has no record)."""
+    if stack and stack[-1].record:
+        return stack[-1].owner_reference()
+    return None
+
+
 def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
     if parent is None:
         return {}
@@ -148,6 +177,8 @@ class CallTracer:
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
         self.handles: list[Any] = []
+        self.subscribers: list[CallSubscriber] = []
+        self.recording = True  # False after the forward: calls re-run in the backward are published, not recorded
         self.thread = get_ident()
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
@@ -163,8 +194,34 @@ class CallTracer:
             self.handles.append(module.register_forward_pre_hook(_keep_the_decomposed_path))
 
     def detach(self) -> None:
-        remove_hooks(self.handles)
+        """Remove every hook, leaving PyTorch's global hook tables as they were found."""
+        for handle in self.handles:
+            handle.remove()
+            # PyTorch's handle of a global forward hook registered with ``with_kwargs=True`` removes the hook and its
+            # ``always_call`` flag but not its ``with_kwargs`` flag: one entry would remain per analysis.
+            _global_forward_hooks_with_kwargs.pop(handle.id, None)
         self.handles.clear()
+
+    @contextmanager
+    def subscribed(self, subscriber: CallSubscriber) -> Iterator[None]:
+        """``subscriber`` hears of every call opened and closed inside the block."""
+        self.subscribers.append(subscriber)
+        try:
+            yield
+        finally:
+            self.subscribers.remove(subscriber)
+
+    @contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Attached again after the forward, without recording: the model's calls that run inside the block (a
+        checkpointed forward recomputed by the backward, in whichever thread autograd runs it) are published to
+        the subscribers with frames whose record is empty."""
+        self.recording = False
+        self.attach()
+        try:
+            yield
+        finally:
+            self.detach()
 
     # -- hooks -------------------------------------------------------------------------------------------------
 
@@ -173,6 +230,9 @@ class CallTracer:
         info = self.infos.get(id(module))
         if info is None:
             return  # not a module of this model
+        if not self.recording:
+            self._publish_opened(Frame(id(module), info, {}, args))  # an empty record: not recorded
+            return
         if get_ident() != self.thread:
             self.foreign_thread_calls += 1
             return
@@ -192,6 +252,14 @@ class CallTracer:
             self._open_estimates(frame, parent)
         self.records.append(record)
         stack.append(frame)
+        if self.subscribers:
+            for subscriber in self.subscribers:
+                subscriber.call_opened(frame)
+
+    def _publish_opened(self, frame: Frame) -> None:
+        self.stack.append(frame)
+        for subscriber in self.subscribers:
+            subscriber.call_opened(frame)
 
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
@@ -213,22 +281,28 @@ class CallTracer:
         the keyword arguments, and global pre-hooks never receive them: a failed call's keyword arguments are not
         described (docs/schema.md says so)."""
         stack = self.stack
-        if not stack or stack[-1].module_id != id(module) or get_ident() != self.thread:
+        if not stack or stack[-1].module_id != id(module) or (self.recording and get_ident() != self.thread):
             return  # not a module of this model, or another thread's call
         frame = stack.pop()
-        if len(rest) == 2:
-            kwargs, output = rest
-            failed = False
-        else:
-            kwargs, output, failed = {}, rest[0], True
+        call = Finished(module, args, *rest) if len(rest) == 2 else None
+        if frame.record:  # else a call re-run after the forward, which has no record
+            self._close(frame, call, rest[-1])
+        if self.subscribers:
+            for subscriber in self.subscribers:
+                subscriber.call_closed(frame, call)
+
+    def _close(self, frame: Frame, call: Finished | None, output: Any) -> None:
+        """Write what the post-hook saw into the call's record and close its estimates."""
+        args = frame.args if call is None else call.args
+        kwargs = {} if call is None else call.kwargs
         if args is not frame.args:  # a caller's pre-hook replaced them
             frame.record["input"]["args"] = call_metadata(args, {})["args"]
         if kwargs:
             frame.record["input"]["kwargs"] = call_metadata((), kwargs)["kwargs"]
-        frame.record["output"] = dict(FAILED_OUTPUT) if failed else describe(output)
+        frame.record["output"] = dict(FAILED_OUTPUT) if call is None else describe(output)
         if self.full:
-            self._close_estimates(frame, None if failed else (module, args, kwargs, output))
-        elif failed:
+            self._close_estimates(frame, call)
+        elif call is None:
             self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
 
     def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
@@ -316,8 +390,8 @@ class CallTracer:
         # the first part of the memo's key, for a call that only a memoizing built-in formula estimates
         structure = (None if call is None or not info.memoizes or frame.expanded
                      else self.memo.structure(info.builtin, needed, *call))
-        estimate = None if structure is None else self.memo.replay(structure, call[0], info.path,  # type: ignore[index]
-                                                                    record["call_index"])
+        estimate = None if structure is None else self.memo.replay(structure, call.module,  # type: ignore[union-attr]
+                                                                    info.path, record["call_index"])
         if estimate is None:
             context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
                                   leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
@@ -325,7 +399,8 @@ class CallTracer:
             estimate = self._computed(context, None if call is None else ModuleCall(*call))
             if structure is not None:
                 # an outcome that waits in an overlay may be covered (edited) later; written ones never change
-                self.memo.store(structure, call[0], estimate, copy=frame.overlay is not None)  # type: ignore[index]
+                self.memo.store(structure, call.module, estimate,  # type: ignore[union-attr]
+                                copy=frame.overlay is not None)
         return estimate
 
     def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:
@@ -338,27 +413,8 @@ class CallTracer:
             return estimate_call(context, call)
 
 
-def global_hook_pair(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> list[RemovableHandle]:
+def global_hook_pair(pre_hook: Any, post_hook: Any) -> list[RemovableHandle]:
     """A global forward pre-hook and a global forward hook (with kwargs, called also when the forward raises): the
-    way every analysis observes module calls."""
+    way the tracer observes module calls."""
     return [register_module_forward_pre_hook(pre_hook),
             register_module_forward_hook(post_hook, with_kwargs=True, always_call=True)]
-
-
-def remove_hooks(handles: Iterable[RemovableHandle]) -> None:
-    """Remove hooks, leaving PyTorch's global hook tables as they were found."""
-    for handle in handles:
-        handle.remove()
-        # PyTorch's handle of a global forward hook registered with ``with_kwargs=True`` removes the hook and its
-        # ``always_call`` flag but not its ``with_kwargs`` flag: one entry would remain per analysis.
-        _global_forward_hooks_with_kwargs.pop(handle.id, None)
-
-
-@contextmanager
-def global_call_hooks(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> Iterator[None]:
-    """`global_hook_pair` for the duration of a ``with`` block, removed by `remove_hooks`, also after an error."""
-    handles = global_hook_pair(pre_hook, post_hook)
-    try:
-        yield
-    finally:
-        remove_hooks(handles)

@@ -1,7 +1,7 @@
 """The memory section of a ``crawl_module`` report: the traced timeline of one forward, attributed to layer calls.
 
 `ForwardMemory` is fed by the analysis's operator recorder (or, in ``mode="structure"``, by a thin dispatch mode of
-its own) with every dispatched operator, and by a global forward-hook pair with every layer call of the model. It
+its own) with every dispatched operator, and by the tracer, to which it subscribes, with every layer call. It
 follows the storages of the parameters, buffers and inputs from the start (their own categories of the timeline),
 notes which layer call was open when the peak was reached, each call's output bytes and the live bytes at its end,
 counts activations in fvcore's convention and names the attention kernel that ran. `memory_section` turns it into
@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from threading import get_ident
 from typing import Any
 
 import torch
@@ -22,7 +21,7 @@ from torch import nn
 
 from ..operators import OperatorRecorder
 from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
-from ..tracing import global_call_hooks
+from ..tracing import CallTracer, Finished, Frame, open_call
 from ..values import tensors_in
 from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
@@ -125,7 +124,7 @@ def tensor_bytes(value: Any) -> int:
 class ForwardMemory:
     """The traced memory of one forward, attributed to the layer calls that the tracer's ``stack`` holds open."""
 
-    def __init__(self, stack: list[Any], device: torch.device) -> None:
+    def __init__(self, stack: list[Frame], device: torch.device) -> None:
         self.timeline = MemoryTimeline(None)
         self.device = device
         self.stack = stack  # the tracer's open frames (their ``record`` names the call)
@@ -133,9 +132,7 @@ class ForwardMemory:
         self.activations = 0
         self.kernels: list[str] = []  # attention kernels, in first-seen order
         self.native_scores = 0  # the largest score matrix a fused MultiheadAttention computed inside its kernel
-        self.open: list[dict[str, Any] | None] = []  # the records of the calls the probe's hooks opened
         self.ends: dict[int, tuple[int, int]] = {}  # id(record) -> (output bytes, level at the call's end)
-        self.thread = get_ident()  # global hooks also fire for other threads' calls, which the tracer ignores
 
     def adopt(self, tensors: Iterable[torch.Tensor], category: str) -> None:
         """Follow tensors that exist before the forward under ``category`` (storages already followed keep theirs)."""
@@ -148,9 +145,7 @@ class ForwardMemory:
         peak = timeline.peak
         timeline.record(func, args, kwargs, out)
         if timeline.peak != peak:
-            stack = self.stack
-            self.peak_at = ({"path": stack[-1].record["path"], "call_index": stack[-1].record["call_index"]}
-                            if stack else None)
+            self.peak_at = open_call(self.stack)
         packet = getattr(func, "overloadpacket", None)
         if packet in PRODUCT_OPERATORS:
             self.activations += out.numel() if isinstance(out, torch.Tensor) else 0
@@ -176,22 +171,13 @@ class ForwardMemory:
         reasons = {NATIVE_MHA: native_attention_reason(self.device.type, self.native_scores)}
         return attention_kernel(self.kernels, reasons)
 
-    def opened(self, module: nn.Module, args: tuple) -> None:
-        """Global pre-hook, run after the tracer's: note the record of the call the tracer just opened."""
-        if get_ident() != self.thread:
-            return
-        stack = self.stack
-        ours = bool(stack) and stack[-1].module_id == id(module)  # else not a call the tracer opened
-        self.open.append(stack[-1].record if ours else None)
+    def call_opened(self, frame: Frame) -> None:
+        """A call opened: nothing to note (the peak reads the open call from the tracer's stack)."""
 
-    def closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:
-        """Global post-hook: a call of the model ended; note its output bytes and the level now."""
-        if get_ident() != self.thread:
-            return
-        record = self.open.pop() if self.open else None
-        if record is not None:
-            output = rest[-1] if len(rest) == 2 else None
-            self.ends[id(record)] = (tensor_bytes(output), self.timeline.level)
+    def call_closed(self, frame: Frame, call: Finished | None) -> None:
+        """A call of the model ended: note its output bytes and the level now."""
+        output = 0 if call is None else tensor_bytes(call.output)
+        self.ends[id(frame.record)] = (output, self.timeline.level)
 
     def close(self) -> None:
         self.timeline.close()
@@ -270,13 +256,13 @@ def _load_meta_kernels() -> None:
 
 
 @contextmanager
-def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], stack: list[Any],
+def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], tracer: CallTracer,
                    recorder: OperatorRecorder | None) -> Iterator[ForwardMemory]:
     """Trace the memory of the forward run inside the block: the probe follows the parameters, buffers and inputs,
-    hooks every call after the tracer (``stack`` is its stack of open frames), and is fed by ``recorder`` (a full
+    subscribes to the tracer's calls, and is fed by ``recorder`` (a full
     analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder). The probe's timeline
     stays open: its owner closes it (a training step continues it through the backward)."""
-    probe = ForwardMemory(stack, trace_device(model, args, kwargs))
+    probe = ForwardMemory(tracer.stack, trace_device(model, args, kwargs))
     if probe.device.type == "meta":
         _load_meta_kernels()
     probe.adopt(model.parameters(), PARAMETERS)
@@ -284,7 +270,7 @@ def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], stack:
     probe.adopt([*tensors_in(args), *tensors_in(kwargs)], INPUTS)
     try:
         with ExitStack() as contexts:
-            contexts.enter_context(global_call_hooks(probe.opened, probe.closed))
+            contexts.enter_context(tracer.subscribed(probe))
             if recorder is None:
                 contexts.enter_context(TraceMode(probe))
             else:

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..results import MODULE_CALL
+from ..tracing import open_call
 from ..values import tensors_in
 from .forward import (
     BUFFERS,
@@ -63,9 +64,9 @@ class StepMemory:
         record = self.timeline.followed(tensor)
         if record is not None and record.category == CREATED:
             record.category = SAVED
-            stack = self.probe.stack if self.probe is not None else []
-            if stack:
-                owner = (stack[-1].record["path"], stack[-1].record["call_index"])
+            call = open_call(self.probe.stack) if self.probe is not None else None
+            if call is not None:
+                owner = (call["path"], call["call_index"])
                 self.saved_by[owner] = self.saved_by.get(owner, 0) + record.nbytes
         return tensor
 

@@ -1,7 +1,7 @@
 """One training step analyzed: the forward as ``crawl_module`` traces it, then the loss, the backward and an optional
 optimizer step, with every backward operator filed under the layer call whose forward created its autograd node.
 
-Attribution: while the forward runs, each closing layer call claims the autograd nodes reachable from its outputs
+Attribution: while the forward runs, each layer call the tracer closes (`GraphOwners` subscribes to it) claims the autograd nodes reachable from its outputs
 that no inner call claimed and that its inputs did not bring (`GraphOwners`); the loss claims what the loss created.
 During the backward each claimed node enters its owner's operator scope while it runs (node pre-hook and hook), so
 the recorder files the node's operators there; everything else (``AccumulateGrad``, the engine's summing of
@@ -31,7 +31,7 @@ from ..handlers import validate_handler_map
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import build_formula_table, new_recorder, validate_custom_mapping
-from ..tracing import CallTracer, global_call_hooks
+from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
@@ -139,10 +139,19 @@ def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.o
 
 
 class GraphOwners:
-    """Which owner (layer call index or the loss) created each autograd node of the step."""
+    """Which owner (layer call index or the loss) created each autograd node of the step; subscribed to the tracer
+    during the forward, each closing call claims its nodes."""
 
     def __init__(self) -> None:
         self.owners: dict[Any, Owner] = {}
+
+    def call_opened(self, frame: Frame) -> None:
+        """Nothing to claim before the call returns."""
+
+    def call_closed(self, frame: Frame, call: Finished | None) -> None:
+        """A returned call claims its nodes (a call that raised has none)."""
+        if call is not None:
+            self.claim(frame.index, call.output, (call.args, call.kwargs))
 
     def claim(self, owner: Owner, outputs: Any, inputs: Any) -> None:
         """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``, stopping where ``inputs`` came in.
@@ -168,7 +177,7 @@ class TrainingForward(ForwardStep):
         self.memory = memory  # the step's traced memory, when requested
         self.graph = GraphOwners()
         self.output: Any = None
-        self.calls: list[int | None] = []  # the open calls' layer indices (None: not a call of the model)
+        self.tracer: CallTracer | None = None  # the forward's tracer, replayed through the backward
         self.stand_ins: StandIns | None = None  # the step runs on fake-tensor stand-ins (`torchscan.calls.stand_ins`)
 
     def execution(self) -> dict[str, Any]:
@@ -182,8 +191,9 @@ class TrainingForward(ForwardStep):
         return torch.enable_grad()
 
     def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
-        """The forward with two more global hooks, run after the tracer's (registered later)."""
-        with global_call_hooks(lambda module, args: self._opened(tracer, module), self._closed), self.saving():
+        """The forward, each closing call claiming its autograd nodes."""
+        self.tracer = tracer
+        with tracer.subscribed(self.graph), self.saving():
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
         return self.output
 
@@ -202,17 +212,6 @@ class TrainingForward(ForwardStep):
     def memory_reported(self, probe: ForwardMemory) -> None:
         if self.memory is None:
             probe.close()
-
-    def _opened(self, tracer: CallTracer, module: nn.Module) -> None:
-        stack = tracer.stack
-        ours = bool(stack) and stack[-1].module_id == id(module) and id(module) in tracer.infos
-        self.calls.append(stack[-1].index if ours else None)
-
-    def _closed(self, module: nn.Module, args: tuple, *rest: Any) -> None:
-        """``rest`` is ``(kwargs, output)``, or ``(output,)`` when the call failed (nothing to claim then)."""
-        index = self.calls.pop() if self.calls else None
-        if index is not None and len(rest) == 2:
-            self.graph.claim(index, rest[1], (args, rest[0]))
 
 
 # -- after the forward: loss, backward, optimizer --------------------------------------------------------------------
@@ -237,7 +236,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         recorder.enter(phases.engine)
         if memory is not None:
             memory.backward_starts()
-        with recomputation_observed(model, phases):
+        with step.tracer.replaying(), step.tracer.subscribed(Recomputation(phases)):  # type: ignore[union-attr]
             value.backward()
         recorder.leave()
     step.graph.owners.clear()
@@ -250,26 +249,18 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     return phases
 
 
-@contextmanager
-def recomputation_observed(model: nn.Module, phases: Phases) -> Iterator[None]:
-    """While the backward runs, the model's module calls (recomputed forwards under ``torch.utils.checkpoint``)
-    count into the recomputation bucket, whichever node triggered them."""
-    modules = {id(module) for module in model.modules()}
-    recorder = phases.recorder
-    depth = [0]
+class Recomputation:
+    """While the backward runs, the model's calls (forwards recomputed under ``torch.utils.checkpoint``) count into
+    the recomputation bucket, whichever node triggered them; subscribed to the replaying tracer."""
 
-    def opened(module: nn.Module, args: tuple) -> None:
-        if id(module) in modules:
-            depth[0] += 1
-            recorder.enter(phases.recomputation)
+    def __init__(self, phases: Phases) -> None:
+        self.phases = phases
 
-    def closed(module: nn.Module, args: tuple, *rest: Any) -> None:
-        if id(module) in modules and depth[0]:
-            depth[0] -= 1
-            recorder.leave()
+    def call_opened(self, frame: Frame) -> None:
+        self.phases.recorder.enter(self.phases.recomputation)
 
-    with global_call_hooks(opened, closed):
-        yield
+    def call_closed(self, frame: Frame, call: Finished | None) -> None:
+        self.phases.recorder.leave()
 
 
 def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:

@@ -1,17 +1,17 @@
-"""The wire format of a report: its version, the shipped JSON Schema, and validation."""
+"""The wire format of a report: its version, the shipped JSON Schema, and validation (its types: `torchscan.wire`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Final
 
 from .results import METRIC_UNITS, SPATIAL_METRICS, SUMMABLE_METRICS, validation_error
 
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1  # Final: its type is Literal[1], the type of a `torchscan.wire.Report`'s version
 SCHEMA_FILE = "report.schema.json"
 #: The units of the optional memory totals (``crawl_module(..., memory=True)``), which are not estimate fields.
 MEMORY_UNITS = {"forward_peak_bytes": "bytes", "activations": "activations"}
@@ -32,7 +32,7 @@ def _validator() -> Any:
     return jsonschema.Draft202012Validator(report_schema())
 
 
-def validate_report(report: dict[str, Any]) -> None:
+def validate_report(report: Mapping[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` when ``report`` breaks the schema or a MetricResult invariant.
 
     JSON Schema checks the shape; the invariants it cannot express (a complete value equals its known value,
@@ -48,7 +48,7 @@ def validate_report(report: dict[str, Any]) -> None:
             raise jsonschema.ValidationError(f"{where}: {problem}")
 
 
-def _metric_results(report: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+def _metric_results(report: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
     """Every MetricResult in a report with its location and field name (operator FLOPs use ``FLOPs``)."""
     for name, result in report["totals"].items():
         if name not in ("parameters", "buffers"):

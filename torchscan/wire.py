@@ -95,9 +95,9 @@ class SequenceValue(TypedDict):
 
 
 class NamedTupleValue(TypedDict):
-    """Items keyed by field name."""
+    """A named tuple's or a dataclass instance's items, keyed by field name."""
 
-    kind: Literal["namedtuple"]
+    kind: Literal["namedtuple", "dataclass"]
     type: str
     items: list["KeyedValue"]
 

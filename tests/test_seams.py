@@ -64,3 +64,68 @@ def test_no_module_uses_pytree_to_walk_values() -> None:
     users = [where for where, tree in _modules() for node in ast.walk(tree)
              if isinstance(node, ast.ImportFrom) and node.module and "_pytree" in node.module]
     assert not users, f"torch.utils._pytree walks values with another container policy: {users}"
+
+
+#: Module and global hook registrations: only the tracer makes them.
+MODULE_HOOKS = {"register_forward_hook", "register_forward_pre_hook", "register_module_forward_hook",
+                "register_module_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
+                "register_module_full_backward_hook", "register_module_full_backward_pre_hook", "register_backward_hook",
+                "register_module_backward_hook"}
+
+
+def _names_used(tree: ast.Module) -> set[str]:
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} | {
+        node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} | {
+        alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+
+
+def test_only_the_tracer_registers_module_hooks() -> None:
+    """Features subscribe to the tracer's calls (`torchscan.tracing.CallSubscriber`); none hooks modules itself.
+    (The training step's autograd-node hooks, which enter a layer call's backward scope while its node runs, are
+    graph hooks on the step's own nodes, not module hooks.)"""
+    hooking = {where: sorted(_names_used(tree) & MODULE_HOOKS) for where, tree in _modules()
+               if where != "torchscan/tracing.py" and _names_used(tree) & MODULE_HOOKS}
+    assert not hooking, f"module hooks registered outside torchscan/tracing.py: {hooking}"
+
+
+#: The layers above the engine: the package face, the site builder, the views and what prints them.
+ABOVE_THE_ENGINE = ("torchscan/__init__.py", "torchscan/report/", "torchscan/views/", "torchscan/text.py")
+
+
+def _imported_modules(where: str, tree: ast.Module) -> set[str]:
+    """Absolute names of the package's modules that a module imports (relative imports resolved)."""
+    package = where.removesuffix(".py").replace("/", ".").rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            if node.module:
+                found.add(f"{base}.{node.module}")
+            else:  # ``from .. import crawler`` names modules; ``from .. import __version__`` names the face
+                found.update(base if alias.name.startswith("__") else f"{base}.{alias.name}"
+                             for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_engine_imports_no_view_code_and_not_the_package_face() -> None:
+    upward = {}
+    for where, tree in _modules():
+        if where.startswith(ABOVE_THE_ENGINE):
+            continue
+        wrong = sorted(name for name in _imported_modules(where, tree)
+                       if name == "torchscan" or name.startswith(("torchscan.views", "torchscan.report")))
+        if wrong:
+            upward[where] = wrong
+    assert not upward, f"engine modules importing upward: {upward}"
+
+
+def test_the_core_lookup_is_given_the_third_party_tables() -> None:
+    """The MRO walk is the core's; `torchscan.integrations` holds tables and imports no core lookup code."""
+    for where, tree in _modules():
+        if where.startswith("torchscan/integrations/"):
+            imported = _imported_modules(where, tree)
+            assert not {"torchscan.builtin_handlers", "torchscan.inheritance", "torchscan.crawler"} & imported, where

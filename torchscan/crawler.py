@@ -17,7 +17,6 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from . import __version__
 from .builtin_handlers import builtin_for
 from .calls.decode import kv_cache_section
 from .calls.inputs import (
@@ -29,6 +28,7 @@ from .calls.inputs import (
 )
 from .calls.stand_ins import StandIns, stand_in_device, standing_in
 from .diagnostics import Diagnostic, diagnostic, sort_key
+from .findings import incomplete_message
 from .handlers import ModuleHandler, validate_handler_map
 from .memory.forward import ForwardMemory, memory_section, traced_forward
 from .module_facts import tensor_statistics
@@ -48,7 +48,7 @@ from .results import (
 from .schema import SCHEMA_VERSION
 from .tracing import CallTracer
 from .values import call_metadata
-from .views.findings import incomplete_message
+from .version import __version__
 
 Mode = Literal["full", "structure"]
 TOTALS_METHOD = "sum_of_layer_estimates"

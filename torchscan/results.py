@@ -18,6 +18,10 @@ Status = Literal["complete", "partial", "unavailable", "not_requested", "not_app
 Scope = Literal["module_call", "subtree", "direct", "inclusive", "model", "part"]
 Value = float | int | list[float | int] | None
 
+#: The root call's ``path`` in a report, and how it is named wherever a reader (or an error message) sees a call.
+ROOT_PATH: Final = ""
+ROOT_LABEL: Final = "(root)"
+
 #: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
 INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
 #: The statuses whose results a sum counts (``not_applicable`` and ``not_requested`` contribute nothing).
@@ -234,5 +238,5 @@ def incomplete_metrics(report: dict[str, Any]) -> list[str]:
     for layer in report["layers"]:
         for name, result in layer.get("metrics", {}).items():
             if is_incomplete(result):
-                found.append(f"{layer['path'] or '<root>'}[{layer['call_index']}].{name}")
+                found.append(f"{layer['path'] or ROOT_LABEL}[{layer['call_index']}].{name}")
     return found

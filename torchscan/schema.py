@@ -8,7 +8,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, Final
 
-from .results import METRIC_UNITS, SPATIAL_METRICS, SUMMABLE_METRICS, validation_error
+from .results import METRIC_UNITS, ROOT_LABEL, SPATIAL_METRICS, SUMMABLE_METRICS, validation_error
 
 #: Bumped only for changes that break consumers; additive fields keep the version (see docs/schema.md).
 SCHEMA_VERSION: Final = 1  # Final: its type is Literal[1], the type of a `torchscan.wire.Report`'s version
@@ -58,7 +58,7 @@ def _metric_results(report: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
     yield from _memory_results(report.get("memory"))
     for layer in report["layers"]:
-        where = f"layers[{layer['path'] or '<root>'}, {layer['call_index']}]"
+        where = f"layers[{layer['path'] or ROOT_LABEL}, {layer['call_index']}]"
         for name, result in layer["metrics"].items():
             yield f"{where}.metrics.{name}", name, result
         for name, result in layer["operator_flops"].items():

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
 from .diagnostics import Severity
-from .results import MetricResult
+from .results import ROOT_PATH, MetricResult
 
 __all__ = [
     "ROOT_PATH", "AnalysisMode", "AttentionKernel", "BreakdownPart", "BufferStatistics", "CallFlops", "CallKey",
@@ -33,8 +33,6 @@ __all__ = [
     "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
 ]
 
-#: The path of the root module's calls.
-ROOT_PATH = ""
 #: A layer call's identity: ``(path, call_index)``.
 CallKey: TypeAlias = tuple[str, int]
 

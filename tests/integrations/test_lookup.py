@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from torchscan import ModuleHandler, crawl_module
-from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, builtin_for, find_builtin_handler
 from torchscan.inheritance import InheritedHandler
 from torchscan.integrations import lookup, timm, transformers
-from torchscan.integrations.lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS, find_builtin_handler, qualified_name
+from torchscan.integrations.lookup import FAMILY_RULES, THIRD_PARTY_HANDLERS, qualified_name
 from torchscan.results import SUMMABLE_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]

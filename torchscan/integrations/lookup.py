@@ -1,23 +1,12 @@
-"""The one lookup of built-in handlers: class-keyed ``torch.nn`` formulas and third-party ones, in one MRO walk.
+"""The third-party tables: every library module's handlers by qualified class name, and its family rules.
 
-`torchscan.builtin_handlers.builtin_for` calls it with the default registry; the crawler and the native Transformer
-layers find every built-in handler through that function.
-
-For each class of a module's MRO, nearest first: a built-in keyed by the class itself, then a third-party handler
-registered under the class's qualified name (``module.qualname``), then the first family rule that matches it.
-The first class that has one decides. A module that runs that class's own ``forward`` gets its handler; a subclass
-that overrides it may do other work than the formula describes, so it gets the formula only as an inherited one,
-trusted call by call when its operators prove the same work (`torchscan.inheritance`; leaf formulas only, and only
-where the caller's lookup passes ``described`` operators). Nothing here imports
-``transformers``, timm or torchvision: classes are recognized by name.
+`third_party_handler` answers for one class; the MRO walk that asks it for each class of a module's MRO is the
+core's (`torchscan.builtin_handlers.find_builtin_handler`). Nothing here imports ``transformers``, timm or
+torchvision: classes are recognized by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
-from ..handlers import ModuleHandler
-from ..inheritance import inherit
 from ..operator_check import ThirdPartyHandler
 from . import parametrizations, timm, torchvision, transformers
 from .common import FamilyRule
@@ -54,37 +43,3 @@ def third_party_handler(klass: type) -> ThirdPartyHandler | None:
     if found is not None:
         return found
     return next((rule.handler for rule in FAMILY_RULES if rule.matches(klass)), None)
-
-
-def find_builtin_handler(module_type: type, builtins: Mapping[type, ModuleHandler],
-                         described: Mapping[type, Iterable[str]] | None = None) -> ModuleHandler | None:
-    """The built-in handler of ``module_type``: the nearest class in its MRO with a class-keyed or third-party
-    handler, provided ``module_type`` runs that class's ``forward``.
-
-    A subclass that overrides ``forward`` (a LoRA ``Linear``, a fused QAT ``ConvBn2d``) may do other work than the
-    class the formula describes, so the formula would silently miss it: such a module gets the formula only as an
-    `InheritedHandler` (checked against the operators of each call), when it is a leaf formula and its operators
-    are known (``described`` for class-keyed formulas; a third-party formula declares its own); otherwise none.
-    """
-    for klass in module_type.__mro__:
-        found = builtins.get(klass) or third_party_handler(klass)
-        if found is not None:
-            if _forward(module_type) is _forward(klass):
-                return found
-            return _inherited(klass, found, described)
-    return None
-
-
-def _inherited(parent: type, formula: ModuleHandler, described: Mapping[type, Iterable[str]] | None
-               ) -> ModuleHandler | None:
-    if described is None:
-        return None
-    if isinstance(formula, ThirdPartyHandler):
-        return inherit(parent, formula, ())
-    operators = described.get(parent)
-    return inherit(parent, formula, operators) if operators is not None else None
-
-
-def _forward(module_type: type) -> object:
-    """The ``forward`` of a module class (read by name: ``type`` declares no such attribute)."""
-    return getattr(module_type, "forward")  # noqa: B009

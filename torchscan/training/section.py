@@ -13,7 +13,7 @@ from typing import Any
 
 from ..crawler import IncompleteAnalysisError
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
-from ..results import DIRECT, INCLUSIVE, MODEL, MetricResult, add_results, not_requested
+from ..results import DIRECT, INCLUSIVE, MODEL, ROOT_LABEL, MetricResult, add_results, not_requested
 
 TRAINING_VERSION = 1
 LOSS = "loss"
@@ -116,7 +116,7 @@ def raise_if_training_incomplete(report: dict[str, Any], phases: Phases) -> None
     if not uncounted:
         return
     layers = report["layers"]
-    calls = [f"{layers[owner]['path'] or '(root)'}#{layers[owner]['call_index']}"
+    calls = [f"{layers[owner]['path'] or ROOT_LABEL}#{layers[owner]['call_index']}"
              for owner, scope in phases.backward.items() if scope.uncounted and isinstance(owner, int)]
     raise IncompleteAnalysisError(
         f"the training step ran uncounted operators {', '.join(uncounted)}"

@@ -8,10 +8,10 @@ covered by a subtree owner, what a marker means and which findings explain an in
 
 from __future__ import annotations
 
+from ..findings import METRIC_LABELS, METRIC_NAMES, Finding, findings, incomplete_message, layer_label
 from .breakdown import PartRow
-from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, legend, metric_cell, parameter_cell, worst_status
-from .findings import Finding, findings, incomplete_message
-from .layers import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, Column, LayerRow, layer_label, layer_rows
+from .cells import EMPTY, Cell, legend, metric_cell, parameter_cell, worst_status
+from .layers import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, Column, LayerRow, layer_rows
 from .report import OwnerView, ReportView, TotalRow, TreeItem, report_view
 from .values import shape_text, value_text
 

@@ -13,13 +13,6 @@ from typing import Any
 
 from .formatting import exact_count, format_metric, format_parameters
 
-#: Short labels of the module-estimate fields, as table headers and in findings.
-METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "RF",
-                 "effective_stride": "Stride", "effective_padding": "Padding"}
-#: The same fields spelled out, for sentences and tooltips.
-METRIC_NAMES = {"macs": "MACs", "module_flops": "module FLOPs", "dmas": "DMAs", "receptive_field": "receptive field",
-                "effective_stride": "effective stride", "effective_padding": "effective padding",
-                "operator_flops": "operator FLOPs"}
 STATUS_WORDS = {"complete": "complete", "partial": "lower bound", "unavailable": "unavailable",
                 "not_requested": "not requested", "not_applicable": "not applicable"}
 STATUS_RANK = {"complete": 0, "not_applicable": 0, "not_requested": 1, "partial": 2, "unavailable": 3}

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..results import METRIC_UNITS, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
+from ..findings import METRIC_LABELS, layer_label
+from ..results import METRIC_UNITS, ROOT_LABEL, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
 from .breakdown import PartRow, part_rows
-from .cells import EMPTY, METRIC_LABELS, METRIC_NAMES, Cell, metric_cell, parameter_cell
+from .cells import EMPTY, Cell, metric_cell, parameter_cell
 from .formatting import exact_count, format_percent
 from .values import shape_text
 
@@ -130,11 +131,6 @@ class LayerRow:
                 "ownership": self.ownership}[key]
 
 
-def layer_label(path: str, call_index: int) -> str:
-    """``encoder.layers.0`` (first call) or ``encoder.layers.0 #2`` (third call); the root reads ``(root)``."""
-    return (path or "(root)") + (f" #{call_index}" if call_index else "")
-
-
 def layer_rows(report: dict[str, Any]) -> list[LayerRow]:
     """One row per layer call in call-start (pre-)order, with subtree extents for the collapsible tree."""
     layers = report["layers"]
@@ -186,7 +182,7 @@ def _row(index: int, layer: dict[str, Any], parent: int | None, end: int, sums: 
     params, tensors = _tensor_cells(layer, composite, model)
     tensors["macs_share"] = _macs_share(metrics["macs"], model.macs)
     return LayerRow(
-        index=index, parent=parent, end=end, depth=layer["depth"], name=layer["name"] or "(root)",
+        index=index, parent=parent, end=end, depth=layer["depth"], name=layer["name"] or ROOT_LABEL,
         path=layer["path"], call_index=layer["call_index"], type_name=layer["type"].rpartition(".")[2],
         type_full=layer["type"], output=shape_text(layer["output"]), params=params, metrics=metrics, tensors=tensors,
         op_direct=metric_cell(layer["operator_flops"]["direct"]),
@@ -201,7 +197,7 @@ def display_name(layer: dict[str, Any]) -> str:
     """The path relative to the parent row (``0``, or ``layers.3`` under a stack that calls its ModuleList's items
     directly), or the full path when the call is made from outside its module's parent."""
     if not layer["path"]:
-        return "(root)"
+        return ROOT_LABEL
     parent = layer["parent"]["path"] if layer["parent"] else ""
     prefix = f"{parent}." if parent else ""
     return layer["path"].removeprefix(prefix)
@@ -327,9 +323,3 @@ def _covered_text(layer: dict[str, Any]) -> str:
     for name, owner in layer.get("metric_owners", {}).items():
         by_owner.setdefault(layer_label(owner["path"], owner["call_index"]), []).append(METRIC_LABELS[name])
     return "; ".join(f"{', '.join(names)} in {owner}" for owner, names in sorted(by_owner.items()))
-
-
-def metric_sentence(names: list[str]) -> str:
-    """``MACs, module FLOPs and DMAs``: metric field names spelled out for a sentence."""
-    words = [METRIC_NAMES.get(name, name) for name in names]
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""

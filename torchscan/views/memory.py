@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..findings import layer_label
 from .cells import Cell, metric_cell
 from .formatting import format_percent
-from .layers import layer_label
 
 #: What is live at the forward's peak, in the order the breakdown shows it: key, label.
 FORWARD_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("inputs", "Inputs"),

@@ -13,10 +13,10 @@ from functools import cached_property
 from typing import Any
 
 from ..diagnostics import CODES
-from ..results import SUMMABLE_METRICS
+from ..findings import METRIC_LABELS, Finding, causes, findings, incomplete_summary
+from ..results import ROOT_LABEL, SUMMABLE_METRICS
 from .breakdown import PartRow
-from .cells import METRIC_LABELS, PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
-from .findings import Finding, causes, findings, incomplete_summary
+from .cells import PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .formatting import exact_count, format_bytes, format_count, format_parameters
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .memory import MemoryView, memory_view
@@ -79,7 +79,7 @@ class TreeItem:
             return self.row.cell(key)
         if key == "layer":
             text = f"of which {self.part.part}" if self.part.path == self.row.path else self.part.label
-            return Cell(text, PART_STATUS, f"{self.part.path or '(root)'}: {self.part.part}, part of {self.part.owner}'s "
+            return Cell(text, PART_STATUS, f"{self.part.path or ROOT_LABEL}: {self.part.part}, part of {self.part.owner}'s "
                         "estimate (already included in it)")
         return self.part.cell(key)
 

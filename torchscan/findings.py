@@ -11,14 +11,30 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..diagnostics import CODES
-from ..results import incomplete_metrics
-from .cells import METRIC_LABELS
-from .layers import layer_label, metric_sentence
+from .diagnostics import CODES
+from .results import ROOT_LABEL, incomplete_metrics
 
+#: Short labels of the module-estimate fields, as table headers and in findings.
+METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "RF",
+                 "effective_stride": "Stride", "effective_padding": "Padding"}
+#: The same fields spelled out, for sentences and tooltips.
+METRIC_NAMES = {"macs": "MACs", "module_flops": "module FLOPs", "dmas": "DMAs", "receptive_field": "receptive field",
+                "effective_stride": "effective stride", "effective_padding": "effective padding",
+                "operator_flops": "operator FLOPs"}
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 #: Causes listed in an error message or a page admonition before "and N more".
 SHOWN_CAUSES = 6
+
+
+def layer_label(path: str, call_index: int) -> str:
+    """``encoder.layers.0`` (first call) or ``encoder.layers.0 #2`` (third call); the root reads ``(root)``."""
+    return (path or ROOT_LABEL) + (f" #{call_index}" if call_index else "")
+
+
+def metric_sentence(names: list[str]) -> str:
+    """``MACs, module FLOPs and DMAs``: metric field names spelled out for a sentence."""
+    words = [METRIC_NAMES.get(name, name) for name in names]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1] if words else ""
 
 
 @dataclass(frozen=True)
@@ -131,4 +147,5 @@ def incomplete_message(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Finding", "causes", "findings", "incomplete_message", "incomplete_summary"]
+__all__ = ["METRIC_LABELS", "METRIC_NAMES", "Finding", "causes", "findings", "incomplete_message",
+           "incomplete_summary", "layer_label", "metric_sentence"]

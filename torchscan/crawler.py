@@ -86,22 +86,39 @@ def crawl_module(
     and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs on
     fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.calls.stand_ins`).
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_flags(model, strict=strict, memory=memory)
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
-    for name, flag in (("strict", strict), ("memory", memory)):
+    analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
+                       mode=mode, memory=memory, as_device=as_device)
+    with running(analysis) as run:
+        report = analyze(run)
+    if strict:
+        raise_if_incomplete(report)
+    return report
+
+
+def check_flags(model: Any, **flags: Any) -> None:
+    """The model and the boolean options of an entry point, checked (errors name the argument)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for name, flag in flags.items():
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+
+
+def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any,
+            custom_modules: Mapping[type, ModuleHandler] | None, custom_mapping: Mapping[Any, Any] | None, *,
+            mode: Mode = "full", memory: bool = False, as_device: Any = None, step: ForwardStep | None = None
+            ) -> Analysis:
+    """The one request builder of every entry point: the device of the stand-ins, the caller's handlers and
+    formulas and the call, checked (errors name the argument), as an `Analysis`."""
     stand_in = stand_in_device(as_device)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
-    report = analyze_as(Analysis(model, call_args, call_kwargs, source, handlers, mapping, mode, memory=memory),
-                        stand_in)
-    if strict:
-        raise_if_incomplete(report)
-    return report
+    return Analysis(model=model, args=call_args, kwargs=call_kwargs, source=source, handlers=handlers,
+                    mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in)
 
 
 def resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
@@ -154,22 +171,19 @@ class ForwardStep:
         """The gradient mode of the forward, a context manager."""
         return torch.no_grad()
 
-    def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
-        """Run the forward with the tracer attached (and the recorder active in a full analysis)."""
+    #: Whether the step continues the forward's memory trace (a training step does), or it ends with the forward.
+    continues_trace = False
+
+    def forward(self, analysis: Analysis, tracer: CallTracer, probe: ForwardMemory | None) -> Any:
+        """Run the forward with the tracer attached (and the recorder active in a full analysis); ``probe`` traces
+        its memory when asked."""
         return analysis.model(*analysis.args, **analysis.kwargs)
-
-    def memory_traced(self, probe: ForwardMemory) -> None:
-        """``memory=True``: ``probe`` traces the forward that follows (a training step keeps it to continue)."""
-
-    def memory_reported(self, probe: ForwardMemory) -> None:
-        """The forward's memory section is written: stop following storages."""
-        probe.close()
 
 
 EVAL_FORWARD = ForwardStep()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Analysis:
     """One requested analysis, validated: the model, the call (and whether its inputs were generated or provided),
     the caller's module handlers and operator formulas, and the mode."""
@@ -183,27 +197,24 @@ class Analysis:
     mode: Mode
     step: ForwardStep = EVAL_FORWARD
     memory: bool = False
-    stand_ins: StandIns | None = None  # the analysis runs on fake-tensor stand-ins (`torchscan.calls.stand_ins`)
+    as_device: torch.device | None = None  # run on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
+    stand_ins: StandIns | None = None  # the stand-ins, while `running` holds them
 
     @property
     def full(self) -> bool:
         return self.mode == "full"
 
 
-def analyze_as(analysis: Analysis, device: torch.device | None) -> dict[str, Any]:
-    """`analyze`, on fake-tensor stand-ins on ``device`` when one is given (the report says so)."""
-    if device is None:
-        return analyze(analysis)
-    with standing_in(analysis.model, device) as stand_ins:
-        report = analyze(on_stand_ins(analysis, stand_ins))
-    stand_ins.annotate(report)
-    return report
-
-
-def on_stand_ins(analysis: Analysis, stand_ins: StandIns) -> Analysis:
-    """``analysis`` with the call's tensors replaced by their stand-ins."""
-    return replace(analysis, args=stand_ins.value(analysis.args), kwargs=stand_ins.value(analysis.kwargs),
-                   stand_ins=stand_ins)
+@contextmanager
+def running(analysis: Analysis) -> Iterator[Analysis]:
+    """The analysis as it runs: on stand-ins of ``as_device`` when asked (the model's parameters and buffers and
+    the call's tensors swapped for the block, the model's own put back afterwards, also after an error)."""
+    if analysis.as_device is None:
+        yield analysis
+        return
+    with standing_in(analysis.model, analysis.as_device) as stand_ins:
+        yield replace(analysis, args=stand_ins.value(analysis.args), kwargs=stand_ins.value(analysis.kwargs),
+                      stand_ins=stand_ins)
 
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
@@ -229,20 +240,20 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
             stack.enter_context(step.grad_mode())
             if analysis.memory:  # before the recorder: setting up the trace may run an operator of its own
                 probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer,
-                                                           recorder))
-                step.memory_traced(probe)
+                                                           recorder, analysis.stand_ins))
             if recorder is not None:
                 stack.enter_context(recorder)
             if analysis.stand_ins is not None:
                 stack.enter_context(analysis.stand_ins.device_queries())
-            step.forward(analysis, tracer)
+            step.forward(analysis, tracer, probe)
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
     report = _assemble(analysis, tracer, recorder, inputs)
     if probe is not None:
         memory_section(report, probe)
-        step.memory_reported(probe)
+        if not step.continues_trace:
+            probe.close()
     return report
 
 
@@ -368,6 +379,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
                                    "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),
                                  key=lambda row: row["type"]),
         "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
+        **({} if analysis.stand_ins is None else {"stand_ins": analysis.stand_ins.record()}),
     }
 
 

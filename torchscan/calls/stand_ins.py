@@ -94,16 +94,10 @@ class StandIns:
         """``value`` with every tensor inside it replaced by its stand-in (`torchscan.values.map_tensors`)."""
         return map_tensors(value, self.tensor)
 
-    def annotate(self, report: dict[str, Any]) -> None:
-        """Say in ``report`` that it was analyzed on stand-ins: ``context.stand_ins``, and in each memory section
-        (the forward's, a training step's) ``stand_ins`` and the attention kernel's reason."""
-        report["context"]["stand_ins"] = self.record()
-        for memory in (report.get("memory"), report.get("training", {}).get("memory")):
-            if memory is not None:
-                memory["stand_ins"] = self.record()
-                memory["attention_kernel"]["reason"] += (
-                    f"; traced on fake-tensor stand-ins on {self.device}, which keep the kernel choices "
-                    f"{self.device.type} makes")
+    def kernel_note(self) -> str:
+        """What a memory section's attention-kernel reason adds when the trace ran on these stand-ins."""
+        return (f"; traced on fake-tensor stand-ins on {self.device}, which keep the kernel choices "
+                f"{self.device.type} makes")
 
     def device_queries(self) -> DeviceQueries:
         """The mode to enter above every observing mode (see `DeviceQueries`)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from ..operators import OperatorRecorder
 from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
 from ..tracing import CallTracer, Finished, Frame, open_call
 from ..values import tensors_in
+
+if TYPE_CHECKING:
+    from ..calls.stand_ins import StandIns
 from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
 METHOD = "traced_live_tensor_bytes"
@@ -124,9 +127,10 @@ def tensor_bytes(value: Any) -> int:
 class ForwardMemory:
     """The traced memory of one forward, attributed to the layer calls that the tracer's ``stack`` holds open."""
 
-    def __init__(self, stack: list[Frame], device: torch.device) -> None:
+    def __init__(self, stack: list[Frame], device: torch.device, stand_ins: StandIns | None = None) -> None:
         self.timeline = MemoryTimeline(None)
         self.device = device
+        self.stand_ins = stand_ins  # the trace runs on fake-tensor stand-ins (its sections say so)
         self.stack = stack  # the tracer's open frames (their ``record`` names the call)
         self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
         self.activations = 0
@@ -167,9 +171,16 @@ class ForwardMemory:
             self.kernels.append(kernel)
 
     def attention_kernel(self) -> dict[str, str]:
-        """The report's ``attention_kernel`` for the kernels this forward ran."""
+        """The report's ``attention_kernel`` for the kernels this forward ran (on stand-ins, its reason says so)."""
         reasons = {NATIVE_MHA: native_attention_reason(self.device.type, self.native_scores)}
-        return attention_kernel(self.kernels, reasons)
+        kernel = attention_kernel(self.kernels, reasons)
+        if self.stand_ins is not None:
+            kernel["reason"] += self.stand_ins.kernel_note()
+        return kernel
+
+    def stand_ins_field(self) -> dict[str, Any]:
+        """A memory section's ``stand_ins`` field when the trace ran on stand-ins (else nothing)."""
+        return {} if self.stand_ins is None else {"stand_ins": self.stand_ins.record()}
 
     def call_opened(self, frame: Frame) -> None:
         """A call opened: nothing to note (the peak reads the open call from the tracer's stack)."""
@@ -218,6 +229,7 @@ def memory_section(report: dict[str, Any], probe: ForwardMemory) -> None:
                     "operator": operator_label(timeline.operators[at]) if timeline.operators else None,
                     "operator_index": at},
         "activations": activation_count(probe.activations, bool(timeline.operators)),
+        **probe.stand_ins_field(),
     }
     report["memory"] = section
     report["totals"]["forward_peak_bytes"] = dict(section["peak_above_start"])
@@ -257,12 +269,12 @@ def _load_meta_kernels() -> None:
 
 @contextmanager
 def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], tracer: CallTracer,
-                   recorder: OperatorRecorder | None) -> Iterator[ForwardMemory]:
+                   recorder: OperatorRecorder | None, stand_ins: StandIns | None) -> Iterator[ForwardMemory]:
     """Trace the memory of the forward run inside the block: the probe follows the parameters, buffers and inputs,
     subscribes to the tracer's calls, and is fed by ``recorder`` (a full
     analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder). The probe's timeline
     stays open: its owner closes it (a training step continues it through the backward)."""
-    probe = ForwardMemory(tracer.stack, trace_device(model, args, kwargs))
+    probe = ForwardMemory(tracer.stack, trace_device(model, args, kwargs), stand_ins)
     if probe.device.type == "meta":
         _load_meta_kernels()
     probe.adopt(model.parameters(), PARAMETERS)

@@ -143,6 +143,7 @@ def step_memory_section(memory: StepMemory) -> dict[str, Any]:
         "saved_by_layer": [{"path": path, "call_index": index, "bytes": traced_bytes(value, False, MODULE_CALL)}
                            for (path, index), value in memory.saved_by.items()],
         "peak_operator": operator,
+        **probe.stand_ins_field(),
     }
 
 

@@ -18,19 +18,17 @@ copy of them is made; the stand-ins keep shapes and dtypes, not the device's cho
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from torch import nn
 
-from .. import crawler
-from ..calls.stand_ins import StandIns, stand_in_device, standing_in
-from ..crawler import Analysis, ForwardStep, raise_if_incomplete, resolve_call
-from ..handlers import validate_handler_map
+from ..calls.stand_ins import StandIns
+from ..crawler import Analysis, ForwardStep, analyze, check_flags, raise_if_incomplete, request, running
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory, add_step_memory
-from ..operators import build_formula_table, new_recorder, validate_custom_mapping
+from ..operators import build_formula_table, new_recorder
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
@@ -68,61 +66,37 @@ def crawl_training_step(
     ``params -> torch.optim.Optimizer``. ``memory=True`` adds ``crawl_module``'s memory sections and
     ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s.
     """
-    _check_options(model, loss, strict, keep_modes, memory)
-    stand_in = stand_in_device(as_device)
+    check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
     make_optimizer = _optimizer_factory(optimizer)
-    handlers = validate_handler_map(custom_modules)
-    mapping = validate_custom_mapping(custom_mapping)
-    call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     step = TrainingForward(keep_modes, StepMemory() if memory else None)
-    analysis = Analysis(model, call_args, call_kwargs, source, handlers, mapping, "full", step, memory=memory)
-    report, phases = _run_step(analysis, step, loss, make_optimizer, stand_in)
-    _add_training(report, phases, step, mapping, optimizer)
+    analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
+                       memory=memory, as_device=as_device, step=step)
+    report, phases = _run_step(analysis, step, loss, make_optimizer)
+    report["training"] = training_section(report, phases, analysis.mapping, optimizer)
+    if step.memory is not None:
+        add_step_memory(report["training"], step.memory)
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
     return report
 
 
-def _add_training(report: dict[str, Any], phases: Phases, step: TrainingForward, mapping: Mapping[Any, Any],
-                  optimizer: Any) -> None:
-    """The report's ``training`` section (with its memory when traced), and the stand-ins' notes."""
-    report["training"] = training_section(report, phases, mapping, optimizer)
-    if step.memory is not None:
-        add_step_memory(report["training"], step.memory)
-    if step.stand_ins is not None:
-        step.stand_ins.annotate(report)
-
-
 def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], Any] | None,
-              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
-              stand_in: torch.device | None) -> tuple[dict[str, Any], Phases]:
-    """The forward's report and the phases of the rest of the step (on stand-ins on ``stand_in`` when given); the
-    model's state is put back and the step's memory timeline (if any) stops following storages, also when the step
-    raises."""
+              make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None
+              ) -> tuple[dict[str, Any], Phases]:
+    """The forward's report and the phases of the rest of the step (on stand-ins when asked); the model's state is
+    put back and the step's memory timeline (if any) stops following storages, also when the step raises."""
     model = analysis.model
     try:
-        with preserved_state(model), ExitStack() as contexts:
-            if stand_in is not None:
-                step.stand_ins = contexts.enter_context(standing_in(model, stand_in))
-                analysis = crawler.on_stand_ins(analysis, step.stand_ins)
-            report = crawler.analyze(analysis)
+        with preserved_state(model), running(analysis) as run:
+            report = analyze(run)
             phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(analysis.mapping))
     finally:
         if step.memory is not None:
             step.memory.close()
     return report, phases
-
-
-def _check_options(model: Any, loss: Any, strict: Any, keep_modes: Any, memory: Any) -> None:
-    """The model, the loss and the flags, checked (errors name the argument)."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    for name, flag in (("strict", strict), ("keep_modes", keep_modes), ("memory", memory)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-    if loss is not None and not callable(loss):
-        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
 
 
 def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None:
@@ -190,9 +164,14 @@ class TrainingForward(ForwardStep):
     def grad_mode(self) -> Any:
         return torch.enable_grad()
 
-    def forward(self, analysis: Analysis, tracer: CallTracer) -> Any:
-        """The forward, each closing call claiming its autograd nodes."""
+    continues_trace = True
+
+    def forward(self, analysis: Analysis, tracer: CallTracer, probe: ForwardMemory | None) -> Any:
+        """The forward, each closing call claiming its autograd nodes (the step's memory continues ``probe``)."""
         self.tracer = tracer
+        self.stand_ins = analysis.stand_ins
+        if self.memory is not None:
+            self.memory.probe = probe
         with tracer.subscribed(self.graph), self.saving():
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
         return self.output
@@ -204,14 +183,6 @@ class TrainingForward(ForwardStep):
     def device_queries(self) -> Any:
         """Entered above each recorder of the step on stand-ins (`torchscan.calls.stand_ins.DeviceQueries`)."""
         return nullcontext() if self.stand_ins is None else self.stand_ins.device_queries()
-
-    def memory_traced(self, probe: ForwardMemory) -> None:
-        if self.memory is not None:
-            self.memory.probe = probe  # the step continues the forward's timeline
-
-    def memory_reported(self, probe: ForwardMemory) -> None:
-        if self.memory is None:
-            probe.close()
 
 
 # -- after the forward: loss, backward, optimizer --------------------------------------------------------------------

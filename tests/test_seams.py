@@ -129,3 +129,27 @@ def test_the_core_lookup_is_given_the_third_party_tables() -> None:
         if where.startswith("torchscan/integrations/"):
             imported = _imported_modules(where, tree)
             assert not {"torchscan.builtin_handlers", "torchscan.inheritance", "torchscan.crawler"} & imported, where
+
+
+def _record_writes(tree: ast.Module) -> list[int]:
+    """Lines that assign into a layer record (``layer[...] = ``, ``record[...][...] += ``)."""
+    lines = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AugAssign) else []
+        for target in [item for target in targets
+                       for item in (target.elts if isinstance(target, ast.Tuple) else [target])]:
+            while isinstance(target, ast.Subscript):
+                target = target.value
+                if isinstance(target, ast.Name) and target.id in ("layer", "record"):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_layer_records_are_assembled_once_and_never_written_afterwards() -> None:
+    """`torchscan.records.layer_record` builds every layer record from its call's parts; nothing else in the engine
+    writes into one (the site builder's own records are registry and catalog rows, not layer records)."""
+    writes = {where: lines for where, tree in _modules()
+              if where != "torchscan/records.py" and not where.startswith("torchscan/report/")
+              and (lines := _record_writes(tree))}
+    assert not writes, f"layer records written outside torchscan/records.py: {writes}"

@@ -30,15 +30,13 @@ from .calls.stand_ins import StandIns, stand_in_device, standing_in
 from .diagnostics import Diagnostic, diagnostic, sort_key
 from .findings import incomplete_message
 from .handlers import ModuleHandler, validate_handler_map
-from .memory.forward import ForwardMemory, memory_section, traced_forward
+from .memory.forward import ForwardMemory, layer_memories, memory_section, memory_totals, traced_forward
 from .module_facts import tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
+from .records import CallParts, layer_record
 from .results import (
-    DIRECT,
-    INCLUSIVE,
     METRIC_UNITS,
     MODEL,
-    MODULE_CALL,
     SUMMABLE_METRICS,
     add_results,
     as_lower_bound,
@@ -249,11 +247,9 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     finally:
         tracer.detach()
         restore_training_flags(training_flags)
-    report = _assemble(analysis, tracer, recorder, inputs)
-    if probe is not None:
-        memory_section(report, probe)
-        if not step.continues_trace:
-            probe.close()
+    report = _assemble(analysis, tracer, recorder, inputs, probe)
+    if probe is not None and not step.continues_trace:
+        probe.close()
     return report
 
 
@@ -277,22 +273,15 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder | None, inputs: dict[str, Any]
-              ) -> dict[str, Any]:
-    """The report of a finished forward: parameter statistics (lazy modules have materialized now), records,
-    totals, operator FLOPs and diagnostics."""
+def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder | None, inputs: dict[str, Any],
+              probe: ForwardMemory | None) -> dict[str, Any]:
+    """The report of a finished forward, built once: parameter statistics (lazy modules have materialized now),
+    records, totals, operator FLOPs, diagnostics and, when traced, memory."""
     kinds: set[tuple[str, str]] = set()
     statistics = tensor_statistics(tracer.facts.modules_after_forward(analysis.model), kinds)
     context = _context(analysis, tracer.facts.training_flags, kinds)
     mapping, full = analysis.mapping, analysis.full
-    layers = tracer.records
-    for layer in layers:  # a module's later calls get copies of its first call's statistics
-        parameters, buffers = statistics[layer["path"]]
-        if layer["call_index"]:
-            parameters, buffers = dict(parameters), dict(buffers)
-        layer["parameters"], layer["buffers"] = parameters, buffers
-    if not full:
-        _mark_not_requested(layers)
+    layers = _layers(tracer.calls, statistics, probe)
     diagnostics = list(tracer.diagnostics)
     if recorder is not None:
         operators, operator_diagnostics = operator_report(recorder.totals(), mapping, recorder)
@@ -303,6 +292,9 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
     totals = _totals(statistics, layers, operators["total"], full)
     if tracer.foreign_thread_calls:
         diagnostics.append(_as_unobserved_threads(tracer.foreign_thread_calls, totals, operators))
+    memory = None if probe is None else memory_section(probe)
+    if memory is not None:
+        totals.update(memory_totals(memory))
     return {
         "schema_version": SCHEMA_VERSION,
         "context": context,
@@ -311,7 +303,22 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
         "totals": totals,
         "operator_flops": operators,
         "diagnostics": sorted(diagnostics, key=sort_key),
+        **({} if memory is None else {"memory": memory}),
     }
+
+
+def _layers(calls: list[CallParts], statistics: dict[str, tuple[dict[str, int], dict[str, int]]],
+            probe: ForwardMemory | None) -> list[dict[str, Any]]:
+    """Every call's record, assembled from its parts (a module's later calls get copies of its first call's
+    statistics), with its memory when traced."""
+    memory_of = None if probe is None else layer_memories(probe)
+    layers = []
+    for parts in calls:
+        parameters, buffers = statistics[parts.path]
+        if parts.call_index:
+            parameters, buffers = dict(parameters), dict(buffers)
+        layers.append(layer_record(parts, parameters, buffers, None if memory_of is None else memory_of(parts)))
+    return layers
 
 
 def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[str, Any]) -> Diagnostic:
@@ -321,15 +328,6 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
     operators["total"] = dict(totals["operator_flops"])
     return diagnostic("unobserved_thread", f"{calls} module call(s) ran in other threads, where neither hooks nor "
                       "dispatch observe work; every total is a lower bound")
-
-
-def _mark_not_requested(layers: list[dict[str, Any]]) -> None:
-    """``mode="structure"``: every compute metric of every call explicitly not requested (each result its own)."""
-    metrics = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-    operator_flops = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
-    for layer in layers:
-        layer["metrics"] = {name: result.copy() for name, result in metrics.items()}
-        layer["operator_flops"] = {name: result.copy() for name, result in operator_flops.items()}
 
 
 def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],

@@ -7,17 +7,17 @@ training-step attribution, recomputation) are `CallSubscriber` objects: the trac
 subscribed, after its own work on the call, so no feature depends on another's hooks. Operators reach features
 through the operator recorder, which knows the open call from this stack.
 
-Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
-still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the
-owner frame's ``pending`` list until no undecided owner encloses them, and lose the fields an owner whose formula
-applied covers. Records are written once, never edited afterwards.
+Each call's `CallParts` (`torchscan.records`) are filled while it runs; the report's records are assembled from
+them once, after the forward. Speculative ownership: while a caller registration matches some module of the model,
+a registered descendant may still open a built-in inclusive owner (a native Transformer layer). The descendants'
+outcomes then wait in the owner frame's ``pending`` list until no undecided owner encloses them, and lose the
+fields an owner whose formula applied covers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, NamedTuple, Protocol
 
@@ -30,7 +30,6 @@ from torch.nn.modules.module import (
 )
 from torch.utils.hooks import RemovableHandle
 
-from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork, ObservedWork
 from .estimate_memo import EstimateMemo
@@ -45,7 +44,8 @@ from .estimation import (
 from .handlers import METRIC_FIELDS, ModuleCall, ModuleHandler
 from .module_facts import BuiltinLookup, ModuleInfo, model_facts
 from .operators import OperatorRecorder, OperatorScope
-from .results import SUMMABLE_METRICS, is_incomplete
+from .records import CallOutcome, CallParts
+from .results import SUMMABLE_METRICS
 from .values import FAILED_OUTPUT, call_metadata, describe
 
 NO_FIELDS: frozenset[str] = frozenset()
@@ -71,54 +71,19 @@ class CallSubscriber(Protocol):
         """The tracer closed ``frame`` (popped, its record written): ``call`` is None when the call raised."""
 
 
-@dataclass(slots=True)
-class CallOutcome:
-    """A closed call's estimates and operator FLOPs, waiting to be written to its record."""
-
-    index: int
-    estimate: CallEstimate | None
-    owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
-    operator_flops: dict[str, Any]
-
-    def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
-        """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
-        ``fields``: the outermost owner is recorded, as if ownership had been sure from the start."""
-        estimate = self.estimate
-        for name in sorted(fields):
-            if estimate is not None and name in estimate.metrics:
-                del estimate.metrics[name]
-                estimate.ownership.pop(name, None)
-            elif estimate is not None and name in estimate.delegated:
-                estimate.delegated.remove(name)
-            elif name not in self.owners:
-                continue
-            self.owners[name] = dict(owner)
-        if estimate is not None:
-            estimate.breakdown = without_metrics(estimate.breakdown, set(fields))  # their parts go with them
-            estimate.diagnostics = [item for item in estimate.diagnostics
-                                    if not _superseded(item, estimate, fields)]
-
-
-def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]) -> bool:
-    """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
-    if item.get("metric") in fields:
-        return True
-    return item["code"] == "unsupported_module" and not any(
-        is_incomplete(result) for result in estimate.metrics.values())
-
-
 class Frame:
-    """One open module call: in ``mode="structure"`` only its module, record and positional arguments (`open`
-    adds the state of a full analysis, with the operator scope the recorder counts the call's operators into)."""
+    """One open module call: in ``mode="structure"`` only its module, parts and positional arguments (`open`
+    adds the state of a full analysis, with the operator scope the recorder counts the call's operators into). A
+    call re-run after the forward (`CallTracer.replaying`) has no parts."""
 
     __slots__ = ("args", "covered", "expanded", "index", "info", "module_id", "needed", "opened_by", "operators",
-                 "overlay", "owned_maybe", "owned_sure", "pending", "record")
+                 "overlay", "owned_maybe", "owned_sure", "parts", "pending")
     operators: OperatorScope  # set by the tracer when a full analysis opens the call
 
-    def __init__(self, module_id: int, info: ModuleInfo, record: dict[str, Any], args: tuple) -> None:
+    def __init__(self, module_id: int, info: ModuleInfo, parts: CallParts | None, args: tuple) -> None:
         self.module_id = module_id
         self.info = info
-        self.record = record
+        self.parts = parts
         self.args = args  # the positional arguments the pre-hook saw (described again only if a hook replaced them)
 
     def open(self, index: int, parent: Frame | None) -> None:
@@ -138,14 +103,14 @@ class Frame:
     def owner_reference(self) -> dict[str, Any]:
         """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner (a new
         dict each time: no two records share one)."""
-        return {"path": self.record["path"], "call_index": self.record["call_index"]}
+        return self.parts.reference()  # type: ignore[union-attr]  # every frame that owns or parents has parts
 
 
 def open_call(stack: list[Frame]) -> dict[str, Any] | None:
     """The innermost open call that has a record, as ``{"path", "call_index"}``; None outside every recorded call
     (a call re-run after the forward has no record)."""
-    if stack and stack[-1].record:
-        return stack[-1].owner_reference()
+    if stack and stack[-1].parts is not None:
+        return stack[-1].parts.reference()
     return None
 
 
@@ -173,7 +138,7 @@ class CallTracer:
         self.full = recorder is not None
         self.facts = model_facts(model, custom_modules if self.full else {}, builtin if self.full else None)
         self.infos = self.facts.infos
-        self.records: list[dict[str, Any]] = []
+        self.calls: list[CallParts] = []  # every recorded call, in call-start order
         self.diagnostics: list[Diagnostic] = []
         self.stack: list[Frame] = []
         self.handles: list[Any] = []
@@ -231,7 +196,7 @@ class CallTracer:
         if info is None:
             return  # not a module of this model
         if not self.recording:
-            self._publish_opened(Frame(id(module), info, {}, args))  # an empty record: not recorded
+            self._publish_opened(Frame(id(module), info, None, args))
             return
         if get_ident() != self.thread:
             self.foreign_thread_calls += 1
@@ -240,17 +205,12 @@ class CallTracer:
         parent = stack[-1] if stack else None
         call_index = info.calls
         info.calls = call_index + 1
-        record = {
-            "path": info.path, "call_index": call_index, "name": info.name, "depth": len(stack),
-            "type": info.type_name, "leaf": info.leaf,
-            "parent": None if parent is None else parent.owner_reference(),
-            "input": call_metadata(args, {}), "output": None,
-            "parameters": None, "buffers": None,  # filled after the forward, once lazy modules have materialized
-        }
-        frame = Frame(id(module), info, record, args)
+        parts = CallParts(info.path, call_index, info.name, len(stack), info.type_name, info.leaf,
+                          None if parent is None else parent.owner_reference(), call_metadata(args, {}))
+        frame = Frame(id(module), info, parts, args)
         if self.full:
             self._open_estimates(frame, parent)
-        self.records.append(record)
+        self.calls.append(parts)
         stack.append(frame)
         if self.subscribers:
             for subscriber in self.subscribers:
@@ -263,7 +223,7 @@ class CallTracer:
 
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
-        frame.open(len(self.records), parent)
+        frame.open(len(self.calls), parent)
         info, covered = frame.info, frame.covered.keys()
         if info.may_own:
             self._open_ownership(frame)
@@ -285,38 +245,37 @@ class CallTracer:
             return  # not a module of this model, or another thread's call
         frame = stack.pop()
         call = Finished(module, args, *rest) if len(rest) == 2 else None
-        if frame.record:  # else a call re-run after the forward, which has no record
-            self._close(frame, call, rest[-1])
+        if frame.parts is not None:  # else a call re-run after the forward, which is not recorded
+            self._close(frame, frame.parts, call, rest[-1])
         if self.subscribers:
             for subscriber in self.subscribers:
                 subscriber.call_closed(frame, call)
 
-    def _close(self, frame: Frame, call: Finished | None, output: Any) -> None:
-        """Write what the post-hook saw into the call's record and close its estimates."""
-        args = frame.args if call is None else call.args
-        kwargs = {} if call is None else call.kwargs
-        if args is not frame.args:  # a caller's pre-hook replaced them
-            frame.record["input"]["args"] = call_metadata(args, {})["args"]
-        if kwargs:
-            frame.record["input"]["kwargs"] = call_metadata((), kwargs)["kwargs"]
-        frame.record["output"] = dict(FAILED_OUTPUT) if call is None else describe(output)
+    def _close(self, frame: Frame, parts: CallParts, call: Finished | None, output: Any) -> None:
+        """Note what the post-hook saw in the call's parts and close its estimates."""
+        if call is not None and call.args is not frame.args:  # a caller's pre-hook replaced them
+            parts.input["args"] = call_metadata(call.args, {})["args"]
+        if call is not None and call.kwargs:
+            parts.input["kwargs"] = call_metadata((), call.kwargs)["kwargs"]
+        parts.output = dict(FAILED_OUTPUT) if call is None else describe(output)
         if self.full:
-            self._close_estimates(frame, call)
+            self._close_estimates(frame, parts.call_index, call)
         elif call is None:
-            self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, frame.record["call_index"]))
+            self.diagnostics.append(forward_error(frame.info.type_name, frame.info.path, parts.call_index))
 
-    def _close_estimates(self, frame: Frame, call: Finished | None) -> None:
+    def _close_estimates(self, frame: Frame, call_index: int, call: Finished | None) -> None:
         """Estimate the closed call (``call`` is None when its forward raised), and write it, or settle it when an
         undecided owner is inside or around it."""
         self.counting.leave()
-        estimate = self._estimate(frame, call)
+        estimate = self._estimate(frame, call_index, call)
         # dicts of this call's own: an enclosing owner may still take over fields in it
         owners = {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
         operator_flops = frame.operators.close(self.stack[-1].operators if self.stack else None)
+        outcome = CallOutcome(frame.index, estimate, owners, operator_flops)
         if frame.pending is None and frame.overlay is None:  # the common case
-            self._write(frame.record, estimate, owners, operator_flops)
+            self._settled(outcome)
         else:
-            self._settle(frame, CallOutcome(frame.index, estimate, owners, operator_flops))
+            self._settle(frame, outcome)
 
     # -- ownership ---------------------------------------------------------------------------------------------
 
@@ -360,28 +319,18 @@ class CallTracer:
             frame.overlay.pending.extend(settled)  # type: ignore[union-attr]
             return
         for waiting in settled:
-            self._write(self.records[waiting.index], waiting.estimate, waiting.owners, waiting.operator_flops)
+            self._settled(waiting)
 
-    def _write(self, record: dict[str, Any], estimate: CallEstimate | None, owners: dict[str, dict[str, Any]],
-               operator_flops: dict[str, Any]) -> None:
-        """Complete a call's record with its outcome (once: records are never edited afterwards)."""
-        record["metrics"] = estimate.metrics if estimate else {}
-        if estimate and estimate.ownership:
-            record["metric_ownership"] = dict(sorted(estimate.ownership.items()))
-        if owners:
-            record["metric_owners"] = dict(sorted(owners.items()))
-        if estimate and estimate.delegated:
-            record["delegated_metrics"] = estimate.delegated
-        if estimate and estimate.breakdown:
-            record["breakdown"] = estimate.breakdown
-        record["operator_flops"] = operator_flops
-        if estimate:
-            self.diagnostics.extend(estimate.diagnostics)
+    def _settled(self, outcome: CallOutcome) -> None:
+        """A call's final outcome: kept in its parts for the record, its diagnostics in the report's."""
+        self.calls[outcome.index].outcome = outcome
+        if outcome.estimate:
+            self.diagnostics.extend(outcome.estimate.diagnostics)
 
     # -- estimation and operators --------------------------------------------------------------------------------
 
-    def _estimate(self, frame: Frame, call: Finished | None) -> CallEstimate | None:
-        info, record, needed = frame.info, frame.record, frame.needed
+    def _estimate(self, frame: Frame, call_index: int, call: Finished | None) -> CallEstimate | None:
+        info, needed = frame.info, frame.needed
         direct, frame.operators.direct_work = frame.operators.direct_work, None  # released with the call's objects
         if not needed:
             return None
@@ -391,9 +340,9 @@ class CallTracer:
         structure = (None if call is None or not info.memoizes or frame.expanded
                      else self.memo.structure(info.builtin, needed, *call))
         estimate = None if structure is None else self.memo.replay(structure, call.module,  # type: ignore[union-attr]
-                                                                    info.path, record["call_index"])
+                                                                    info.path, call_index)
         if estimate is None:
-            context = CallContext(path=info.path, call_index=record["call_index"], type_name=info.type_name,
+            context = CallContext(path=info.path, call_index=call_index, type_name=info.type_name,
                                   leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                                   expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
             estimate = self._computed(context, None if call is None else ModuleCall(*call))

@@ -12,7 +12,7 @@ Nothing here runs unless the caller asked for memory: the recorder checks one at
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from ..values import tensors_in
 
 if TYPE_CHECKING:
     from ..calls.stand_ins import StandIns
+    from ..records import CallParts
 from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
 METHOD = "traced_live_tensor_bytes"
@@ -187,8 +188,16 @@ class ForwardMemory:
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
         """A call of the model ended: note its output bytes and the level now."""
-        output = 0 if call is None else tensor_bytes(call.output)
-        self.ends[id(frame.record)] = (output, self.timeline.level)
+        if frame.parts is not None:
+            output = 0 if call is None else tensor_bytes(call.output)
+            self.ends[id(frame.parts)] = (output, self.timeline.level)
+
+    def call_memory(self, parts: CallParts, base: int, partial: bool) -> dict[str, MetricResult]:
+        """A layer record's ``memory``: the call's output bytes and the live bytes at its end (``base``: the bytes
+        that existed before the forward)."""
+        output, level = self.ends.get(id(parts), (0, 0))
+        return {"output_bytes": traced_bytes(output, False, MODULE_CALL),
+                "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
 
     def close(self) -> None:
         self.timeline.close()
@@ -209,16 +218,15 @@ def traced_bytes(value: int, partial: bool, scope: Scope = MODEL) -> MetricResul
     return (lower_bound if partial else complete)(value, "bytes", scope, METHOD)
 
 
-def memory_section(report: dict[str, Any], probe: ForwardMemory) -> None:
-    """Add the ``memory`` section, the two memory totals and each layer record's ``memory`` to ``report``."""
+def memory_section(probe: ForwardMemory) -> dict[str, Any]:
+    """The report's ``memory`` section of a traced forward."""
     timeline = probe.timeline
     partial = timeline.untracked > 0
-    base = sum(record.nbytes for record in timeline.records if record.pre_existing)
     at = -1 if timeline.peak_index is None else timeline.peak_index
     live = timeline.live_at(at)
     at_peak = {PARAMETERS: live.get(PARAMETERS, 0), BUFFERS: live.get(BUFFERS, 0) + live[PRE_EXISTING],
                INPUTS: live.get(INPUTS, 0), ACTIVATIONS: live[CREATED]}
-    section: dict[str, Any] = {
+    return {
         "method": METHOD,
         "device": str(probe.device),
         "attention_kernel": probe.attention_kernel(),
@@ -231,13 +239,20 @@ def memory_section(report: dict[str, Any], probe: ForwardMemory) -> None:
         "activations": activation_count(probe.activations, bool(timeline.operators)),
         **probe.stand_ins_field(),
     }
-    report["memory"] = section
-    report["totals"]["forward_peak_bytes"] = dict(section["peak_above_start"])
-    report["totals"]["activations"] = dict(section["activations"])
-    for layer in report["layers"]:
-        output, level = probe.ends.get(id(layer), (0, 0))
-        layer["memory"] = {"output_bytes": traced_bytes(output, False, MODULE_CALL),
-                           "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
+
+
+def memory_totals(section: dict[str, Any]) -> dict[str, MetricResult]:
+    """The report's memory totals, from its memory section: ``forward_peak_bytes`` and ``activations``."""
+    return {"forward_peak_bytes": dict(section["peak_above_start"]),  # type: ignore[dict-item]
+            "activations": dict(section["activations"])}  # type: ignore[dict-item]
+
+
+def layer_memories(probe: ForwardMemory) -> Callable[[CallParts], dict[str, MetricResult]]:
+    """Each layer record's ``memory``, by its call's parts."""
+    timeline = probe.timeline
+    base = sum(record.nbytes for record in timeline.records if record.pre_existing)
+    partial = timeline.untracked > 0
+    return lambda parts: probe.call_memory(parts, base, partial)
 
 
 def activation_count(count: int, observed: bool) -> MetricResult:

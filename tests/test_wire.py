@@ -346,5 +346,5 @@ def test_call_key_and_the_index_by_call() -> None:
 
 @pytest.mark.parametrize("index", [wire.index_by_call, wire.positions_by_call])
 def test_a_repeated_call_is_an_error(index: Any) -> None:
-    with pytest.raises(ValueError, match="more than one record for path '0', call_index 1"):
+    with pytest.raises(ValueError, match="more than one layer record for path '0', call_index 1"):
         index([reference("0", 1), reference("", 0), reference("0", 1)])

@@ -12,6 +12,7 @@ from typing import Any
 
 from .results import SUMMABLE_METRICS, MetricResult, plain_number
 from .schema import SCHEMA_VERSION
+from .wire import CallKey, index_by_call
 
 COMPARED_TOTALS = (*SUMMABLE_METRICS, "operator_flops")
 #: Memory totals, compared when either report traced memory (``crawl_module(..., memory=True)``): the forward's in
@@ -21,7 +22,6 @@ TRAINING_MEMORY_TOTALS = ("training_peak_bytes",)
 #: The fields that say what a total measures; two totals that differ in one of them are not comparable.
 MEASURE_KEYS = ("unit", "scope", "method")
 
-LayerKey = tuple[str, int]
 
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -62,21 +62,18 @@ def _compare_memory(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
     return compared
 
 
-def _checked_layers(name: str, report: Any) -> dict[LayerKey, dict[str, Any]]:
+def _checked_layers(name: str, report: Any) -> dict[CallKey, dict[str, Any]]:
     """The report's layer records by identity, after checking that it is a report this version can compare."""
     if not isinstance(report, dict) or "layers" not in report or "totals" not in report:
         raise TypeError(f"{name} must be a report returned by crawl_module (a dict with 'layers' and 'totals')")
     if report.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{name} has schema_version {report.get('schema_version')!r}; this version reads "
                          f"{SCHEMA_VERSION}")
-    layers: dict[LayerKey, dict[str, Any]] = {}
-    for layer in report["layers"]:
-        key = (layer["path"], layer["call_index"])
-        if key in layers:
-            raise ValueError(f"{name} has more than one layer record for path {key[0]!r}, call_index {key[1]}: "
-                             "layer calls are matched by that identity, so it must be unique")
-        layers[key] = layer
-    return layers
+    try:
+        return index_by_call(report["layers"])
+    except ValueError as error:
+        raise ValueError(f"{name} has {error}: layer calls are matched by that identity, so it must be "
+                         "unique") from None
 
 
 def _check_same_measure(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
@@ -132,7 +129,7 @@ def _per_dimension_delta(old: Any, new: Any, unit: str) -> dict[str, Any]:
     return {"status": "complete", "value": [plain_number(b - a) for a, b in zip(old, new, strict=True)], "unit": unit}
 
 
-def _compare_layers(old: dict[LayerKey, dict[str, Any]], new: dict[LayerKey, dict[str, Any]]
+def _compare_layers(old: dict[CallKey, dict[str, Any]], new: dict[CallKey, dict[str, Any]]
                     ) -> dict[str, list[dict[str, Any]]]:
     added = [_identity(new[key]) for key in new if key not in old]
     removed = [_identity(old[key]) for key in old if key not in new]

@@ -13,6 +13,7 @@ from typing import Any
 
 from .diagnostics import CODES
 from .results import ROOT_LABEL, incomplete_metrics
+from .wire import call_key
 
 #: Short labels of the module-estimate fields, as table headers and in findings.
 METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", "receptive_field": "RF",
@@ -77,7 +78,7 @@ class Finding:
 
 def findings(report: dict[str, Any]) -> list[Finding]:
     """The report's diagnostics grouped by cause (code, location, message up to the metric), errors first."""
-    types = {(layer["path"], layer["call_index"]): layer["type"].rpartition(".")[2] for layer in report["layers"]}
+    types = {call_key(layer): layer["type"].rpartition(".")[2] for layer in report["layers"]}
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for item in report["diagnostics"]:
         metric = item.get("metric") or ""

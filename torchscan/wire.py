@@ -15,8 +15,8 @@ This module deliberately does not use ``from __future__ import annotations``: un
 ``__required_keys__`` (which the test compares with the schema). Forward references are quoted instead.
 """
 
-from collections.abc import Iterable
-from typing import Literal, NotRequired, TypeAlias, TypedDict, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
 from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
@@ -521,10 +521,10 @@ class Report(TypedDict):
 # -- the (path, call_index) index ----------------------------------------------------------------------------------
 
 #: Any record that names a layer call: a `LayerRecord`, `CallReference`, `TrainingLayer` or `SavedByLayer`.
-Call = TypeVar("Call", bound=CallReference)
+Call = TypeVar("Call", bound=Mapping[str, Any])
 
 
-def call_key(record: CallReference) -> CallKey:
+def call_key(record: Mapping[str, Any]) -> CallKey:
     """The ``(path, call_index)`` of a record that names a layer call (any TypedDict with both fields)."""
     return record["path"], record["call_index"]
 
@@ -535,17 +535,17 @@ def index_by_call(records: Iterable[Call]) -> dict[CallKey, Call]:
     for record in records:
         key = call_key(record)
         if key in index:
-            raise ValueError(f"more than one record for path {key[0]!r}, call_index {key[1]}")
+            raise ValueError(f"more than one layer record for path {key[0]!r}, call_index {key[1]}")
         index[key] = record
     return index
 
 
-def positions_by_call(records: Iterable[CallReference]) -> dict[CallKey, int]:
+def positions_by_call(records: Iterable[Mapping[str, Any]]) -> dict[CallKey, int]:
     """The position of each record in ``records`` by ``(path, call_index)``; ``ValueError`` on a repeated key."""
     positions: dict[CallKey, int] = {}
     for position, record in enumerate(records):
         key = call_key(record)
         if key in positions:
-            raise ValueError(f"more than one record for path {key[0]!r}, call_index {key[1]}")
+            raise ValueError(f"more than one layer record for path {key[0]!r}, call_index {key[1]}")
         positions[key] = position
     return positions

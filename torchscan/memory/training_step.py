@@ -22,6 +22,7 @@ from torch import nn
 from ..results import MODULE_CALL
 from ..tracing import open_call
 from ..values import tensors_in
+from ..wire import call_key
 from .forward import (
     BUFFERS,
     INPUTS,
@@ -66,7 +67,7 @@ class StepMemory:
             record.category = SAVED
             call = open_call(self.probe.stack) if self.probe is not None else None
             if call is not None:
-                owner = (call["path"], call["call_index"])
+                owner = call_key(call)
                 self.saved_by[owner] = self.saved_by.get(owner, 0) + record.nbytes
         return tensor
 

@@ -14,6 +14,7 @@ from typing import Any
 from ..crawler import IncompleteAnalysisError
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
 from ..results import DIRECT, INCLUSIVE, MODEL, ROOT_LABEL, MetricResult, add_results, not_requested
+from ..wire import call_key, positions_by_call
 
 TRAINING_VERSION = 1
 LOSS = "loss"
@@ -71,11 +72,11 @@ def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[s
     direct = [phases.backward.get(index, empty) for index in range(len(layers))]
     flops = [scope.flops for scope in direct]
     uncounted = [scope.uncounted for scope in direct]
-    position = {(layer["path"], layer["call_index"]): index for index, layer in enumerate(layers)}
+    position = positions_by_call(layers)
     for index in range(len(layers) - 1, -1, -1):  # children start after their parent: they are added first
         parent = layers[index]["parent"]
         if parent is not None:
-            into = position[(parent["path"], parent["call_index"])]
+            into = position[call_key(parent)]
             flops[into] += flops[index]
             uncounted[into] = uncounted[into] or uncounted[index]
     return [{"path": layer["path"], "call_index": layer["call_index"],

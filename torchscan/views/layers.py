@@ -13,6 +13,7 @@ from typing import Any
 
 from ..findings import METRIC_LABELS, layer_label
 from ..results import METRIC_UNITS, ROOT_LABEL, SUBTREE, SUMMABLE_METRICS, MetricResult, add_results
+from ..wire import call_key, positions_by_call
 from .breakdown import PartRow, part_rows
 from .cells import EMPTY, Cell, metric_cell, parameter_cell
 from .formatting import exact_count, format_percent
@@ -134,14 +135,14 @@ class LayerRow:
 def layer_rows(report: dict[str, Any]) -> list[LayerRow]:
     """One row per layer call in call-start (pre-)order, with subtree extents for the collapsible tree."""
     layers = report["layers"]
-    position = {(layer["path"], layer["call_index"]): index for index, layer in enumerate(layers)}
+    position = positions_by_call(layers)
     parents = [position.get((layer["parent"]["path"], layer["parent"]["call_index"])) if layer["parent"] else None
                for layer in layers]
     ends = subtree_ends(parents)
     sums = {name: _subtree_sums(layers, parents, name) for name in SUMMABLE_METRICS}
     problems = _problems(report["diagnostics"])
     model = ModelTotals.of(report)
-    return [_row(index, layer, parents[index], ends[index], sums, problems.get((layer["path"], layer["call_index"])),
+    return [_row(index, layer, parents[index], ends[index], sums, problems.get(call_key(layer)),
                  model) for index, layer in enumerate(layers)]
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..findings import layer_label
+from ..wire import call_key
 from .cells import Cell, metric_cell
 from .formatting import format_percent
 
@@ -174,7 +175,7 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
     """The training step's peak breakdown and the calls that saved the most for backward, or None without one."""
     if section is None:
         return None
-    types = {(layer["path"], layer["call_index"]): layer["type"].rpartition(".")[2] for layer in layers}
+    types = {call_key(layer): layer["type"].rpartition(".")[2] for layer in layers}
     saved = sorted((item for item in section["saved_by_layer"] if _known(item["bytes"]) > 0),
                    key=lambda item: -_known(item["bytes"]))
     return TrainingMemory(
@@ -183,7 +184,7 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
         operator=section["peak_operator"] or NO_OPERATOR,
         parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS),
         top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
-                              types.get((item["path"], item["call_index"]), ""), metric_cell(item["bytes"]))
+                              types.get(call_key(item), ""), metric_cell(item["bytes"]))
                    for item in saved[:limit]])
 
 

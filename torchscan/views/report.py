@@ -15,6 +15,7 @@ from typing import Any
 from ..diagnostics import CODES
 from ..findings import METRIC_LABELS, Finding, causes, findings, incomplete_summary
 from ..results import ROOT_LABEL, SUMMABLE_METRICS
+from ..wire import call_key
 from .breakdown import PartRow
 from .cells import PART_STATUS, Cell, cell_markers, legend, metric_cell, parameter_cell, worst_status
 from .formatting import exact_count, format_bytes, format_count, format_parameters
@@ -237,14 +238,14 @@ def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]
     """Each subtree owner with the metrics it owns and the rows it covers."""
     covered: dict[tuple[str, int], list[str]] = {}
     for layer in report["layers"]:
-        for owner in {(ref["path"], ref["call_index"]) for ref in layer.get("metric_owners", {}).values()}:
+        for owner in {call_key(ref) for ref in layer.get("metric_owners", {}).values()}:
             covered.setdefault(owner, []).append(layer_label(layer["path"], layer["call_index"]))
     views = []
     for layer, row in zip(report["layers"], rows, strict=True):  # rows: layer_rows(report), one per layer
         owned = owned_metrics(layer)
         if owned:
             views.append(OwnerView(row.label, row.type_name, ", ".join(owned),
-                                   covered.get((layer["path"], layer["call_index"]), [])))
+                                   covered.get(call_key(layer), [])))
     return views
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..wire import call_key, index_by_call
 from .cells import Cell, metric_cell
 from .layers import layer_label
 
@@ -76,11 +77,11 @@ def top_backward_layers(layers: list[dict[str, Any]], backward: list[dict[str, A
     """The ``limit`` layer calls with the most direct backward FLOPs (ties in call order), zero-cost calls left out.
 
     Calls are joined by ``(path, call_index)``: the forward may come from another analysis of the same call."""
-    by_key = {(layer["path"], layer["call_index"]): layer for layer in layers}
+    by_key = index_by_call(layers)
     ranked = sorted((item for item in backward if _known(item["backward_flops"]["direct"]) > 0),
                     key=lambda item: -_known(item["backward_flops"]["direct"]))
-    return [_training_layer(by_key[(item["path"], item["call_index"])], item["backward_flops"]["direct"])
-            for item in ranked[:limit] if (item["path"], item["call_index"]) in by_key]
+    return [_training_layer(by_key[call_key(item)], item["backward_flops"]["direct"])
+            for item in ranked[:limit] if call_key(item) in by_key]
 
 
 def _training_layer(layer: dict[str, Any], backward: dict[str, Any]) -> TrainingLayer:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .catalog import CatalogView, EntrySummary, summarize_run
+from .catalog import CatalogView, EntrySummary, entry_summary
 from .documents import SITE_PAGES, catalog_files, entry_files
 from .registry import Entry
 from .render_cache import RenderCache, catalog_key, drawing_context, entry_key
@@ -48,19 +48,18 @@ class Drawn:
 
 @dataclass(frozen=True)
 class EntryTask:
-    """What a child process needs to draw one entry: the registry entry, its runs' results, strictness."""
+    """What a child process needs to draw one entry: the registry entry, its runs' results by stem, strictness."""
 
     entry: Entry
-    results: list[dict[str, Any]]
+    results: dict[str, dict[str, Any]]
     strict: bool
     templates: Path | None
 
 
 def draw_entry(task: EntryTask) -> dict[str, str]:
-    """One entry's files, from its registry entry and results (run in a child process)."""
-    runs = [summarize_run(run, result, task.strict) for run, result in zip(task.entry.runs, task.results,
-                                                                           strict=True)]
-    return entry_files(EntrySummary(task.entry, runs), task.templates)
+    """One entry's files, from its registry entry and results (run in a child process): summarized by the
+    catalog's own `entry_summary`, so a sweep's curves and JSON are drawn as in this process."""
+    return entry_files(entry_summary(task.entry, task.results, task.strict), task.templates)
 
 
 def draw_build(catalog: CatalogView, catalog_page: str, strict: bool, templates: Path | None, cache: RenderCache,
@@ -110,7 +109,8 @@ def _draw_entries(pool: ProcessPoolExecutor | None, entries: list[EntrySummary],
     """The entries' files in order: submitted to the pool at once, or drawn here one by one as they are read."""
     if pool is None:
         return (entry_files(entry, templates) for entry in entries)
-    tasks = [EntryTask(entry.entry, [run.result for run in entry.runs], strict, templates) for entry in entries]
+    tasks = [EntryTask(entry.entry, {run.stem: run.result for run in entry.runs}, strict, templates)
+             for entry in entries]
     return pool.map(draw_entry, tasks, chunksize=max(1, len(tasks) // (jobs * 4)))
 
 

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torchscan.report.build import BuildOptions, BuildResult, build
-from torchscan.report.cache import CACHE_FOLDER, LAST_GOOD_INDEX
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import CACHE_FOLDER, LAST_GOOD_INDEX
 
 REGISTRY = """
 [[models]]

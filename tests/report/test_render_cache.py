@@ -12,8 +12,8 @@ from pathlib import Path
 from builds import REGISTRY, build_into, drawn_counts, overridden_templates, setup_registry
 from e2e import write_models
 
-from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.render_cache import RENDER_FOLDER
+from torchscan.report.output.render_cache import RENDER_FOLDER
+from torchscan.report.runs.result_cache import CACHE_FOLDER
 
 
 def render_entries(site: Path) -> list[Path]:

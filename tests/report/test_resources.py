@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from torchscan.report.cache import cache_key
-from torchscan.report.registry import RegistryError, load_registry
-from torchscan.report.resources import dask_resources, parse_memory, require_device
+from torchscan.report.registry.parsing import RegistryError, load_registry
+from torchscan.report.registry.placement import dask_resources, parse_memory, require_device
+from torchscan.report.runs.result_cache import cache_key
 
 ENTRY = """
 [[models]]

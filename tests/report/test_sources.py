@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchscan.report.sources import callable_problem, locate_module, top_level_names
+from torchscan.report.registry.callables import callable_problem, locate_module, top_level_names
 
 
 def make_package(root: Path) -> None:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .registry import Registry, RegistryError, load_registry
-from .runner import ISOLATION_MODES, default_jobs
-from .wording import plural
+from .registry.parsing import Registry, RegistryError, load_registry
+from .review.wording import plural
+from .runs.runner import ISOLATION_MODES, default_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
 SCHEDULER_VARIABLE = "TORCHSCAN_SCHEDULER"
@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from .build import BuildOptions, OutputFolderError, build
-    from .cluster import ClusterError
-    from .progress import make_progress
-    from .site import SiteBuildError
+    from .runs.dask_session import ClusterError
+    from .runs.progress import make_progress
+    from .site.mkdocs_site import SiteBuildError
 
     registry = load_registry(args.registry)
     options = BuildOptions(output=args.output, jobs=args.jobs, timeout=args.timeout, use_cache=not args.no_cache,
@@ -125,8 +125,8 @@ def _build(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str], None]) -> Iterator[Any]:
     """The build's ExecutorFactory: isolated local processes, or the executor of a Dask session held meanwhile."""
-    from .cluster import ClusterError, DaskSession
-    from .runner import executor_factory
+    from .runs.dask_session import ClusterError, DaskSession
+    from .runs.runner import executor_factory
 
     if args.scheduler is None:
         if args.ship_code:
@@ -139,7 +139,7 @@ def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .documents import render_report_file
+    from .output.documents import render_report_file
 
     kind = _kind_or_exit(args.output)
     report = _read_report(args.report)
@@ -156,8 +156,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .diff_view import diff_view
-    from .documents import diff_document
+    from .output.documents import diff_document
+    from .review.report_diff import diff_view
 
     if args.before.is_dir() or args.after.is_dir():
         problem = _mixed_sides(args.before, args.after)
@@ -182,9 +182,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _catalog_diff(args: argparse.Namespace) -> int:
     """``diff OLD NEW`` of two built sites or report folders: one row per entry, one verdict, budgets per entry."""
-    from .catalog_diff import catalog_diff_view
-    from .catalog_index import CatalogReadError, read_catalog
-    from .documents import catalog_diff_document
+    from .output.documents import catalog_diff_document
+    from .review.catalog_diff import catalog_diff_view
+    from .review.catalog_index import CatalogReadError, read_catalog
 
     kind = _kind_or_exit(args.output)
     if kind is None:
@@ -236,7 +236,7 @@ def _diff_verdict(view: Any, require_same_model: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .sources import callable_problem
+    from .registry.callables import callable_problem
 
     registry: Registry = load_registry(args.registry)
     problems = []
@@ -257,7 +257,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _kind_or_exit(path: Path) -> str | None:
-    from .render import output_kind
+    from .output.templates import output_kind
 
     try:
         return output_kind(path)
@@ -293,7 +293,7 @@ def _positive_int(text: str) -> int:
 
 
 def _budget(text: str) -> Any:
-    from .budgets import parse_budget
+    from .review.budgets import parse_budget
 
     try:
         return parse_budget(text)
@@ -309,7 +309,7 @@ def _positive_float(text: str) -> float:
 
 
 def _scheduler(text: str) -> str | int:
-    from .cluster import parse_scheduler
+    from .runs.dask_session import parse_scheduler
 
     try:
         return parse_scheduler(text)

@@ -13,7 +13,8 @@ import pytest
 
 from torchscan.curves.cost_curve import evaluate_piece
 from torchscan.curves.schema import validate_cost_curve
-from torchscan.report.registry.parsing import Entry, InputSpec, load_registry
+from torchscan.report.registry.jobs import InputSpec
+from torchscan.report.registry.parsing import Entry, load_registry
 from torchscan.report.review.sweep_record import sweep_record
 from torchscan.report.runs.worker import analyze_run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ...schema import SCHEMA_VERSION
-from ..registry.parsing import LAST_GOOD_SUFFIX
+from ..registry.jobs import LAST_GOOD_SUFFIX
 from ..registry.sweeps import Sweep
 from .catalog_view import CatalogView, RunSummary
 from .sweep_record import sweep_stem

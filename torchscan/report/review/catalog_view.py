@@ -13,7 +13,8 @@ from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from ...views.sweep import SweepView, sweep_view
 from ...views.training import TrainingView
-from ..registry.parsing import LAST_GOOD_SUFFIX, Entry, Registry, Run
+from ..registry.jobs import LAST_GOOD_SUFFIX, Run
+from ..registry.parsing import Entry, Registry
 from .sweep_record import sweep_record
 from .wording import count_text, plural
 

@@ -16,7 +16,7 @@ from concurrent.futures import Executor, Future, as_completed
 from pathlib import Path
 from typing import Any
 
-from ..registry.parsing import Run
+from ..registry.jobs import Run
 from .isolated_executor import IsolatedProcessExecutor, NamedFunction, TaskRaised, TaskTimeout, WorkerDied
 from .progress import Progress
 from .result_cache import ResultCache, cache_key, installed_torch_version

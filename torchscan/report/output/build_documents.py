@@ -2,14 +2,15 @@
 inputs are unchanged, the rest spread over ``--jobs`` processes.
 
 matplotlib drawing is CPU-bound and holds the GIL, so the entries to draw go to a process pool (forked on Linux,
-where a child starts at once with everything imported; spawned elsewhere). A child recomputes the entry's view
-from the same registry entry and results, and the drawing is deterministic (fixed matplotlib settings, ids derived
-from content), so the files are the same bytes whichever process drew them. The catalog is drawn in this process
+where a child starts at once with everything imported; spawned elsewhere). A child summarizes the entry again from
+the same registry entry and results with the catalog's own `entry_summary`, and the drawing is deterministic (fixed
+matplotlib settings, ids derived from content), so the files are the same bytes whichever process drew them. The catalog is drawn in this process
 meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import sys
 from collections.abc import Iterator
@@ -46,20 +47,10 @@ class Drawn:
                 self.files[path] = text
 
 
-@dataclass(frozen=True)
-class EntryTask:
-    """What a child process needs to draw one entry: the registry entry, its runs' results by stem, strictness."""
-
-    entry: Entry
-    results: dict[str, dict[str, Any]]
-    strict: bool
-    templates: Path | None
-
-
-def draw_entry(task: EntryTask) -> dict[str, str]:
-    """One entry's files, from its registry entry and results (run in a child process): summarized by the
-    catalog's own `entry_summary`, so a sweep's curves and JSON are drawn as in this process."""
-    return entry_files(entry_summary(task.entry, task.results, task.strict), task.templates)
+def draw_entry(entry: Entry, results: dict[str, dict[str, Any]], strict: bool, templates: Path | None
+               ) -> dict[str, str]:
+    """One entry's files from its registry entry and its runs' results by stem (in a child process)."""
+    return entry_files(entry_summary(entry, results, strict), templates)
 
 
 def draw_build(catalog: CatalogView, catalog_page: str, strict: bool, templates: Path | None, cache: RenderCache,
@@ -109,9 +100,9 @@ def _draw_entries(pool: ProcessPoolExecutor | None, entries: list[EntrySummary],
     """The entries' files in order: submitted to the pool at once, or drawn here one by one as they are read."""
     if pool is None:
         return (entry_files(entry, templates) for entry in entries)
-    tasks = [EntryTask(entry.entry, {run.stem: run.result for run in entry.runs}, strict, templates)
-             for entry in entries]
-    return pool.map(draw_entry, tasks, chunksize=max(1, len(tasks) // (jobs * 4)))
+    results = [{run.stem: run.result for run in entry.runs} for entry in entries]
+    return pool.map(functools.partial(draw_entry, strict=strict, templates=templates), [e.entry for e in entries],
+                    results, chunksize=max(1, len(entries) // (jobs * 4)))
 
 
 def _catalog(cache: RenderCache, key: str, catalog: CatalogView, catalog_page: str, templates: Path | None

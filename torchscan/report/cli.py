@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -267,17 +266,14 @@ def _kind_or_exit(path: Path) -> str | None:
 
 
 def _read_report(path: Path) -> dict[str, Any] | None:
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        print(f"error: cannot read the report {path}: {error}", file=sys.stderr)
-        return None
-    from ..schema import SCHEMA_VERSION
+    """The report at ``path``, read as a catalog diff reads one; None (the error printed) when it is not one."""
+    from .review.catalog_index import CatalogReadError, read_report
 
-    if not isinstance(report, dict) or report.get("schema_version") != SCHEMA_VERSION or "layers" not in report:
-        print(f"error: {path} is not a TorchScan report (schema_version {SCHEMA_VERSION})", file=sys.stderr)
+    try:
+        return read_report(path)
+    except CatalogReadError as error:
+        print(f"error: {error}", file=sys.stderr)
         return None
-    return report
 
 
 def _write_output(path: Path, text: str) -> None:

@@ -82,6 +82,9 @@ def test_two_jobs_build_sweeps_training_steps_and_memory_as_one_job_does(tmp_pat
         assert b"Forward peak" in files["models/trained.html"] and b"Training step" in files["models/trained.html"]
     assert sorted(pooled) == sorted(alone)
     assert [path for path in alone if pooled[path] != alone[path]] == []
+    # What the pool stored in the render cache is what one process draws: a one-job rebuild reuses it as is.
+    rebuilt, progress = build_into(tmp_path, "pooled", jobs=1)
+    assert drawn_counts(progress) == (0, 4) and rebuilt == alone
 
 
 def test_corrupt_or_mislabelled_cache_entries_are_drawn_again(tmp_path: Path) -> None:

@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from torchscan.report.cluster import DaskSession  # noqa: E402
-from torchscan.report.executor import IsolatedProcessExecutor  # noqa: E402
+from torchscan.report.runs.dask_session import DaskSession  # noqa: E402
+from torchscan.report.runs.isolated_executor import IsolatedProcessExecutor  # noqa: E402
 
 TRIVIAL = {"entry": "identity", "variant": None, "stem": "identity", "folder": str(ROOT), "factory":
            "torch.nn:Identity", "kwargs": {}, "inputs": {"shapes": [[4]], "dtypes": None}, "device": "cpu"}
@@ -60,7 +60,7 @@ def differences(left: Path, right: Path) -> list[str]:
 
 
 def timed_run(executor) -> float:
-    from torchscan.report.worker import analyze_run
+    from torchscan.report.runs.worker import analyze_run
 
     started = time.perf_counter()
     result = executor.submit(analyze_run, dict(TRIVIAL)).result()

@@ -48,9 +48,10 @@ def test_an_installed_wheel_finds_its_templates_assets_and_docs(built_package: P
     assert (built_package / "torchscan" / "curves" / "cost_curve.schema.json").is_file()
     # Imported from the installed layout (not this checkout), the renderer and the site builder find their files.
     script = (
-        "import torchscan.report.render as r, torchscan.report.site as s; from torch import nn\n"
+        "import torchscan.report.output.templates as r, torchscan.report.site.mkdocs_site as s\n"
+        "from torch import nn\n"
         "from torchscan import crawl_module\n"
-        "from torchscan.report.documents import render_report_file\n"
+        "from torchscan.report.output.documents import render_report_file\n"
         "print(r.__file__); print(r.template_folder()); print(s.methodology_source())\n"
         "html = render_report_file(crawl_module(nn.Linear(2, 2), (2,)), 'html', title='wheel')\n"
         "print('<title>wheel' in html and 'data-ts-tree' in html)\n"

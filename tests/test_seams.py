@@ -137,8 +137,8 @@ def _record_writes(tree: ast.Module) -> list[int]:
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, ast.AugAssign) else []
-        for target in [item for target in targets
-                       for item in (target.elts if isinstance(target, ast.Tuple) else [target])]:
+        for target in [item for assigned in targets
+                       for item in (assigned.elts if isinstance(assigned, ast.Tuple) else [assigned])]:
             while isinstance(target, ast.Subscript):
                 target = target.value
                 if isinstance(target, ast.Name) and target.id in ("layer", "record"):

@@ -12,10 +12,10 @@ from pathlib import Path
 from e2e import write_models
 
 from torchscan.report.build import BuildOptions, build
-from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
-from torchscan.report.render import template_folder
+from torchscan.report.output.templates import template_folder
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import CACHE_FOLDER
 
 #: Four entries (a pool draws from four on), one with two variants, one failing.
 REGISTRY = """

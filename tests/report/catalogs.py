@@ -10,10 +10,10 @@ from typing import Any
 from torch import nn
 
 from torchscan import crawl_module
-from torchscan.report.catalog import CatalogView, catalog_view
-from torchscan.report.documents import SITE_PAGES, catalog_files
-from torchscan.report.registry import Registry, load_registry
-from torchscan.report.site import SiteContent, build_site
+from torchscan.report.output.documents import SITE_PAGES, catalog_files
+from torchscan.report.registry.parsing import Registry, load_registry
+from torchscan.report.review.catalog_view import CatalogView, catalog_view
+from torchscan.report.site.mkdocs_site import SiteContent, build_site
 
 FAILED_EVERY = 50
 

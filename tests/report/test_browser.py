@@ -10,7 +10,7 @@ from e2e import Build
 from torch import nn
 
 from torchscan import crawl_module
-from torchscan.report.documents import render_report_file
+from torchscan.report.output.documents import render_report_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 VISIBLE_ROWS = ".ts-tree-table tbody tr:not([hidden])"

@@ -12,10 +12,10 @@ from e2e import write_models
 
 import torchscan
 from torchscan.report.build import MARKER, BuildOptions, BuildResult, OutputFolderError, build, previous_output
-from torchscan.report.catalog import catalog_view
-from torchscan.report.progress import Progress, outcome_label
-from torchscan.report.registry import load_registry
-from torchscan.report.site import folder_nav, methodology_source, theme_safe
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.review.catalog_view import catalog_view
+from torchscan.report.runs.progress import Progress, outcome_label
+from torchscan.report.site.mkdocs_site import folder_nav, methodology_source, theme_safe
 
 REGISTRY = """
 [catalog]

@@ -13,12 +13,12 @@ import pytest
 from browser import new_tab
 from torchscan_testing import documented_file
 
-from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, build
-from torchscan.report.catalog_index import CATALOG_INDEX
 from torchscan.report.cli import main
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.review.budgets import parse_budget
+from torchscan.report.review.catalog_index import CATALOG_INDEX
+from torchscan.report.runs.progress import Progress
 
 OLD_MODELS = """from torch import nn
 

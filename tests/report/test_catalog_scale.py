@@ -9,9 +9,15 @@ from pathlib import Path
 import pathspec
 from catalogs import FAILED_EVERY, catalog_site, synthetic_catalog
 
-from torchscan.report.charts import catalog_charts
-from torchscan.report.charts.catalog_comparison import LABEL_ALL
-from torchscan.report.site import MODEL_PAGES_PATTERN, NAV_MODEL_PAGES, SiteContent, _catalog_nav, not_in_nav
+from torchscan.report.output.charts import catalog_charts
+from torchscan.report.output.charts.catalog_comparison import LABEL_ALL
+from torchscan.report.site.mkdocs_site import (
+    MODEL_PAGES_PATTERN,
+    NAV_MODEL_PAGES,
+    SiteContent,
+    _catalog_nav,
+    not_in_nav,
+)
 
 
 def test_tag_counts_list_each_tag_once_with_its_entries(tmp_path: Path) -> None:

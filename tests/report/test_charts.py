@@ -16,8 +16,7 @@ from browser import new_tab
 from torch import nn
 
 from torchscan import ModuleCall, ModuleHandler, crawl_module
-from torchscan.report.catalog import catalog_view
-from torchscan.report.charts import (
+from torchscan.report.output.charts import (
     Amount,
     Chart,
     catalog_charts,
@@ -25,15 +24,16 @@ from torchscan.report.charts import (
     report_charts,
     total_of,
 )
-from torchscan.report.diff_view import diff_view
-from torchscan.report.documents import (
+from torchscan.report.output.documents import (
     catalog_markdown,
     entry_markdown,
     render_diff_file,
     render_report_file,
     report_html,
 )
-from torchscan.report.registry import load_registry
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.review.catalog_view import catalog_view
+from torchscan.report.review.report_diff import diff_view
 from torchscan.views import EMPTY, Cell, LayerRow, ReportView, report_view
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,7 +255,7 @@ def test_two_renders_are_byte_identical_in_and_across_processes(cnn_report: dict
     first = render_report_file(cnn_report, "html", title="cnn")
     assert render_report_file(cnn_report, "html", title="cnn") == first
     (tmp_path / "report.json").write_text(__import__("json").dumps(cnn_report), encoding="utf-8")
-    script = ("import json, sys; from torchscan.report.documents import render_report_file; "
+    script = ("import json, sys; from torchscan.report.output.documents import render_report_file; "
               "sys.stdout.write(render_report_file(json.load(open(sys.argv[1])), 'html', title='cnn'))")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "12345"}
     other = subprocess.run([sys.executable, "-c", script, str(tmp_path / "report.json")], capture_output=True,
@@ -350,7 +350,7 @@ def test_an_owner_with_a_breakdown_is_drawn_by_block_attention_against_feed_forw
 
 
 def test_every_model_of_a_catalog_gets_its_own_colour() -> None:
-    from torchscan.report.charts.style import distinct_colours
+    from torchscan.report.output.charts.style import distinct_colours
 
     for count in (3, 8, 14, 16, 40):
         colours = distinct_colours(count)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from e2e import BROKEN_REGISTRY, Build, run_cli, write_models
 
-from torchscan.report.site import methodology_source
+from torchscan.report.site.mkdocs_site import methodology_source
 
 SCRIPT = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -178,9 +178,9 @@ def test_render_and_diff_commands(broken_build: Build, tmp_path: Path) -> None:
 @pytest.mark.parametrize("strict", [False, True])
 def test_strict_flag_fails_incomplete_entries(tmp_path: Path, strict: bool) -> None:
     """--strict turns an incomplete analysis into a failure (checked on the views: no extra build needed)."""
-    from torchscan.report.catalog import catalog_view
-    from torchscan.report.registry import load_registry
-    from torchscan.report.worker import analyze_run
+    from torchscan.report.registry.parsing import load_registry
+    from torchscan.report.review.catalog_view import catalog_view
+    from torchscan.report.runs.worker import analyze_run
 
     write_models(tmp_path)
     (tmp_path / "models.toml").write_text(

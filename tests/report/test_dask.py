@@ -29,14 +29,14 @@ from dask_cluster import (
 )
 from e2e import ROOT, console_script, run_cli
 
-from torchscan.report import cluster
 from torchscan.report.build import BuildOptions, build
-from torchscan.report.cache import ResultCache
 from torchscan.report.cli import main
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
-from torchscan.report.runner import run_all
-from torchscan.report.worker import analyze_run
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs import dask_session as cluster
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import ResultCache
+from torchscan.report.runs.runner import run_all
+from torchscan.report.runs.worker import analyze_run
 
 TIMEOUT = "20"
 
@@ -166,7 +166,7 @@ def test_version_mismatch_is_an_error_naming_both_versions(shared: LoopbackClust
 def test_a_worker_that_joins_later_with_other_versions_records_its_runs_as_failed(
         shared: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The check before submitting sees only the workers present then; each run checks its own worker again."""
-    from torchscan.report.cluster_task import environment
+    from torchscan.report.runs.dask_task import environment
 
     job = load_registry(write_registry(tmp_path, CUDA_REGISTRY.replace('"cuda"', '"cpu"'))).runs[0].to_job(tmp_path)
     with cluster.DaskSession(shared.address) as session:
@@ -179,7 +179,7 @@ def test_a_worker_that_joins_later_with_other_versions_records_its_runs_as_faile
 
 
 def test_daemonic_workers_and_other_torch_releases_are_refused() -> None:
-    from torchscan.report.cluster_task import environment, environment_problem
+    from torchscan.report.runs.dask_task import environment, environment_problem
 
     found = {**environment(), "daemon": True}
     problem = environment_problem(found, cluster.client_environment(), "the Dask worker tcp://w:1")

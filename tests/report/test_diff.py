@@ -15,8 +15,8 @@ from torch import nn
 from torchscan_testing import documented_file
 
 from torchscan import crawl_module
-from torchscan.report.budgets import check_budgets, parse_budget, percent_change
-from torchscan.report.diff_view import percent_text
+from torchscan.report.review.budgets import check_budgets, parse_budget, percent_change
+from torchscan.report.review.report_diff import percent_text
 
 SEQUENTIAL = "torch.nn.modules.container.Sequential"
 

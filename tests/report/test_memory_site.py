@@ -14,15 +14,15 @@ import pytest
 from torchscan_testing import with_memory
 
 from torchscan import compare_reports
-from torchscan.report.budgets import parse_budget
-from torchscan.report.catalog import NO_MEMORY, catalog_view
-from torchscan.report.catalog_diff import catalog_diff_view
-from torchscan.report.catalog_index import Catalog, CatalogRun
-from torchscan.report.charts.memory_breakdown import memory_chart, memory_charts
-from torchscan.report.diff_view import diff_view
-from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
-from torchscan.report.registry import Registry, load_registry
-from torchscan.report.worker import analyze_run
+from torchscan.report.output.charts.memory_breakdown import memory_chart, memory_charts
+from torchscan.report.output.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
+from torchscan.report.registry.parsing import Registry, load_registry
+from torchscan.report.review.budgets import parse_budget
+from torchscan.report.review.catalog_diff import catalog_diff_view
+from torchscan.report.review.catalog_index import Catalog, CatalogRun
+from torchscan.report.review.catalog_view import NO_MEMORY, catalog_view
+from torchscan.report.review.report_diff import diff_view
+from torchscan.report.runs.worker import analyze_run
 from torchscan.views import report_view
 from torchscan.views.formatting import format_bytes
 
@@ -314,9 +314,9 @@ def memory_site(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import io
     from concurrent.futures import ThreadPoolExecutor
 
-    from torchscan.report import worker
     from torchscan.report.build import BuildOptions, build
-    from torchscan.report.progress import Progress
+    from torchscan.report.runs import worker
+    from torchscan.report.runs.progress import Progress
 
     analyze = worker.analyze_model
     monkeypatch.setattr(worker, "analyze_model", lambda *args: with_memory(analyze(*args)))
@@ -357,7 +357,7 @@ def test_a_catalog_review_with_memory_columns_fits_1280_px(chromium: object, mem
 
     from browser import new_tab
 
-    from torchscan.report.documents import catalog_diff_document
+    from torchscan.report.output.documents import catalog_diff_document
 
     reports = {path.stem: json.loads(path.read_text(encoding="utf-8"))
                for path in sorted((memory_build / "reports").glob("*.json"))}

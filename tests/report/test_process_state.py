@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from e2e import run_cli, write_models
 
-from torchscan.report.cache import ResultCache
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
-from torchscan.report.runner import isolated_executor, run_all
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import ResultCache
+from torchscan.report.runs.runner import isolated_executor, run_all
 
 #: A factory that leaves its process changed: a global forward hook that zeroes every output, float64 as the
 #: default dtype, grad mode off, a reseeded RNG, and a module-level counter of its own.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from torchscan.report.progress import Progress, outcome_label
+from torchscan.report.runs.progress import Progress, outcome_label
 
 
 def failed(layer: str | None = None) -> dict:

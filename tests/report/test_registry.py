@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchscan.report.registry import RegistryError, load_registry
+from torchscan.report.registry.parsing import RegistryError, load_registry
 
 
 def write(tmp_path: Path, text: str, name: str = "models.toml") -> Path:
@@ -220,7 +220,7 @@ input_shape = [4]
 
 def test_the_project_registry_is_valid_and_every_callable_exists() -> None:
     """site_models/models.toml: at least 12 entries, the families the catalog promises, nothing missing."""
-    from torchscan.report.sources import callable_problem
+    from torchscan.report.registry.callables import callable_problem
 
     registry = load_registry(Path(__file__).resolve().parents[2] / "site_models" / "models.toml")
     assert len(registry.entries) >= 12 and registry.mkdocs is not None and registry.mkdocs.name == "mkdocs.yml"

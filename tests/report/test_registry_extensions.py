@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from torchscan.report.build import BuildOptions, build
-from torchscan.report.cache import cache_key
 from torchscan.report.cli import main
-from torchscan.report.progress import Progress
-from torchscan.report.registry import RegistryError, load_registry
-from torchscan.report.worker import analyze_run
+from torchscan.report.registry.parsing import RegistryError, load_registry
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import cache_key
+from torchscan.report.runs.worker import analyze_run
 
 MODELS = '''
 import math

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from torchscan.report.registry import RegistryError, load_registry
-from torchscan.report.resources import GPU_RESOURCE, dask_resources
-from torchscan.report.worker import analyze_run
+from torchscan.report.registry.parsing import RegistryError, load_registry
+from torchscan.report.registry.placement import GPU_RESOURCE, dask_resources
+from torchscan.report.runs.worker import analyze_run
 
 MODELS = '''
 import torch

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from torchscan.report.registry import RegistryError, load_registry
+from torchscan.report.registry.parsing import RegistryError, load_registry
 
 SWEPT = """
 [[models]]

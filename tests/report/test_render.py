@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from torchscan import compare_reports, crawl_module
-from torchscan.report.diff_view import diff_view
-from torchscan.report.documents import render_diff_file, render_report_file
-from torchscan.report.render import environment, markdown_escape, output_kind
+from torchscan.report.output.documents import render_diff_file, render_report_file
+from torchscan.report.output.templates import environment, markdown_escape, output_kind
+from torchscan.report.review.report_diff import diff_view
 from torchscan.views import MARKDOWN_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]

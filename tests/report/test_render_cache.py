@@ -10,9 +10,10 @@ import re
 from pathlib import Path
 
 from builds import REGISTRY, build_into, drawn_counts, overridden_templates, setup_registry
+from e2e import write_models
 
-from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.render_cache import RENDER_FOLDER
+from torchscan.report.output.render_cache import RENDER_FOLDER
+from torchscan.report.runs.result_cache import CACHE_FOLDER
 
 
 def render_entries(site: Path) -> list[Path]:
@@ -40,6 +41,50 @@ def test_a_pool_of_processes_draws_the_same_bytes_as_one_process(tmp_path: Path)
     pooled, progress = build_into(tmp_path, "pooled", jobs=2)
     assert drawn_counts(progress) == (4, 0)
     assert pooled == alone
+
+
+#: Four entries (a pool draws from four on) with every part a model page can have: a sweep (its cost curves, its
+#: JSON and its points' table), a training step, and the memory every analysis traces.
+DRAWN = """
+[[models]]
+name = "swept"
+factory = "e2e_models:tiny"
+input_shape = [3, "{size}", "{size}"]
+sweep = { name = "size", values = [6, 8, 10], default = 8 }
+
+[[models]]
+name = "trained"
+factory = "e2e_models:tiny"
+input_shape = [3, 8, 8]
+training = { optimizer = "sgd" }
+
+[[models]]
+name = "plain"
+factory = "e2e_models:tiny"
+kwargs = { width = 2 }
+input_shape = [3, 8, 8]
+
+[[models]]
+name = "tagger"
+factory = "e2e_models:tagger"
+inputs = "e2e_models:tagger_inputs"
+"""
+
+
+def test_two_jobs_build_sweeps_training_steps_and_memory_as_one_job_does(tmp_path: Path) -> None:
+    write_models(tmp_path)
+    (tmp_path / "models.toml").write_text(DRAWN, encoding="utf-8")
+    alone, _ = build_into(tmp_path, "alone", jobs=1)
+    pooled, progress = build_into(tmp_path, "pooled", jobs=2)
+    assert drawn_counts(progress) == (4, 0)
+    for files in (alone, pooled):
+        assert "reports/swept.sweep.json" in files and b"Cost against size" in files["models/swept.html"]
+        assert b"Forward peak" in files["models/trained.html"] and b"Training step" in files["models/trained.html"]
+    assert sorted(pooled) == sorted(alone)
+    assert [path for path in alone if pooled[path] != alone[path]] == []
+    # What the pool stored in the render cache is what one process draws: a one-job rebuild reuses it as is.
+    rebuilt, progress = build_into(tmp_path, "pooled", jobs=1)
+    assert drawn_counts(progress) == (0, 4) and rebuilt == alone
 
 
 def test_corrupt_or_mislabelled_cache_entries_are_drawn_again(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ import pytest
 import tasks
 import torch_tasks
 
-from torchscan.report.cache import ResultCache
-from torchscan.report.executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
-from torchscan.report.runner import run_all
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs.isolated_executor import IsolatedProcessExecutor, TaskRaised, TaskTimeout, WorkerDied
+from torchscan.report.runs.progress import Progress
+from torchscan.report.runs.result_cache import ResultCache
+from torchscan.report.runs.runner import run_all
 
 ISOLATION = pytest.mark.parametrize("reuse", [True, False], ids=["warm-workers", "process-per-run"])
 
@@ -207,7 +207,7 @@ class Terminal(io.StringIO):
 
 
 def test_progress_is_rich_on_a_terminal_and_plain_lines_otherwise() -> None:
-    from torchscan.report.progress import RichProgress, make_progress
+    from torchscan.report.runs.progress import RichProgress, make_progress
 
     plain = io.StringIO()
     progress = make_progress(plain)
@@ -247,7 +247,7 @@ def test_ctrl_c_kills_the_workers_and_keeps_the_previous_output(isolation: str, 
     from e2e import write_models
 
     from torchscan.report.build import BuildOptions, build
-    from torchscan.report.runner import executor_factory
+    from torchscan.report.runs.runner import executor_factory
 
     write_models(tmp_path)
     registry = load_registry(_write(tmp_path / "models.toml", CTRL_C_REGISTRY))
@@ -277,7 +277,7 @@ def test_local_workers_get_the_analysis_by_its_import_path_and_the_build_never_i
     """The build process hands local workers `analyze_run` by name: importing it (and torch) there cost a build
     with one changed entry over a second before its run was submitted."""
     code = ("import sys, pickle\n"
-            "from torchscan.report.runner import isolated_executor, default_function\n"
+            "from torchscan.report.runs.runner import isolated_executor, default_function\n"
             "executor = isolated_executor(1, 5.0)\n"
             "function = default_function(executor)\n"
             "executor.shutdown()\n"
@@ -286,4 +286,4 @@ def test_local_workers_get_the_analysis_by_its_import_path_and_the_build_never_i
             "print(function.path)\n")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            cwd=Path(__file__).resolve().parents[2])
-    assert found.stdout.strip() == "torchscan.report.worker:analyze_run"
+    assert found.stdout.strip() == "torchscan.report.runs.worker:analyze_run"

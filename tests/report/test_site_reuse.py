@@ -9,8 +9,8 @@ from pathlib import Path
 
 from builds import REGISTRY, build_into, overridden_templates, setup_registry
 
-from torchscan.report.cache import CACHE_FOLDER
-from torchscan.report.render_cache import PAGES_FOLDER
+from torchscan.report.output.render_cache import PAGES_FOLDER
+from torchscan.report.runs.result_cache import CACHE_FOLDER
 
 KEPT = "site unchanged: kept the previous build's site files (MkDocs not run)"
 

@@ -7,8 +7,8 @@ import re
 from typing import Any
 
 from torchscan.curves.cost_curve import fit_curves
-from torchscan.report.charts.sweep_curves import sweep_charts
-from torchscan.report.sweeps import fitted_counts, point_record
+from torchscan.report.output.charts.sweep_curves import sweep_charts
+from torchscan.report.review.sweep_record import fitted_counts, point_record
 from torchscan.views.sweep import sweep_view
 
 SIZES = (128, 256, 512, 1024, 2048)

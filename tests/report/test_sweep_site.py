@@ -15,13 +15,13 @@ from e2e import write_models
 
 from torchscan.curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 from torchscan.curves.schema import validate_cost_curve
-from torchscan.report.budgets import parse_budget
 from torchscan.report.build import BuildOptions, BuildResult, build
-from torchscan.report.catalog_diff import catalog_diff_view
-from torchscan.report.catalog_index import read_catalog
 from torchscan.report.cli import main
-from torchscan.report.progress import Progress
-from torchscan.report.registry import load_registry
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.review.budgets import parse_budget
+from torchscan.report.review.catalog_diff import catalog_diff_view
+from torchscan.report.review.catalog_index import read_catalog
+from torchscan.report.runs.progress import Progress
 
 REGISTRY = """
 [[models]]

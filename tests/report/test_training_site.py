@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from torchscan import crawl_module, crawl_training_step
-from torchscan.report.cache import cache_key
-from torchscan.report.catalog import catalog_view, summarize_run
 from torchscan.report.cli import main
-from torchscan.report.diff_view import diff_view
-from torchscan.report.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
-from torchscan.report.registry import Registry, RegistryError, load_registry
-from torchscan.report.worker import analyze_run
+from torchscan.report.output.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
+from torchscan.report.registry.parsing import Registry, RegistryError, load_registry
+from torchscan.report.review.catalog_view import catalog_view, summarize_run
+from torchscan.report.review.report_diff import diff_view
+from torchscan.report.runs.result_cache import cache_key
+from torchscan.report.runs.worker import analyze_run
 from torchscan.schema import validate_report
 from torchscan.views import metric_cell
 

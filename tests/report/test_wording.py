@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from catalogs import synthetic_registry
 
-from torchscan.report.catalog import catalog_view
-from torchscan.report.charts.amounts import counted
-from torchscan.report.documents import catalog_markdown
-from torchscan.report.wording import count_text, plural
+from torchscan.report.output.charts.amounts import counted
+from torchscan.report.output.documents import catalog_markdown
+from torchscan.report.review.catalog_view import catalog_view
+from torchscan.report.review.wording import count_text, plural
 
 
 @pytest.mark.parametrize("count, singular, many, text", [

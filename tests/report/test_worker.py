@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from torchscan.report.worker import analyze_run
+from torchscan.report.runs.worker import analyze_run
 from torchscan.schema import validate_report
 
 MODELS = '''
@@ -164,7 +164,7 @@ def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not(reuse: b
     so an early Ctrl-C prints no worker tracebacks (the worker module arranges this before importing torch)."""
     import signal
 
-    from torchscan.report.executor import IsolatedProcessExecutor
+    from torchscan.report.runs.isolated_executor import IsolatedProcessExecutor
 
     found = signal.getsignal(signal.SIGINT)  # Python's default handler, or SIG_IGN when launched in the background
     executor = IsolatedProcessExecutor(max_workers=1, reuse=reuse)
@@ -178,6 +178,6 @@ def test_a_spawned_worker_ignores_ctrl_c_and_the_build_process_does_not(reuse: b
 def interrupt_handler() -> int:
     import signal
 
-    import torchscan.report.worker  # noqa: F401 - what a spawned run imports first
+    import torchscan.report.runs.worker  # noqa: F401 - what a spawned run imports first
 
     return int(signal.getsignal(signal.SIGINT))

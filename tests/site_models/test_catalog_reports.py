@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from torchscan_testing import UPDATE_GOLDEN, assert_nothing_shared, golden_text
 
-from torchscan.report.registry import load_registry
-from torchscan.report.worker import analyze_run
+from torchscan.report.registry.parsing import load_registry
+from torchscan.report.runs.worker import analyze_run
 
 REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "site_models" / "models.toml")
 RUNS = [run for entry in REGISTRY.entries for run in entry.runs]

@@ -13,9 +13,10 @@ import pytest
 
 from torchscan.curves.cost_curve import evaluate_piece
 from torchscan.curves.schema import validate_cost_curve
-from torchscan.report.registry import Entry, InputSpec, load_registry
-from torchscan.report.sweeps import sweep_record
-from torchscan.report.worker import analyze_run
+from torchscan.report.registry.jobs import InputSpec
+from torchscan.report.registry.parsing import Entry, load_registry
+from torchscan.report.review.sweep_record import sweep_record
+from torchscan.report.runs.worker import analyze_run
 
 REGISTRY = load_registry(Path(__file__).resolve().parents[2] / "site_models" / "models.toml")
 ENTRIES = {entry.name: entry for entry in REGISTRY.entries}

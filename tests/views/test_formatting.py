@@ -210,11 +210,17 @@ def markdown_cells(text: str) -> list[str]:
 
 def documents(reports: tuple[dict, dict], tmp_path: Path) -> dict[str, tuple[str, list[str]]]:
     """Every document of the report package for these reports: (text, its numeric cells)."""
-    from torchscan.report.budgets import parse_budget
-    from torchscan.report.catalog import catalog_view
-    from torchscan.report.diff_view import diff_view
-    from torchscan.report.documents import catalog_markdown, diff_document, entry_markdown, report_html, report_markdown
-    from torchscan.report.registry import load_registry
+    from torchscan.report.output.documents import (
+        catalog_markdown,
+        diff_document,
+        entry_markdown,
+        report_html,
+        report_markdown,
+    )
+    from torchscan.report.registry.parsing import load_registry
+    from torchscan.report.review.budgets import parse_budget
+    from torchscan.report.review.catalog_view import catalog_view
+    from torchscan.report.review.report_diff import diff_view
 
     (tmp_path / "models.toml").write_text('[[models]]\nname = "wide"\nfactory = "nowhere:wide"\ninput_shape = [4, 8]\n'
                                           '[[models.variants]]\nname = "narrow"\n[[models.variants]]\nname = "broad"\n',
@@ -250,9 +256,9 @@ def test_every_document_writes_numbers_in_the_one_style(reports: tuple[dict, dic
 
 
 def test_chart_ticks_use_the_tables_units(reports: tuple[dict, dict], tmp_path: Path) -> None:
-    from torchscan.report.catalog import catalog_view
-    from torchscan.report.charts import catalog_charts
-    from torchscan.report.registry import load_registry
+    from torchscan.report.output.charts import catalog_charts
+    from torchscan.report.registry.parsing import load_registry
+    from torchscan.report.review.catalog_view import catalog_view
 
     (tmp_path / "models.toml").write_text('[[models]]\nname = "wide"\nfactory = "nowhere:wide"\ninput_shape = [4, 8]\n'
                                           '[[models]]\nname = "broad"\nfactory = "nowhere:broad"\n'

@@ -67,7 +67,7 @@ def view(report: dict) -> ReportView:
 
 def rendered(report: dict) -> dict[str, str]:
     """The three renderings, with the version numbers that change between machines replaced."""
-    from torchscan.report.documents import report_html, report_markdown
+    from torchscan.report.output.documents import report_html, report_markdown
 
     view = report_view(report, title="golden")
     # the SVG charts depend on the matplotlib version; they have tests of their own

@@ -91,7 +91,7 @@ def test_an_unknown_category_has_no_share() -> None:
 
 
 def test_a_trace_on_stand_ins_says_so_beside_its_device() -> None:
-    from torchscan.report.documents import render_report_file
+    from torchscan.report.output.documents import render_report_file
 
     with torch.device("meta"):
         model = nn.Linear(8, 4)

@@ -84,9 +84,9 @@ def test_a_curve_through_lower_bounds_is_points_only_with_the_reason() -> None:
 
 def swept_page(tmp_path: Path) -> str:
     """The portable Markdown page of a swept entry whose points were analyzed in this process."""
-    from torchscan.report.catalog import catalog_view
-    from torchscan.report.documents import entry_markdown
-    from torchscan.report.registry import load_registry
+    from torchscan.report.output.documents import entry_markdown
+    from torchscan.report.registry.parsing import load_registry
+    from torchscan.report.review.catalog_view import catalog_view
 
     (tmp_path / "models.toml").write_text('[[models]]\nname = "cnn"\nfactory = "zoo:cnn"\n'
                                           'input_shape = [3, "{size}", "{size}"]\n'

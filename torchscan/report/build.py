@@ -13,17 +13,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cache import CACHE_FOLDER, ResultCache, link_or_copy
-from .catalog import CatalogView, catalog_view
-from .catalog_index import CATALOG_INDEX, catalog_index
-from .drawing import Drawn, draw_build
-from .progress import Progress
-from .registry import Registry
-from .render_cache import PAGES_FOLDER, RenderCache
-from .runner import ExecutorFactory, isolated_executor, run_all
-from .site import SiteCaches, SiteContent, build_site
-from .site_reuse import SiteReuse
-from .wording import count_text, plural
+from .output.build_documents import Drawn, draw_build
+from .output.render_cache import PAGES_FOLDER, RenderCache
+from .registry.parsing import Registry
+from .review.catalog_index import CATALOG_INDEX, catalog_index
+from .review.catalog_view import CatalogView, catalog_view
+from .review.wording import count_text, plural
+from .runs.progress import Progress
+from .runs.result_cache import CACHE_FOLDER, ResultCache, link_or_copy
+from .runs.runner import ExecutorFactory, isolated_executor, run_all
+from .site.mkdocs_site import SiteCaches, SiteContent, build_site
+from .site.site_reuse import SiteReuse
 
 MARKER = ".torchscan-build"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -18,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .registry import Registry, RegistryError, load_registry
-from .runner import ISOLATION_MODES, default_jobs
-from .wording import plural
+from .registry.parsing import Registry, RegistryError, load_registry
+from .review.wording import plural
+from .runs.runner import ISOLATION_MODES, default_jobs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIFFERENT_MODELS = 0, 1, 2, 3
 SCHEDULER_VARIABLE = "TORCHSCAN_SCHEDULER"
@@ -98,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from .build import BuildOptions, OutputFolderError, build
-    from .cluster import ClusterError
-    from .progress import make_progress
-    from .site import SiteBuildError
+    from .runs.dask_session import ClusterError
+    from .runs.progress import make_progress
+    from .site.mkdocs_site import SiteBuildError
 
     registry = load_registry(args.registry)
     options = BuildOptions(output=args.output, jobs=args.jobs, timeout=args.timeout, use_cache=not args.no_cache,
@@ -125,8 +124,8 @@ def _build(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str], None]) -> Iterator[Any]:
     """The build's ExecutorFactory: isolated local processes, or the executor of a Dask session held meanwhile."""
-    from .cluster import ClusterError, DaskSession
-    from .runner import executor_factory
+    from .runs.dask_session import ClusterError, DaskSession
+    from .runs.runner import executor_factory
 
     if args.scheduler is None:
         if args.ship_code:
@@ -139,7 +138,7 @@ def _executors(args: argparse.Namespace, registry: Registry, note: Callable[[str
 
 
 def _render(args: argparse.Namespace) -> int:
-    from .documents import render_report_file
+    from .output.documents import render_report_file
 
     kind = _kind_or_exit(args.output)
     report = _read_report(args.report)
@@ -156,8 +155,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .diff_view import diff_view
-    from .documents import diff_document
+    from .output.documents import diff_document
+    from .review.report_diff import diff_view
 
     if args.before.is_dir() or args.after.is_dir():
         problem = _mixed_sides(args.before, args.after)
@@ -182,9 +181,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _catalog_diff(args: argparse.Namespace) -> int:
     """``diff OLD NEW`` of two built sites or report folders: one row per entry, one verdict, budgets per entry."""
-    from .catalog_diff import catalog_diff_view
-    from .catalog_index import CatalogReadError, read_catalog
-    from .documents import catalog_diff_document
+    from .output.documents import catalog_diff_document
+    from .review.catalog_diff import catalog_diff_view
+    from .review.catalog_index import CatalogReadError, read_catalog
 
     kind = _kind_or_exit(args.output)
     if kind is None:
@@ -236,7 +235,7 @@ def _diff_verdict(view: Any, require_same_model: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .sources import callable_problem
+    from .registry.callables import callable_problem
 
     registry: Registry = load_registry(args.registry)
     problems = []
@@ -257,7 +256,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _kind_or_exit(path: Path) -> str | None:
-    from .render import output_kind
+    from .output.templates import output_kind
 
     try:
         return output_kind(path)
@@ -267,17 +266,14 @@ def _kind_or_exit(path: Path) -> str | None:
 
 
 def _read_report(path: Path) -> dict[str, Any] | None:
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        print(f"error: cannot read the report {path}: {error}", file=sys.stderr)
-        return None
-    from ..schema import SCHEMA_VERSION
+    """The report at ``path``, read as a catalog diff reads one; None (the error printed) when it is not one."""
+    from .review.catalog_index import CatalogReadError, read_report
 
-    if not isinstance(report, dict) or report.get("schema_version") != SCHEMA_VERSION or "layers" not in report:
-        print(f"error: {path} is not a TorchScan report (schema_version {SCHEMA_VERSION})", file=sys.stderr)
+    try:
+        return read_report(path)
+    except CatalogReadError as error:
+        print(f"error: {error}", file=sys.stderr)
         return None
-    return report
 
 
 def _write_output(path: Path, text: str) -> None:
@@ -293,7 +289,7 @@ def _positive_int(text: str) -> int:
 
 
 def _budget(text: str) -> Any:
-    from .budgets import parse_budget
+    from .review.budgets import parse_budget
 
     try:
         return parse_budget(text)
@@ -309,7 +305,7 @@ def _positive_float(text: str) -> float:
 
 
 def _scheduler(text: str) -> str | int:
-    from .cluster import parse_scheduler
+    from .runs.dask_session import parse_scheduler
 
     try:
         return parse_scheduler(text)

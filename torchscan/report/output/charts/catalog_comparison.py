@@ -1,0 +1,236 @@
+"""The charts of a catalog: parameters against MACs for every model run, and MACs per model run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ....views.formatting import PARAMETER_SCALES, format_parameters
+from .amounts import Amount, amount_of, shorten
+from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
+from .canvas import Canvas, no_ticks
+from .chart import TABLE_ROWS, Chart, Painter
+from .style import FONT, INK, ROW, WIDTH, distinct_colours
+from .svg_output import draw
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from ...review.catalog_view import CatalogView, EntrySummary, RunSummary
+
+CATALOG_BARS = 80
+#: Up to this many points are each named beside them; with more, only the extremes (fewest and most parameters
+#: and MACs) are, and every other point names itself on hover (an SVG ``<title>``), so a thousand stay legible.
+LABEL_ALL = 40
+
+
+def catalog_charts(view: CatalogView) -> list[Chart]:
+    """Parameters against MACs for every model run (variants joined by a line), and MACs per model run."""
+    runs = [(entry, run) for entry in view.entries for run in entry.catalog_runs]
+    colours = dict(zip((entry.name for entry in view.entries), distinct_colours(len(view.entries)), strict=True))
+    return [draw(*scatter_chart(runs, colours)), draw(*macs_per_model_chart(runs, colours))]
+
+
+def run_name(entry: EntrySummary, run: RunSummary) -> str:
+    return entry.name + (f" · {run.run.variant}" if run.run.variant else "")
+
+
+def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict[str, str]
+                  ) -> tuple[Chart, Painter]:
+    points: list[tuple[str, str, int, Amount]] = []
+    skipped = []
+    for entry, run in runs:
+        macs = amount_of(run.macs)
+        params = int(run.params.sort or 0)
+        name = run_name(entry, run)
+        if run.report is None or macs is None:
+            skipped.append(f"{name} (failed)")
+        elif not macs.drawn:
+            skipped.append(f"{name} (MACs n/a)")
+        elif macs.known <= 0 or params <= 0:
+            skipped.append(f"{name} ({'no parameters' if params <= 0 else '0 MACs'}, no place on a log axis)")
+        else:
+            points.append((entry.name, name, params, macs))
+    notes = ["Not drawn: " + ", ".join(skipped) + "."] if skipped else []
+    rows = [(name, format_parameters(params), macs.text) for _, name, params, macs in points]
+    summary = (f"Each point is one model run, on logarithmic axes; the variants of one model share a colour and are "
+               f"joined by a line; a hollow triangle marks a lower bound on MACs. {len(points):,} of {len(runs):,} "
+               "runs drawn."
+               + (" Only the extremes are named; hover a point for its name and numbers." if len(points) > LABEL_ALL
+                  else ""))
+    chart = Chart("params-vs-macs", "Parameters vs MACs", summary, ("Model", "Parameters", "MACs"), rows, notes)
+
+    def paint() -> Canvas:
+        canvas = Canvas(WIDTH, 330 + (13 if notes else 0))
+        axes = canvas.axes(58, 40 + (13 if notes else 0), WIDTH - 160, 260)
+        canvas.title("Parameters vs MACs (both axes logarithmic)")
+        paint_scatter(canvas, axes, points, colours)
+        if any(macs.status == "partial" for *_, macs in points):
+            canvas.legend([("triangle-open", INK, "≥ lower bound (partial MACs)")])
+        canvas.footnote(notes)
+        return canvas
+
+    return chart, paint
+
+
+def macs_per_model_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict[str, str]
+                         ) -> tuple[Chart, Painter]:
+    bars, rows = [], []
+    for entry, run in runs:
+        macs = amount_of(run.macs)
+        rows.append((run_name(entry, run), "failed" if macs is None else macs.text, run.status))
+        bars.append(Bar(shorten(run_name(entry, run), 40), macs or Amount(0.0, "unavailable"), colours[entry.name],
+                        "analysis failed" if macs is None else ""))
+    groups = [entry.name for entry, _ in runs][:CATALOG_BARS]
+    bars = bars[:CATALOG_BARS]
+    notes = [f"Only the first {CATALOG_BARS} of {len(runs):,} runs are drawn."] if len(runs) > CATALOG_BARS else []
+    if any(not bar.amount.drawn for bar in bars):
+        notes.append("n/a: MACs unavailable or the analysis failed (no bar, never zero).")
+    summary = ("MACs (module view) of every model run on a logarithmic axis, the variants of one model side by "
+               "side; a hatched bar is a lower bound.")
+    chart = Chart("macs-per-model", "MACs per model", summary, ("Model", "MACs", "Status"), rows[:TABLE_ROWS * 4],
+                  notes)
+
+    def paint() -> Canvas:
+        positions = group_positions(groups)
+        span = (positions[-1] + 1) if positions else 1
+        canvas = Canvas(WIDTH, ranking_height(span, notes))
+        left = label_margin([bar.label for bar in bars])
+        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, span * ROW)
+        canvas.title("MACs per model (logarithmic axis)")
+        paint_ranking(canvas, axes, bars, empty="no model has MACs", log=True, positions=positions)
+        canvas.footnote(notes)
+        canvas.legend(partial_legend(bars))
+        return canvas
+
+    return chart, paint
+
+
+def group_positions(groups: Sequence[str]) -> list[float]:
+    """Bar positions with a gap between groups, so the variants of one model stay together."""
+    positions, current = [], 0.0
+    for index, group in enumerate(groups):
+        if index and group != groups[index - 1]:
+            current += 0.5
+        positions.append(current)
+        current += 1.0
+    return positions
+
+
+def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]],
+                  colours: dict[str, str]) -> None:
+    if not points:
+        canvas.text(0.5, 0.5, "no model run with parameters and MACs", axes.transAxes, anchor="middle")
+        return
+    xs = [float(params) for _, _, params, _ in points]
+    ys = [macs.known for *_, macs in points]
+    _log_axes(canvas, axes, xs, ys)
+    _variant_lines(axes, points, xs, ys, colours)
+    _markers(axes, points, xs, ys, colours)
+    canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
+    canvas.text(0, 0.5, "MACs (module view)", axes.transAxes, dx=-40, anchor="middle", rotate=-90,
+                size=FONT - 0.5)
+    named = named_points(points)
+    point_labels(canvas, axes, points, named)
+    hover_points(canvas, axes, points, set(range(len(points))) - set(named))
+
+
+def _variant_lines(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float],
+                   ys: Sequence[float], colours: dict[str, str]) -> None:
+    """The variants of one model joined by a line in the model's colour."""
+    lines: dict[str, list[tuple[float, float]]] = {}
+    for (entry, _, _, _), x, y in zip(points, xs, ys, strict=True):
+        lines.setdefault(entry, []).append((x, y))
+    for entry, line in lines.items():
+        if len(line) > 1:
+            axes.plot([x for x, _ in line], [y for _, y in line], color=colours[entry], linewidth=1.0, alpha=0.8,
+                      clip_on=False)
+
+
+def _markers(axes: Axes, points: Sequence[tuple[str, str, int, Amount]], xs: Sequence[float], ys: Sequence[float],
+             colours: dict[str, str]) -> None:
+    """Exact points as filled dots, lower bounds on MACs as hollow triangles."""
+    styles: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("complete", {"marker": "o", "s": 24, "linewidths": 0}),
+        ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
+    for status, style in styles:
+        chosen = [index for index, (*_, macs) in enumerate(points) if macs.status == status]
+        if chosen:
+            key = "color" if status == "complete" else "edgecolors"
+            colour: dict[str, Any] = {key: [colours[points[index][0]] for index in chosen]}
+            axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
+                         **colour, **style)
+
+
+def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:
+    """Logarithmic axes with room around the points, and their decade grids."""
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    no_ticks(axes)
+    low_x, high_x = min(xs) / 3, max(xs) * 3
+    low_y, high_y = min(ys) / 3, max(ys) * 3
+    axes.set_xlim(low_x, high_x)
+    axes.set_ylim(low_y, high_y)
+    value_grid(canvas, axes, "x", low_x, high_x, log=True, scales=PARAMETER_SCALES)
+    value_grid(canvas, axes, "y", low_y, high_y, log=True)
+
+
+Box = tuple[float, float, float, float]
+
+
+def named_points(points: Sequence[tuple[str, str, int, Amount]]) -> list[int]:
+    """The points named beside them: all of them up to `LABEL_ALL`, else the extremes of both axes."""
+    if len(points) <= LABEL_ALL:
+        return list(range(len(points)))
+    by_params = sorted(range(len(points)), key=lambda index: (points[index][2], points[index][1]))
+    by_macs = sorted(range(len(points)), key=lambda index: (points[index][3].known, points[index][1]))
+    return sorted({by_params[0], by_params[-1], by_macs[0], by_macs[-1]})
+
+
+def hover_points(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]],
+                 chosen: set[int]) -> None:
+    """The ``chosen`` points name themselves on hover: name, parameters and MACs."""
+    for index in sorted(chosen):
+        _, name, params, macs = points[index]
+        x, y = (float(value) for value in axes.transData.transform((params, macs.known)))
+        canvas.hover(x, y, f"{name}: {format_parameters(params)} parameters, {macs.text} MACs")
+
+
+def point_labels(canvas: Canvas, axes: Axes, points: Sequence[tuple[str, str, int, Amount]],
+                 chosen: Sequence[int] | None = None) -> None:
+    """Each ``chosen`` point (all by default) named beside it, at the first place that overlaps no other label and
+    keeps clear of the other points (boxes estimated from the text length); a label pushed further away gets a
+    thin leader line."""
+    spots = [tuple(float(value) for value in axes.transData.transform((params, macs.known)))
+             for _, _, params, macs in points]
+    chosen = range(len(points)) if chosen is None else chosen
+    order = sorted(chosen, key=lambda index: (-points[index][3].known, points[index][1]))
+    taken: list[Box] = []
+    for index in order:
+        _, name, _, macs = points[index]
+        x, y = spots[index]
+        text = ("≥ " if macs.status == "partial" else "") + shorten(name, 30)
+        width = 4.3 * len(text)
+        near = [(x + 6, y), (x - 6 - width, y), (x + 3, y + 9), (x + 3, y - 9), (x - 3 - width, y + 9),
+                (x - 3 - width, y - 9)]
+        far = [(x + 10, y + sign * 11 * step) for step in range(2, 9) for sign in (-1, 1)]
+        others = [(ox - 8, oy - 6, ox + 8, oy + 6) for number, (ox, oy) in enumerate(spots) if number != index]
+        left, middle = _free_spot([*near, *far], width, [*taken, *others], canvas.width) or near[0]
+        taken.append((left, middle - 4.5, left + width, middle + 4.5))
+        if (left, middle) not in near:
+            canvas.leader(x, y, left - 1, middle)
+        canvas.text(left, middle, text, size=FONT - 1)
+
+
+def _free_spot(candidates: Sequence[tuple[float, float]], width: float, blocked: Sequence[Box], limit: float
+               ) -> tuple[float, float] | None:
+    """The first candidate (left edge, middle) whose label box stays inside the figure and overlaps nothing."""
+    for left, middle in candidates:
+        box = (left, middle - 4.5, left + width, middle + 4.5)
+        if left >= 2 and box[2] <= limit - 2 and not any(_overlap(box, other) for other in blocked):
+            return left, middle
+    return None
+
+
+def _overlap(first: Box, second: Box) -> bool:
+    return first[0] < second[2] and second[0] < first[2] and first[1] < second[3] and second[1] < first[3]

@@ -1,0 +1,140 @@
+"""The memory charts of a report: what is live at the peak, one stacked bar per peak (the forward's and, when the
+report has one, the training step's), each segment a category (parameters, activations, gradients, ...); and the
+layer calls with the largest outputs and those that saved the most for backward, as rankings.
+
+Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
+view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
+not known is listed as n/a under the chart, never drawn as zero. The legend names the categories the bars draw:
+one of zero bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ....views.memory import MemoryCall, MemoryPart, MemoryView
+from .amounts import Amount, amount_of, counted, shorten, total_of
+from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
+from .canvas import Canvas
+from .chart import Chart
+from .style import NEUTRAL, PALETTE, ROW, WIDTH
+from .svg_output import draw
+
+#: One colour per category, the same in both bars (parameters and inputs are the same tensors in both).
+CATEGORY_COLOURS = {"parameters": PALETTE[0], "buffers": PALETTE[5], "inputs": NEUTRAL, "activations": PALETTE[1],
+                    "gradients": PALETTE[4], "optimizer_state": PALETTE[3], "saved_activations": PALETTE[2],
+                    "temporaries": PALETTE[6]}
+#: Legend entries per row (the legend wraps under the title).
+LEGEND_ROW = 4
+MEMORY_CHART_KEY = "memory"
+#: The keys of the call rankings: the page shows each in place of its table.
+OUTPUTS_CHART_KEY, SAVED_CHART_KEY = "memory-outputs", "memory-saved"
+
+
+def memory_charts(memory: MemoryView) -> list[Chart]:
+    """The peaks' breakdown, then the rankings of the calls with the largest outputs and saved activations."""
+    charts = [memory_chart(memory)]
+    if memory.forward is not None and memory.forward.top_outputs:
+        charts.append(calls_chart(OUTPUTS_CHART_KEY, "Layer calls with the largest outputs",
+                                  "the bytes of the tensors each call returned", memory.forward.top_outputs))
+    if memory.training is not None and memory.training.top_saved:
+        charts.append(calls_chart(SAVED_CHART_KEY, "Layer calls that saved the most for backward",
+                                  "the bytes of the activations each call saved for backward, shared storages once",
+                                  memory.training.top_saved))
+    return charts
+
+
+def calls_chart(key: str, title: str, what: str, calls: list[MemoryCall]) -> Chart:
+    """A ranking of ``calls`` by their bytes (the view already ranked them), the numbers as its table."""
+    bars = [Bar(shorten(f"{call.label} ({call.type})", 48), replace(amount_of(call.bytes) or Amount(), unit="B"),
+                PALETTE[2] if key == SAVED_CHART_KEY else PALETTE[1]) for call in calls]
+    summary = f"The top {counted(len(calls), 'layer call')} by {what}."
+    chart = Chart(key, title, summary, ("Rank", "Layer call", "Type", "Bytes"),
+                  [(str(rank), call.label, call.type, call.bytes.text) for rank, call in enumerate(calls, 1)])
+
+    def paint() -> Canvas:
+        canvas = Canvas(WIDTH, ranking_height(len(bars), []))
+        left = label_margin([bar.label for bar in bars])
+        axes = canvas.axes(left, ranking_bottom([]), WIDTH - 60 - left, len(bars) * ROW)
+        canvas.title(title)
+        paint_ranking(canvas, axes, bars, empty="no call")
+        canvas.legend(partial_legend(bars))
+        return canvas
+
+    return draw(chart, paint)
+
+
+def memory_chart(memory: MemoryView) -> Chart:
+    """The peaks as stacked bars of their categories, with the categories' bytes and shares as the numbers."""
+    peaks = [] if memory.forward is None else [("Forward peak", memory.forward.parts)]
+    if memory.training is not None:
+        peaks.append((f"Training step peak ({memory.training.phase})", memory.training.parts))
+    bars = [stacked_bar(label, parts) for label, parts in peaks]
+    rows = [(label, part.label, part.bytes.text, part.share) for label, parts in peaks for part in parts]
+    notes = [f"n/a (not drawn, never zero): {part.label} at the {label.lower()}" for label, parts in peaks
+             for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
+    chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", memory_summary(memory),
+                  ("Peak", "Category", "Bytes", "Share of the peak"), rows, notes)
+    return draw(chart, lambda: paint_memory(bars, legend_items(drawn_categories(peaks)), notes))
+
+
+def memory_summary(memory: MemoryView) -> str:
+    """The caption: each peak, where it is, and the definition of the bytes."""
+    peaks = []
+    if memory.forward is not None:
+        forward = memory.forward
+        peaks.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
+                     f"{forward.peak_operator})")
+    if memory.training is not None:
+        peaks.append(f"at the training step's peak ({memory.training.peak.text}, in the {memory.training.phase}, "
+                     f"operator {memory.training.operator})")
+    return ("All live tensor bytes " + " and ".join(peaks) + ", by category: traced tensor bytes, without the "
+            "allocator's caching or kernel workspaces.")
+
+
+def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:
+    """One peak: its categories end to end (an unknown category adds nothing drawn and makes the total a bound)."""
+    amounts = [(part.key, bytes_amount(part)) for part in parts]
+    segments = tuple((CATEGORY_COLOURS.get(key, NEUTRAL), amount) for key, amount in amounts if amount.drawn)
+    return Bar(label, replace(total_of([amount for _, amount in amounts]), unit="B"), PALETTE[0], segments=segments)
+
+
+def bytes_amount(part: MemoryPart) -> Amount:
+    return replace(amount_of(part.bytes) or Amount(0.0, "unavailable"), unit="B")
+
+
+def drawn_categories(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str]]:
+    """``(key, label)`` of every category that some peak's bar draws, in the order the bars show them."""
+    return [(part.key, part.label) for _, parts in peaks for part in parts if drawn_bytes(part) > 0]
+
+
+def drawn_bytes(part: MemoryPart) -> float:
+    """The bytes a category's segment draws: 0 when it has none or is not drawn (unknown), so that the legend
+    names only the colours the bars show."""
+    amount = bytes_amount(part)
+    return amount.known if amount.drawn else 0.0
+
+
+def legend_items(categories: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """Each category once, in the order the bars show them (the caller leaves out those no bar draws)."""
+    seen: dict[str, str] = {}
+    for key, label in categories:
+        seen.setdefault(key, label)
+    return [("fill", CATEGORY_COLOURS.get(key, NEUTRAL), label) for key, label in seen.items()]
+
+
+def paint_memory(bars: list[Bar], legend: list[tuple[str, str, str]], notes: list[str]) -> Canvas:
+    """The stacked bars under the title and a legend wrapped in rows of `LEGEND_ROW` entries."""
+    legend = legend + partial_legend(bars)
+    lines = [legend[start:start + LEGEND_ROW] for start in range(0, len(legend), LEGEND_ROW)]
+    bottom = 8.0 + (13.0 if notes else 0.0)
+    height = bottom + len(bars) * ROW * 1.6 + 30.0 + 14.0 * len(lines)
+    canvas = Canvas(WIDTH, height)
+    left = label_margin([bar.label for bar in bars])
+    axes = canvas.axes(left, bottom, WIDTH - 70 - left, len(bars) * ROW * 1.6)
+    canvas.title("Memory at the peak")
+    paint_ranking(canvas, axes, bars, empty="no peak")
+    for index, line in enumerate(lines):
+        canvas.legend(line, x=left, y=height - 32 - 14 * index)
+    canvas.footnote(notes)
+    return canvas

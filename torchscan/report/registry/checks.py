@@ -1,0 +1,195 @@
+"""The checks of a registry's values: each reads one kind of value (a name, an import path, shapes, a training step,
+a size, a table), records what is wrong with it, and returns a value to go on with: every mistake is listed at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+from .placement import parse_memory
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+CALLABLE_PATTERN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+DTYPE_NAMES = frozenset({
+    "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "complex128",
+    "int8", "int16", "int32", "int64", "long", "int", "uint8", "bool",
+})
+#: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps
+#: (`torchscan.calls.stand_ins`).
+AS_DEVICES = ("cpu", "cuda")
+#: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
+#: name the error messages suggest.
+EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
+#: ``training = { optimizer = ... }``: the keys of the table and the optimizers ``crawl_training_step`` knows by name.
+TRAINING_KEYS = ("optimizer",)
+TRAINING_OPTIMIZERS = ("sgd", "adam", "adamw")
+NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
+SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
+
+
+class Checker:
+    """Collects problems instead of stopping at the first one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.problems: list[str] = []
+
+    def problem(self, where: str, message: str) -> None:
+        self.problems.append(f"{where}: {message}")
+
+    def as_device(self, where: str, item: dict[str, Any]) -> str | None:
+        """The entry's ``as_device`` (None without one): a device whose kernel choices stand-ins keep."""
+        value = item.get("as_device")
+        if value is not None and value not in AS_DEVICES:
+            self.problem(f"{where}: as_device", f"expected one of {', '.join(map(repr, AS_DEVICES))} (analyze on "
+                         f"fake-tensor stand-ins of that device, keeping its kernel choices), got {describe(value)}")
+            return None
+        return value
+
+    def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
+        """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""
+        return {key: self.callable_path(f"{where}: {key}", item[key], required=True, what=name)
+                for key, name in EXTENSION_KEYS.items() if key in item}
+
+    def training(self, where: str, value: Any) -> dict[str, str] | None:
+        """``training = { optimizer = "adamw" }`` (the optimizer optional; ``false`` in a variant turns the entry's
+        off): the options of the run's training step, or None when the run analyzes the forward only."""
+        if value is None or value is False:
+            return None
+        if not isinstance(value, dict):
+            self.problem(where, "expected a table such as { optimizer = \"adamw\" } (or {} for forward, loss and "
+                         f"backward without an optimizer step), or false, got {describe(value)}")
+            return None
+        self.unknown_keys(where, value, TRAINING_KEYS)
+        optimizer = value.get("optimizer")
+        if optimizer is None:
+            return {}
+        if optimizer not in TRAINING_OPTIMIZERS:
+            self.problem(f"{where}.optimizer", f"expected one of {', '.join(TRAINING_OPTIMIZERS)}, got "
+                         f"{describe(optimizer)}")
+            return {}
+        return {"optimizer": optimizer}
+
+    def shapes(self, where: str, value: Any) -> list[list[int]]:
+        if _is_shape(value):
+            return [list(value)]
+        if isinstance(value, list) and value and all(_is_shape(item) for item in value):
+            return [list(item) for item in value]
+        self.problem(where, f"expected {SHAPE_HELP}, got {describe(value)}")
+        return []
+
+    def dtypes(self, where: str, value: Any, count: int) -> list[str] | None:
+        if value is None:
+            return None
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+            self.problem(where, f"expected a dtype name such as \"float32\" or a list of them, got {describe(value)}")
+            return None
+        unknown = [name for name in names if name not in DTYPE_NAMES]
+        if unknown:
+            self.problem(where, f"unknown dtype {unknown[0]!r}; expected one of {', '.join(sorted(DTYPE_NAMES))}")
+        if isinstance(value, list) and len(names) != count:
+            self.problem(where, f"expected one dtype per input shape ({count}), got {len(names)}")
+        return names if isinstance(value, list) else names * count
+
+    def name(self, where: str, value: Any) -> str:
+        if not isinstance(value, str) or not NAME_PATTERN.match(value):
+            self.problem(where, f"expected {NAME_HELP}, got {describe(value)}")
+            return value if isinstance(value, str) else ""
+        return value
+
+    def callable_path(self, where: str, value: Any, required: bool, what: str = "callable") -> str:
+        """An import path ``package.module:name`` of a callable (or, for the extension keys, of a mapping)."""
+        if value is None and required:
+            self.problem(where, f"missing; expected \"package.module:{what}\"")
+            return ""
+        if not isinstance(value, str) or not CALLABLE_PATTERN.match(value):
+            self.problem(where, f"expected \"package.module:{what}\" (an import path relative to the registry's "
+                         f"folder), got {describe(value)}")
+            return value if isinstance(value, str) else ""
+        return value
+
+    def memory(self, where: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        try:
+            return parse_memory(value)
+        except ValueError as error:
+            self.problem(where, str(error))
+            return None
+
+    def mkdocs_path(self, value: Any) -> Path | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            self.problem("site.mkdocs", f"expected the path of an mkdocs.yml relative to this file, got "
+                         f"{describe(value)}")
+            return None
+        resolved = (self.path.parent / value).resolve()
+        if not resolved.is_file():
+            self.problem("site.mkdocs", f"{value!r} does not exist (relative to {self.path.name}'s folder)")
+            return None
+        return resolved
+
+    def table(self, where: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            self.problem(where, f"expected a table, got {describe(value)}")
+            return {}
+        return value
+
+    def plain_table(self, where: str, value: Any) -> dict[str, Any]:
+        """A table of plain TOML values (no dates or times: they could not be hashed or passed on faithfully)."""
+        table = self.table(where, value)
+        bad = _first_non_plain(table)
+        if bad is not None:
+            self.problem(f"{where}.{bad[0]}", f"expected strings, numbers, booleans, arrays or tables, got "
+                         f"{type(bad[1]).__name__}")
+        return table
+
+    def string(self, where: str, value: Any) -> str:
+        if not isinstance(value, str):
+            self.problem(where, f"expected a string, got {describe(value)}")
+            return ""
+        return value
+
+    def unknown_keys(self, where: str, table: Any, allowed: tuple[str, ...]) -> None:
+        if not isinstance(table, dict):
+            return
+        for key in table:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                self.problem(f"{where}: {key}", f"unknown key{hint}; expected one of {', '.join(allowed)}")
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0
+                                           for dim in value)
+
+
+def _first_non_plain(value: Any, prefix: str = "") -> tuple[str, Any] | None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _first_non_plain(item, f"{prefix}.{key}" if prefix else str(key))
+            if found:
+                return found
+        return None
+    if isinstance(value, list):
+        for position, item in enumerate(value):
+            found = _first_non_plain(item, f"{prefix}[{position}]")
+            if found:
+                return found
+        return None
+    return None if isinstance(value, (str, int, float, bool)) else (prefix, value)
+
+
+def describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, dict):
+        return "a table"
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"

@@ -1,0 +1,1 @@
+"""The MkDocs site of a catalog, and what spares MkDocs work on unchanged pages or an unchanged site."""

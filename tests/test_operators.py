@@ -15,7 +15,7 @@ from torchscan_testing import OPAQUE, OPAQUE_PACKET, OpaqueLeaf, analyze, opaque
 from torchscan import crawl_module, measure_flops
 from torchscan.direct_work import DirectWork
 from torchscan.operator_cache import UNCOUNTED
-from torchscan.operators import OperatorScope, build_formula_table, new_recorder, operator_name
+from torchscan.operators import OperatorCount, OperatorScope, build_formula_table, new_recorder, operator_name
 from torchscan.results import MODEL
 
 aten = torch.ops.aten
@@ -374,7 +374,7 @@ def test_the_recorder_counts_into_the_innermost_entered_scope_and_then_the_root(
     assert (recorder.root.flops, outer.flops, inner.flops) == (128, 256, 64)
     assert (recorder.root.uncounted, outer.uncounted, inner.uncounted) == (False, False, True)
     totals = recorder.totals()
-    assert {operator_name(p): row for p, row in totals.counted.items()} == {"aten.mm": [4, 448]}
+    assert {operator_name(p): row for p, row in totals.counted.items()} == {"aten.mm": OperatorCount(calls=4, flops=448)}
     assert {operator_name(p): calls for p, calls in totals.calls_of(UNCOUNTED).items()} == {OPAQUE: 1}
     assert totals.result(MODEL)["status"] == "partial" and totals.result(MODEL)["known_value"] == 448
 
@@ -397,7 +397,7 @@ def test_nothing_is_counted_while_paused_and_pauses_nest():
                 torch.sin(x)
             torch.sin(x)  # still inside the outer pause
         torch.cos(x)
-    assert {operator_name(p): row[0] for p, row in recorder.totals().counted.items()} == {"aten.cos": 1}
+    assert {operator_name(p): row.calls for p, row in recorder.totals().counted.items()} == {"aten.cos": 1}
 
 
 def test_direct_work_files_an_operator_without_estimate():

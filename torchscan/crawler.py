@@ -37,6 +37,7 @@ from .records import CallParts, layer_record
 from .results import (
     METRIC_UNITS,
     MODEL,
+    SUM_OF_LAYER_ESTIMATES,
     SUMMABLE_METRICS,
     add_results,
     as_lower_bound,
@@ -49,7 +50,7 @@ from .values import call_metadata
 from .version import __version__
 
 Mode = Literal["full", "structure"]
-TOTALS_METHOD = "sum_of_layer_estimates"
+TOTALS_METHOD = SUM_OF_LAYER_ESTIMATES
 
 
 class IncompleteAnalysisError(RuntimeError):

@@ -7,13 +7,21 @@ with the functional-op formulas; operators without a formula leave the affected 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, MetricResult, complete, lower_bound, plain_number
+from .results import FUNCTIONAL_OPS, METRIC_UNITS, MODULE_CALL, MetricResult, complete, lower_bound, plain_number
 
-METHOD = "functional_ops"
+
+@dataclass(slots=True)
+class WorkTotals:
+    """What priced operators add up to, by summable field (`SUMMABLE_METRICS`)."""
+
+    module_flops: int | float = 0
+    macs: int | float = 0
+    dmas: int | float = 0
 
 
 class DirectWork:
@@ -22,7 +30,7 @@ class DirectWork:
     __slots__ = ("operators", "totals", "unestimated")
 
     def __init__(self) -> None:
-        self.totals = [0, 0, 0]  # in the order of SUMMABLE_METRICS
+        self.totals = WorkTotals()
         self.operators = 0
         self.unestimated: dict[Any, int] = {}
 
@@ -34,9 +42,9 @@ class DirectWork:
             self.unestimated[packet] = self.unestimated.get(packet, 0) + 1
             return
         totals = self.totals
-        totals[0] += estimate[0]
-        totals[1] += estimate[1]
-        totals[2] += estimate[2]
+        totals.module_flops += estimate[0]
+        totals.macs += estimate[1]
+        totals.dmas += estimate[2]
 
     def add_unestimated(self, operator: Any) -> None:
         """An operator that ran directly in the call and that no formula can estimate (a higher-order operator)."""
@@ -44,13 +52,13 @@ class DirectWork:
 
     def known(self, field: str) -> int | float:
         """What the estimated operators add up to for ``field``: exact, or a lower bound if some had no formula."""
-        return plain_number(self.totals[SUMMABLE_METRICS.index(field)])  # type: ignore[return-value]
+        return plain_number(getattr(self.totals, field))  # type: ignore[return-value]
 
     def result(self, field: str) -> MetricResult:
         value = self.known(field)
         if self.unestimated:
-            return lower_bound(value, METRIC_UNITS[field], MODULE_CALL, METHOD)
-        return complete(value, METRIC_UNITS[field], MODULE_CALL, METHOD)
+            return lower_bound(value, METRIC_UNITS[field], MODULE_CALL, FUNCTIONAL_OPS)
+        return complete(value, METRIC_UNITS[field], MODULE_CALL, FUNCTIONAL_OPS)
 
 
 class ObservedWork(DirectWork):

@@ -23,6 +23,7 @@ from .results import (
     MODULE_CALL,
     SUBTREE,
     SUMMABLE_METRICS,
+    UNSUPPORTED_MODULE,
     MetricResult,
     is_incomplete,
     lower_bound,
@@ -233,13 +234,13 @@ def _choose_unhandled(context: CallContext, unhandled: list[str], estimate: Call
         unit = METRIC_UNITS[name]
         observed = direct if name in SUMMABLE_METRICS else None  # the module view can price its operators
         if unsupported_leaf:
-            estimate.metrics[name] = (lower_bound(observed.known(name), unit, MODULE_CALL, "unsupported_module")
-                                      if observed is not None else unavailable(unit, MODULE_CALL, "unsupported_module"))
+            estimate.metrics[name] = (lower_bound(observed.known(name), unit, MODULE_CALL, UNSUPPORTED_MODULE)
+                                      if observed is not None else unavailable(unit, MODULE_CALL, UNSUPPORTED_MODULE))
             unsupported.append(name)
         elif observed is not None:
             estimate.metrics[name] = observed.result(name)
         elif context.leaf:
-            estimate.metrics[name] = unavailable(unit, MODULE_CALL, "unsupported_module")
+            estimate.metrics[name] = unavailable(unit, MODULE_CALL, UNSUPPORTED_MODULE)
             unsupported.append(name)
         else:
             estimate.delegated.append(name)

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .diagnostics import diagnostic
-from .direct_work import METHOD as FUNCTIONAL_METHOD
 from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
 from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator, zero_work_names
 from .operators import operator_name
-from .results import METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, complete, unavailable
+from .results import FUNCTIONAL_OPS, METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, complete, unavailable
 
 #: The method label prefix of inherited results: ``inherited:<parent class>:<parent's method>``.
 INHERITED_PREFIX = "inherited"
@@ -141,7 +140,7 @@ def _account_equivalences(observed: ObservedWork, described: frozenset[str], sup
     """DMAs from the operators that ran; receptive fields unavailable where the equivalences can change them."""
     if "dmas" in supplied and estimate.metrics["dmas"]["status"] == "complete":
         estimate.metrics["dmas"] = complete(observed.known("dmas"), METRIC_UNITS["dmas"], MODULE_CALL,
-                                            FUNCTIONAL_METHOD)
+                                            FUNCTIONAL_OPS)
     for name in _spatial_fields_lost(observed, described):
         if name in supplied:
             estimate.metrics[name] = unavailable(METRIC_UNITS[name], MODULE_CALL, estimate.metrics[name]["method"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch._ops import HigherOrderOperator
@@ -22,10 +22,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .diagnostics import Diagnostic, Severity, diagnostic
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
-from .results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lower_bound, plain_number
+from .results import (
+    DIRECT,
+    INCLUSIVE,
+    MODEL,
+    OPERATOR_DISPATCH,
+    MetricResult,
+    Scope,
+    complete,
+    lower_bound,
+    plain_number,
+)
 
 UNIT = "FLOPs"
-METHOD = "operator_dispatch"
 HIGHER_ORDER_PREFIX = "higher_order."
 
 
@@ -97,6 +106,16 @@ class OperatorScope:
                 INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)}
 
 
+class OperatorCount(NamedTuple):
+    """The calls of one operator that its formula priced, and their FLOPs."""
+
+    calls: int
+    flops: int | float
+
+
+NO_CALLS = OperatorCount(0, 0)
+
+
 class OperatorTotals:
     """What every call counted in one recorder adds up to, by operator: read from its outcomes after the run."""
 
@@ -110,14 +129,13 @@ class OperatorTotals:
         return sum(outcome.calls * outcome.flops for outcome in self.outcomes)
 
     @property
-    def counted(self) -> dict[Any, list]:
-        """packet -> [calls, flops] of the calls its formula priced."""
-        rows: dict[Any, list] = {}
+    def counted(self) -> dict[Any, OperatorCount]:
+        """packet -> the calls its formula priced, and their FLOPs."""
+        rows: dict[Any, OperatorCount] = {}
         for outcome in self.outcomes:
             if outcome.kind == COUNTED:
-                row = rows.setdefault(outcome.packet, [0, 0])
-                row[0] += outcome.calls
-                row[1] += outcome.calls * outcome.flops
+                calls, row = outcome.calls, rows.get(outcome.packet, NO_CALLS)
+                rows[outcome.packet] = OperatorCount(row.calls + calls, row.flops + calls * outcome.flops)
         return rows
 
     def calls_of(self, kind: str) -> dict[Any, int]:
@@ -135,7 +153,7 @@ class OperatorTotals:
 
 def flops_result(flops: float, scope: Scope, partial: bool) -> MetricResult:
     """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
-    return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, METHOD)
+    return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, OPERATOR_DISPATCH)
 
 
 class _Pause:
@@ -242,8 +260,8 @@ def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], re
     """The report's ``operator_flops`` section and its diagnostics, sorted by operator name."""
     section: dict[str, Any] = {
         "total": total.result(MODEL),
-        "by_operator": sorted(({"operator": operator_name(p), "calls": c, "flops": plain_number(f)}
-                               for p, (c, f) in total.counted.items()), key=lambda row: row["operator"]),
+        "by_operator": sorted(({"operator": operator_name(p), "calls": row.calls, "flops": plain_number(row.flops)}
+                               for p, row in total.counted.items()), key=lambda row: row["operator"]),
         "uncounted": sorted(({"operator": operator_name(p), "calls": c, "significance": operator_significance(p)}
                              for p, c in total.calls_of(UNCOUNTED).items()), key=lambda row: row["operator"]),
         "ignored": sorted(({"operator": operator_name(p), "calls": c, "reason": ZERO_WORK_OPERATORS[p]}

@@ -22,6 +22,15 @@ Value = float | int | list[float | int] | None
 ROOT_PATH: Final = ""
 ROOT_LABEL: Final = "(root)"
 
+#: The method labels more than one place writes: operator FLOPs observed through dispatch, the work a call did
+#: directly priced by the functional-op formulas, what is known of a module no formula covers, traced memory, and
+#: the model totals summed from the layer calls.
+OPERATOR_DISPATCH: Final = "operator_dispatch"
+FUNCTIONAL_OPS: Final = "functional_ops"
+UNSUPPORTED_MODULE: Final = "unsupported_module"
+TRACED_LIVE_TENSOR_BYTES: Final = "traced_live_tensor_bytes"
+SUM_OF_LAYER_ESTIMATES: Final = "sum_of_layer_estimates"
+
 #: Statuses that make a requested analysis incomplete (what ``strict=True`` rejects).
 INCOMPLETE_STATUSES = frozenset({"partial", "unavailable"})
 #: The statuses whose results a sum counts (``not_applicable`` and ``not_requested`` contribute nothing).

@@ -27,9 +27,8 @@ from ..values import tensors_in
 if TYPE_CHECKING:
     from ..calls.stand_ins import StandIns
     from ..records import CallParts
-from .timeline import CREATED, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
+from .timeline import CREATED, METHOD, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
-METHOD = "traced_live_tensor_bytes"
 ACTIVATIONS_METHOD = "fvcore_activation_count"
 PARAMETERS, BUFFERS, INPUTS, ACTIVATIONS = "parameters", "buffers", "inputs", "activations"
 

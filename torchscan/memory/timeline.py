@@ -23,10 +23,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..operators import operator_name
-from ..results import MODEL, MetricResult, complete, lower_bound, unavailable
+from ..results import MODEL, TRACED_LIVE_TENSOR_BYTES, MetricResult, complete, lower_bound, unavailable
 from ..values import tensors_in
 
-METHOD = "traced_live_tensor_bytes"
+METHOD = TRACED_LIVE_TENSOR_BYTES
 UNIT = "bytes"
 #: Categories a storage gets when first seen; a caller may relabel storages later (`MemoryTimeline.label`).
 PRE_EXISTING, CREATED = "pre_existing", "created"

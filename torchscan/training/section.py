@@ -13,7 +13,7 @@ from typing import Any
 
 from ..crawler import IncompleteAnalysisError
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
-from ..results import DIRECT, INCLUSIVE, MODEL, ROOT_LABEL, MetricResult, add_results, not_requested
+from ..results import DIRECT, INCLUSIVE, MODEL, OPERATOR_DISPATCH, ROOT_LABEL, MetricResult, add_results, not_requested
 from ..wire import call_key, positions_by_call
 
 TRAINING_VERSION = 1
@@ -87,7 +87,7 @@ def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[s
 
 def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases) -> dict[str, MetricResult]:
     """Forward, loss, layer backward, engine, backward, optimizer and whole-step FLOPs, each a MetricResult."""
-    method = "operator_dispatch"
+    method = OPERATOR_DISPATCH
     loss_backward = phases.backward.get(LOSS, OperatorScope())
     forward: MetricResult = dict(report["operator_flops"]["total"])  # type: ignore[assignment]
     parts: dict[str, MetricResult] = {

@@ -20,7 +20,6 @@ from .formulas import MODULE_FAMILIES, transformer
 from .handlers import ModuleHandler
 from .inheritance import inherit
 from .integrations.lookup import third_party_handler
-from .operator_check import ThirdPartyHandler
 
 ThirdPartyLookup = Callable[[type], "ModuleHandler | None"]
 
@@ -70,7 +69,7 @@ def _inherited(parent: type, formula: ModuleHandler, described: Mapping[type, It
                ) -> ModuleHandler | None:
     if described is None:
         return None
-    if isinstance(formula, ThirdPartyHandler):
+    if formula.checks_operators:  # a third-party formula declares its operators itself (call by call)
         return inherit(parent, formula, ())
     operators = described.get(parent)
     return inherit(parent, formula, operators) if operators is not None else None

@@ -15,8 +15,6 @@ from .diagnostics import Diagnostic, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import operator_significance
 from .handlers import ModuleCall, ModuleHandler, ValidatedEstimates, validate_estimates
-from .inheritance import InheritedHandler, verify_inheritance
-from .operator_check import verify_operators
 from .operators import operator_name
 from .results import (
     METRIC_UNITS,
@@ -112,15 +110,13 @@ def _in_field_order(metrics: dict[str, MetricResult]) -> dict[str, MetricResult]
 def _apply_builtin(context: CallContext, builtin: ModuleHandler, call: ModuleCall, remaining: frozenset[str],
                    estimate: CallEstimate) -> None:
     """The built-in handler supplies the fields no caller handler did, unless a registered descendant opened it
-    (its inclusive formula is then dropped); a third-party formula is checked against the operators that ran."""
+    (its inclusive formula is then dropped); a formula that declares its operators checks them against those that
+    ran (`ModuleHandler.verify`: third-party and inherited formulas)."""
     if context.expanded and context.caller is None:
         _mark_expanded(context, builtin, remaining, estimate)
         return
     _apply_handler(builtin, call, remaining, estimate, context.where, builtin=True)
-    if isinstance(builtin, InheritedHandler):
-        verify_inheritance(builtin, call, context.direct, remaining, estimate, context.where)
-    else:
-        verify_operators(builtin, call, context.direct, remaining, estimate, context.where)
+    builtin.verify(call, context.direct, remaining, estimate, context.where)
     if builtin.subtree_metrics:
         estimate.builtin_owned = frozenset(remaining & builtin.subtree_metrics & estimate.metrics.keys())
 

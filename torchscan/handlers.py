@@ -7,13 +7,14 @@ handler's callback with a `ModuleCall`, and validates the returned `ModuleEstima
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from torch import nn
 
 from .breakdown import BREAKDOWN_KEY
+from .direct_work import DirectWork
 from .results import (
     METRIC_UNITS,
     MODULE_CALL,
@@ -34,6 +35,9 @@ from .results import (
     unavailable,
     validation_error,
 )
+
+if TYPE_CHECKING:
+    from .estimation import CallEstimate
 
 METRIC_FIELDS = frozenset(METRIC_UNITS)
 #: The keys a handler's result may have: the fields and the breakdown.
@@ -117,8 +121,11 @@ class ModuleHandler:
     """
 
     checks_operators: ClassVar[bool] = False
-    """Whether each call's estimate is trusted only after checking the operators the call ran against the ones the
-    formula declares (third-party formulas do, see `torchscan.operator_check`)."""
+    """Whether the formula declares the operators it describes and each call's estimate is trusted only after
+    `verify` checks them against the ones the call ran (third-party formulas, see `torchscan.operator_check`, and
+    inherited ones, see `torchscan.inheritance`, do)."""
+    leaves_only: ClassVar[bool] = False
+    """Whether the formula describes a leaf's work only (an inherited one does): a module with children gets none."""
 
     callback: Callback
     subtree_metrics: frozenset[str] = frozenset()
@@ -152,6 +159,15 @@ class ModuleHandler:
 
     def scope(self, metric: str) -> Scope:
         return SUBTREE if metric in self.subtree_metrics else MODULE_CALL
+
+    def declared_operators(self, call: ModuleCall) -> frozenset[str] | None:
+        """The aten operators this call of the formula describes, where the handler declares them (else ``None``)."""
+        return None
+
+    def verify(self, call: ModuleCall, observed: DirectWork | None, fields: Iterable[str], estimate: CallEstimate,
+               where: dict[str, Any]) -> None:
+        """Keep, adjust or distrust the ``fields`` this handler supplied for ``call`` (in ``estimate``, in place) by
+        the operators the call ran directly (``observed``): a formula that declares none is trusted as it is."""
 
 
 def validate_handler_map(custom_modules: Any, argument: str = "custom_modules") -> dict[type, ModuleHandler]:

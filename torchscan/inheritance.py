@@ -13,15 +13,18 @@ third-party formula gets on a mismatch, `torchscan.operator_check`) are specifie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .diagnostics import diagnostic
 from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
-from .operator_check import ThirdPartyHandler, class_name, mark_mismatch, significant_operator, zero_work_names
+from .operator_check import class_name, mark_mismatch, significant_operator, zero_work_names
 from .operators import operator_name
-from .results import FUNCTIONAL_OPS, METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, complete, unavailable
+from .results import FUNCTIONAL_OPS, METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, MetricResult, complete, unavailable
+
+if TYPE_CHECKING:
+    from .estimation import CallEstimate
 
 #: The method label prefix of inherited results: ``inherited:<parent class>:<parent's method>``.
 INHERITED_PREFIX = "inherited"
@@ -52,21 +55,38 @@ class InheritedHandler(ModuleHandler):
     """The leaf formula of ``parent`` (a ``torch.nn`` or third-party class) offered to a subclass that overrides
     its ``forward``, with the aten operators with arithmetic that the formula describes (``operators``)."""
 
-    parent: type = object
-    formula: ModuleHandler | None = None
+    parent: type = field(kw_only=True)
+    formula: ModuleHandler = field(kw_only=True)
     operators: frozenset[str] = frozenset()
     checks_operators: ClassVar[bool] = True
+    leaves_only: ClassVar[bool] = True
 
     @property
     def parent_name(self) -> str:
         return f"{self.parent.__module__}.{self.parent.__qualname__}"
 
-    def described(self, call: ModuleCall) -> frozenset[str]:
+    def declared_operators(self, call: ModuleCall) -> frozenset[str]:
         """The operators the parent's formula describes for this call (a third-party signature may depend on it)."""
-        if isinstance(self.formula, ThirdPartyHandler):
-            expected = self.formula.expected(call)
-            return frozenset(expected.required) | expected.optional
-        return self.operators
+        declared = self.formula.declared_operators(call)
+        return self.operators if declared is None else declared
+
+    def verify(self, call: ModuleCall, observed: DirectWork | None, fields: Iterable[str], estimate: CallEstimate,
+               where: dict[str, Any]) -> None:
+        """Keep, adjust or distrust the inherited formula's ``fields`` of this call (see the module docstring)."""
+        supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
+        if not supplied:
+            return
+        problem = _unverified(self, call, observed, estimate.metrics)
+        if problem is not None:
+            detail, significant = problem
+            mark_mismatch(call, observed, supplied, estimate, where, f"the formula of {self.parent_name} it "
+                          f"inherits {detail}", significant)
+            return
+        assert isinstance(observed, ObservedWork)  # _unverified returns a problem otherwise
+        _account_equivalences(observed, self.declared_operators(call), supplied, estimate)
+        estimate.diagnostics.append(diagnostic(
+            "verified_inheritance", f"{class_name(call)} overrides forward; the formula of {self.parent_name} "
+            "applies because the operators of this call do the work it describes", **where))
 
 
 def inherit(parent: type, formula: ModuleHandler, operators: Iterable[str]) -> InheritedHandler | None:
@@ -79,32 +99,12 @@ def inherit(parent: type, formula: ModuleHandler, operators: Iterable[str]) -> I
                             operators=frozenset(operators))
 
 
-def verify_inheritance(handler: InheritedHandler, call: ModuleCall, observed: DirectWork | None,
-                       fields: Iterable[str], estimate: Any, where: dict[str, Any]) -> None:
-    """Keep, adjust or distrust the inherited formula's ``fields`` of this call (see the module docstring);
-    ``estimate`` is the call's `CallEstimate`, changed in place."""
-    supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
-    if not supplied:
-        return
-    problem = _unverified(handler, call, observed, estimate.metrics)
-    if problem is not None:
-        detail, significant = problem
-        mark_mismatch(call, observed, supplied, estimate, where, f"the formula of {handler.parent_name} it "
-                      f"inherits {detail}", significant)
-        return
-    assert isinstance(observed, ObservedWork)  # _unverified returns a problem otherwise
-    _account_equivalences(observed, handler.described(call), supplied, estimate)
-    estimate.diagnostics.append(diagnostic(
-        "verified_inheritance", f"{class_name(call)} overrides forward; the formula of {handler.parent_name} "
-        "applies because the operators of this call do the work it describes", **where))
-
-
 def _unverified(handler: InheritedHandler, call: ModuleCall, observed: DirectWork | None,
-                metrics: Mapping[str, Any]) -> tuple[str, bool] | None:
+                metrics: Mapping[str, MetricResult]) -> tuple[str, bool] | None:
     """Why the call does not prove the parent's work (and whether dot-product work differs), or ``None``."""
     if not isinstance(observed, ObservedWork):
         return "cannot be checked: the call's operators were not observed", False
-    unexpected = _undescribed_work(observed, handler.described(call))
+    unexpected = _undescribed_work(observed, handler.declared_operators(call))
     if unexpected:
         ran = ", ".join(name if calls == 1 else f"{name} x{calls}" for name, calls in unexpected.items())
         return f"does not describe {ran}, which the call also ran", any(map(significant_operator, unexpected))
@@ -124,7 +124,7 @@ def _undescribed_work(observed: ObservedWork, described: frozenset[str]) -> dict
     return dict(sorted(unexpected.items()))
 
 
-def _different_counts(observed: ObservedWork, metrics: Mapping[str, Any]) -> tuple[str, bool] | None:
+def _different_counts(observed: ObservedWork, metrics: Mapping[str, MetricResult]) -> tuple[str, bool] | None:
     """The first count the formula gives otherwise than the priced operators (MACs first: a difference in
     dot-product work is an error), or ``None``."""
     for name in ("macs", "module_flops"):
@@ -135,8 +135,8 @@ def _different_counts(observed: ObservedWork, metrics: Mapping[str, Any]) -> tup
     return None
 
 
-def _account_equivalences(observed: ObservedWork, described: frozenset[str], supplied: list[str], estimate: Any
-                          ) -> None:
+def _account_equivalences(observed: ObservedWork, described: frozenset[str], supplied: list[str],
+                          estimate: CallEstimate) -> None:
     """DMAs from the operators that ran; receptive fields unavailable where the equivalences can change them."""
     if "dmas" in supplied and estimate.metrics["dmas"]["status"] == "complete":
         estimate.metrics["dmas"] = complete(observed.known("dmas"), METRIC_UNITS["dmas"], MODULE_CALL,

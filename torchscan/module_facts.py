@@ -13,7 +13,6 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .handlers import ModuleHandler, closest_handler
-from .inheritance import InheritedHandler
 from .values import PLAIN_TENSORS, device_type, dtype_name
 
 #: The built-in handler of a module type, or None (see ``torchscan.builtin_handlers.builtin_for``).
@@ -38,7 +37,7 @@ def type_facts(kind: type, custom: dict[type, ModuleHandler], builtin: BuiltinLo
     describes a leaf's work, so a composite subclass (timm's ``BatchNormAct2d``) is not offered one."""
     caller = closest_handler(kind, custom)
     found = builtin(kind) if builtin is not None else None
-    if not leaf and isinstance(found, InheritedHandler):
+    if not leaf and found is not None and found.leaves_only:
         found = None
     return TypeFacts(
         type_name=f"{kind.__module__}.{kind.__qualname__}", caller=caller, builtin=found,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -21,7 +21,10 @@ from .direct_work import DirectWork, ObservedWork
 from .formulas.operators.table import ZERO_WORK_OPERATORS, operator_significance
 from .handlers import ModuleCall, ModuleHandler
 from .operators import operator_name
-from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, lower_bound, unavailable
+from .results import METRIC_UNITS, MODULE_CALL, SUMMABLE_METRICS, MetricResult, lower_bound, unavailable
+
+if TYPE_CHECKING:
+    from .estimation import CallEstimate
 
 #: The method label of the fields a mismatched call falls back to.
 MISMATCH_METHOD = "handler_signature_mismatch"
@@ -107,6 +110,21 @@ class ThirdPartyHandler(ModuleHandler):
         """The signature of this call."""
         return self.operators if isinstance(self.operators, OperatorSignature) else self.operators(call)
 
+    def declared_operators(self, call: ModuleCall) -> frozenset[str]:
+        expected = self.expected(call)
+        return frozenset(expected.required) | expected.optional
+
+    def verify(self, call: ModuleCall, observed: DirectWork | None, fields: Iterable[str], estimate: CallEstimate,
+               where: dict[str, Any]) -> None:
+        """Distrust the ``fields`` of this call when the operators it ran directly differ from the declared ones."""
+        supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
+        found = _difference(self, call, observed) if supplied else None
+        if found is None:
+            return
+        detail, significant = found
+        mark_mismatch(call, observed, supplied, estimate, where,
+                      f"the built-in formula of {class_name(call)} {detail}", significant)
+
 
 def compare(expected: OperatorSignature, observed: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
     """``(unexpected, missing)`` operator counts of a call against its declared signature."""
@@ -123,22 +141,7 @@ def counted_names(counts: Mapping[str, int]) -> str:
     return ", ".join(name if count == 1 else f"{name} x{count}" for name, count in counts.items())
 
 
-def verify_operators(handler: ModuleHandler | None, call: ModuleCall, observed: DirectWork | None,
-                     fields: Iterable[str], estimate: Any, where: dict[str, Any]) -> None:
-    """Distrust a `ThirdPartyHandler`'s ``fields`` of this call (in ``estimate``, a `CallEstimate`, in place) when
-    the operators it ran directly differ from the declared ones; other handlers are left alone."""
-    if not isinstance(handler, ThirdPartyHandler):
-        return
-    supplied = [name for name in METRIC_UNITS if name in fields and name in estimate.metrics]
-    found = _difference(handler, call, observed) if supplied else None
-    if found is None:
-        return
-    detail, significant = found
-    mark_mismatch(call, observed, supplied, estimate, where, f"the built-in formula of {class_name(call)} {detail}",
-                  significant)
-
-
-def mark_mismatch(call: ModuleCall, observed: DirectWork | None, supplied: Iterable[str], estimate: Any,
+def mark_mismatch(call: ModuleCall, observed: DirectWork | None, supplied: Iterable[str], estimate: CallEstimate,
                   where: dict[str, Any], detail: str, significant: bool) -> None:
     """Replace the ``supplied`` fields of a call whose operators do not match its formula: counts become lower
     bounds priced from the observed operators, receptive fields unavailable, and a ``handler_signature_mismatch``
@@ -186,7 +189,7 @@ def _by_name(counts: Mapping[Any, int]) -> dict[str, int]:
     return named
 
 
-def _fallback(name: str, observed: DirectWork | None) -> Any:
+def _fallback(name: str, observed: DirectWork | None) -> MetricResult:
     unit = METRIC_UNITS[name]
     if name in SUMMABLE_METRICS and observed is not None:
         return lower_bound(observed.known(name), unit, MODULE_CALL, MISMATCH_METHOD)

@@ -31,7 +31,7 @@ from .diagnostics import Diagnostic, diagnostic, sort_key
 from .findings import incomplete_message
 from .handlers import ModuleHandler, validate_handler_map
 from .memory.forward import ForwardMemory, layer_memories, memory_section, memory_totals, traced_forward
-from .module_facts import tensor_statistics
+from .module_facts import OwnTensors, tensor_statistics
 from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
 from .records import CallParts, layer_record
 from .results import (
@@ -308,7 +308,7 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
     }
 
 
-def _layers(calls: list[CallParts], statistics: dict[str, tuple[dict[str, int], dict[str, int]]],
+def _layers(calls: list[CallParts], statistics: dict[str, OwnTensors],
             probe: ForwardMemory | None) -> list[dict[str, Any]]:
     """Every call's record, assembled from its parts (a module's later calls get copies of its first call's
     statistics), with its memory when traced."""
@@ -331,12 +331,12 @@ def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[s
                       "dispatch observe work; every total is a lower bound")
 
 
-def _totals(statistics: dict[str, tuple[dict[str, int], dict[str, int]]], layers: list[dict[str, Any]],
+def _totals(statistics: dict[str, OwnTensors], layers: list[dict[str, Any]],
             operator_total: dict[str, Any], full: bool) -> dict[str, Any]:
     """Model totals: every tensor once (the per-module statistics already attribute shared ones once), and the
     module-view sums of the retained layer estimates."""
-    own_parameters = [pair[0] for pair in statistics.values()]
-    own_buffers = [pair[1] for pair in statistics.values()]
+    own_parameters = [own.parameters for own in statistics.values()]
+    own_buffers = [own.buffers for own in statistics.values()]
     parameters = {"total": _sum_of("count", own_parameters), "trainable": _sum_of("trainable", own_parameters),
                   "frozen": _sum_of("frozen", own_parameters), "bytes": _sum_of("bytes", own_parameters)}
     buffers = {"total": _sum_of("count", own_buffers), "bytes": _sum_of("bytes", own_buffers)}

@@ -127,8 +127,15 @@ def _is_leaf(module: nn.Module) -> bool:
     return not children or all(child is None for child in children.values())
 
 
+class OwnTensors(NamedTuple):
+    """The statistics of a module's own parameters (count, bytes, trainable, frozen) and buffers (count, bytes)."""
+
+    parameters: dict[str, int]
+    buffers: dict[str, int]
+
+
 def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple[str, str]] | None = None
-                      ) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+                      ) -> dict[str, OwnTensors]:
     """Parameter and buffer statistics of each module path of ``modules`` (a model's ``named_modules()``), in one
     walk after the forward: a shared tensor counts once, an uninitialized lazy one not at all; ``kinds`` (when
     given) also collects the device type and dtype of every counted tensor."""
@@ -140,7 +147,7 @@ def tensor_statistics(modules: Iterable[tuple[str, nn.Module]], kinds: set[tuple
         count, nbytes, trainable = _new_tensors(parameters.values(), seen, found) if parameters else NO_TENSORS
         own_parameters = {"count": count, "bytes": nbytes, "trainable": trainable, "frozen": count - trainable}
         count, nbytes, _ = _new_tensors(buffers.values(), seen, found) if buffers else NO_TENSORS
-        statistics[path] = own_parameters, {"count": count, "bytes": nbytes}
+        statistics[path] = OwnTensors(own_parameters, {"count": count, "bytes": nbytes})
     if kinds is not None:
         kinds.update(("cpu", dtype_name(kind)) if isinstance(kind, torch.dtype) else (kind[0], dtype_name(kind[1]))
                      for kind in found)

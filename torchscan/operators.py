@@ -20,6 +20,7 @@ from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .diagnostics import Diagnostic, Severity, diagnostic
+from .direct_work import DirectWork
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
 from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
 from .results import (
@@ -81,7 +82,7 @@ class OperatorScope:
 
     __slots__ = ("direct_work", "flops", "inclusive_flops", "inclusive_uncounted", "uncounted")
 
-    def __init__(self, direct_work: Any = None) -> None:
+    def __init__(self, direct_work: DirectWork | None = None) -> None:
         self.flops: int | float = 0
         self.uncounted = False
         self.inclusive_flops: int | float = 0  # of closed descendants, until `close` adds the direct FLOPs

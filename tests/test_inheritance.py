@@ -11,8 +11,11 @@ from torch import nn
 from torch.nn import functional as F
 from torchscan_testing import analyze_call
 
-from torchscan.builtin_handlers import DEFAULT_HANDLERS, DESCRIBED_OPERATORS
-from torchscan.operator_check import resolves
+from torchscan.builtin_handlers import DEFAULT_HANDLERS, DESCRIBED_OPERATORS, builtin_for
+from torchscan.estimation import CallEstimate
+from torchscan.handlers import ModuleCall
+from torchscan.inheritance import inherit
+from torchscan.operator_check import ThirdPartyHandler, resolves, signature
 
 COUNTS = ("module_flops", "macs")
 SPATIAL = ("receptive_field", "effective_stride", "effective_padding")
@@ -88,6 +91,31 @@ def test_every_builtin_leaf_formula_declares_the_operators_it_describes() -> Non
     assert set(DESCRIBED_OPERATORS) == leaf_formulas
     unknown = {name for names in DESCRIBED_OPERATORS.values() for name in names if not resolves(name)}
     assert not unknown
+
+
+def test_each_handler_kind_answers_what_the_estimator_asks_of_it() -> None:
+    """What a formula declares, whether it checks it and whether a module with children may use it are asked of the
+    handler: a plain built-in declares and checks nothing, a third-party one declares its signature, and an
+    inherited one declares its parent's operators, checks them and describes a leaf's work only."""
+    linear = nn.Linear(3, 2)
+    call = ModuleCall(linear, (torch.ones(1, 3),), {}, linear(torch.ones(1, 3)))
+    plain = DEFAULT_HANDLERS[nn.Linear]
+    inherited = builtin_for(type("Overrides", (nn.Linear,), {"forward": lambda self, x: nn.Linear.forward(self, x)}))
+    third_party = ThirdPartyHandler(lambda call: {}, method="formula:x",
+                                    operators=signature("aten.mm", optional=["aten.t"]))
+    assert (plain.declared_operators(call), plain.checks_operators, plain.leaves_only) == (None, False, False)
+    assert third_party.declared_operators(call) == {"aten.mm", "aten.t"} and not third_party.leaves_only
+    assert inherited is not None and inherited.checks_operators and inherited.leaves_only
+    assert inherited.declared_operators(call) == frozenset(DESCRIBED_OPERATORS[nn.Linear])
+    inherited_third_party = inherit(nn.Linear, third_party, ())
+    assert inherited_third_party is not None and inherited_third_party.declared_operators(call) == {"aten.mm", "aten.t"}
+    estimate = CallEstimate(metrics={"macs": {"status": "complete", "value": 6, "known_value": 6, "unit": "MACs",
+                                              "scope": "module_call", "method": "formula:linear"}})
+    plain.verify(call, None, ["macs"], estimate, {})
+    assert estimate.metrics["macs"]["status"] == "complete" and not estimate.diagnostics
+    inherited.verify(call, None, ["macs"], estimate, {})  # the operators were not observed: not trusted
+    assert estimate.metrics["macs"]["status"] == "unavailable"
+    assert [item["code"] for item in estimate.diagnostics] == ["handler_signature_mismatch"]
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])

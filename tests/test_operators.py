@@ -13,10 +13,10 @@ from torch.utils import flop_counter
 from torchscan_testing import OPAQUE, OPAQUE_PACKET, OpaqueLeaf, analyze, opaque
 
 from torchscan import crawl_module, measure_flops
-from torchscan.direct_work import DirectWork
+from torchscan.direct_work import DirectWork, WorkTotals
 from torchscan.operator_cache import UNCOUNTED
 from torchscan.operators import OperatorCount, OperatorScope, build_formula_table, new_recorder, operator_name
-from torchscan.results import MODEL
+from torchscan.results import MODEL, SUMMABLE_METRICS
 
 aten = torch.ops.aten
 
@@ -374,7 +374,7 @@ def test_the_recorder_counts_into_the_innermost_entered_scope_and_then_the_root(
     assert (recorder.root.flops, outer.flops, inner.flops) == (128, 256, 64)
     assert (recorder.root.uncounted, outer.uncounted, inner.uncounted) == (False, False, True)
     totals = recorder.totals()
-    assert {operator_name(p): row for p, row in totals.counted.items()} == {"aten.mm": OperatorCount(calls=4, flops=448)}
+    assert {operator_name(p): row for p, row in totals.counted.items()} == {"aten.mm": OperatorCount(4, flops=448)}
     assert {operator_name(p): calls for p, calls in totals.calls_of(UNCOUNTED).items()} == {OPAQUE: 1}
     assert totals.result(MODEL)["status"] == "partial" and totals.result(MODEL)["known_value"] == 448
 
@@ -406,3 +406,11 @@ def test_direct_work_files_an_operator_without_estimate():
     work.add_unestimated(OPAQUE_PACKET)
     assert work.unestimated == {OPAQUE_PACKET: 2} and work.operators == 0
     assert work.result("macs")["status"] == "partial"
+
+
+def test_direct_work_adds_each_estimate_to_its_named_totals():
+    work = DirectWork()
+    work.add_estimate(aten.mm, (48, 24, 40))
+    work.add_estimate(aten.add, (6, 0, 18))
+    assert work.totals == WorkTotals(module_flops=54, macs=24, dmas=58) and work.operators == 2
+    assert [work.known(name) for name in SUMMABLE_METRICS] == [54, 24, 58]

@@ -214,38 +214,47 @@ def map_tensors(value: Any, function: Callable[[torch.Tensor], Any], _enclosing:
         return function(value)
     if type(value) in PLAIN_TYPES or id(value) in _enclosing or len(_enclosing) >= MAX_DEPTH:
         return value
+    keyed = _keyed_items(value)
+    if keyed is None:
+        return value
     inner = (*_enclosing, id(value))
+    changed = {key: new for key, old in keyed if (new := map_tensors(old, function, inner)) is not old}
+    return _rebuilt(value, changed) if changed else value
+
+
+def _keyed_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
+    """A container's items with their keys (positions, mapping keys, field names), in `container_items`' policy."""
     if isinstance(value, (tuple, list)):
-        items = [map_tensors(item, function, inner) for item in value]
-        if all(new is old for new, old in zip(items, value, strict=True)):
-            return value
-        return type(value)(*items) if hasattr(type(value), "_fields") else type(value)(items)
+        return enumerate(value)
     if isinstance(value, Mapping):
-        changed = {key: new for key, old in value.items() if (new := map_tensors(old, function, inner)) is not old}
-        return _replaced(value, changed, _set_item) if changed else value
+        return value.items()
     if _is_dataclass_instance(value):
-        changed = {name: new for name, old in _named_items(value)
-                   if (new := map_tensors(old, function, inner)) is not old}
-        return _replaced(value, changed, object.__setattr__) if changed else value
-    return value
+        return _named_items(value)
+    return None
 
 
-def _set_item(mapping: Any, key: Any, item: Any) -> None:
-    mapping[key] = item
-
-
-def _replaced(value: Any, changed: dict[Any, Any], assign: Callable[[Any, Any, Any], None]) -> Any:
-    """A shallow copy of a mapping or dataclass with ``changed`` items (a plain dict is rebuilt)."""
-    if type(value) is dict:
+def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
+    """A container like ``value`` with the ``changed`` items: a sequence rebuilt as its type (a named tuple by its
+    fields), a plain dict rebuilt, any other mapping or dataclass a shallow copy with the items assigned."""
+    kind = type(value)
+    if isinstance(value, (tuple, list)):
+        items = [changed.get(index, item) for index, item in enumerate(value)]
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)
+    if kind is dict:
         return {**value, **changed}
+    assign = _set_item if isinstance(value, Mapping) else object.__setattr__
     try:
         new = copy.copy(value)
         for key, item in changed.items():
             assign(new, key, item)
     except Exception as error:
-        raise TypeError(f"cannot rebuild a {type(value).__qualname__} with its tensors replaced "
+        raise TypeError(f"cannot rebuild a {kind.__qualname__} with its tensors replaced "
                         f"({type(error).__name__}: {error})") from error
     return new
+
+
+def _set_item(mapping: Any, key: Any, item: Any) -> None:
+    mapping[key] = item
 
 
 # -- keys ----------------------------------------------------------------------------------------------------------

@@ -67,8 +67,7 @@ def crawl_training_step(
     ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s.
     """
     check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
-    if loss is not None and not callable(loss):
-        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
+    _check_loss(loss)
     make_optimizer = _optimizer_factory(optimizer)
     step = TrainingForward(keep_modes, StepMemory() if memory else None)
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
@@ -97,6 +96,12 @@ def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], A
         if step.memory is not None:
             step.memory.close()
     return report, phases
+
+
+def _check_loss(loss: Any) -> None:
+    """``loss`` is None or a callable (else a ``TypeError`` naming the argument)."""
+    if loss is not None and not callable(loss):
+        raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
 
 
 def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch._ops import HigherOrderOperator
@@ -175,6 +176,13 @@ class _Pause:
         self.depth -= 1
 
 
+class OperatorListener(Protocol):
+    """A feature that follows the operators a recorder counts (the memory timeline)."""
+
+    def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        """One dispatched operator and its result."""
+
+
 class OperatorRecorder(TorchDispatchMode):
     """Counts every dispatched operator into the active scope (the innermost module call entered, else the root),
     and into its ``direct_work``, if any, for the module view's estimate of the call's own operators."""
@@ -191,8 +199,9 @@ class OperatorRecorder(TorchDispatchMode):
         self.cache = FormulaCache(formulas)
         self.scopes: list[OperatorScope] = [OperatorScope()]  # the root, then one scope per open call
         self._pause = _Pause()
-        #: Fed every counted operator's event (``record(func, args, kwargs, out)``) when memory is traced.
-        self.memory: Any = None
+        #: Told of every counted operator (``record(func, args, kwargs, out)``): the memory timeline, and any
+        #: feature that follows operators (`listening`); the innermost open call is the tracer's.
+        self.listeners: list[OperatorListener] = []
 
     @property
     def root(self) -> OperatorScope:
@@ -213,6 +222,18 @@ class OperatorRecorder(TorchDispatchMode):
             raise RuntimeError("OperatorRecorder.leave() without a matching enter(): only the root scope is open")
         return self.scopes.pop()
 
+    @contextmanager
+    def listening(self, listener: OperatorListener | None) -> Iterator[None]:
+        """``listener`` is told of every operator counted inside the block (None: nothing is added)."""
+        if listener is None:
+            yield
+            return
+        self.listeners.append(listener)
+        try:
+            yield
+        finally:
+            self.listeners.remove(listener)
+
     def paused(self) -> _Pause:
         """A context in which nothing is counted (module estimates run there); pauses may nest."""
         return self._pause
@@ -229,8 +250,9 @@ class OperatorRecorder(TorchDispatchMode):
         out = plan.run(*args, **kwargs)
         if self._pause.depth:
             return out
-        if self.memory is not None:
-            self.memory.record(func, args, kwargs, out)
+        if self.listeners:
+            for listener in self.listeners:
+                listener.record(func, args, kwargs, out)
         outcome = plan.fixed or cache.outcome(plan, args, kwargs, out)
         scope = self.scopes[-1]
         scope.add(outcome)

@@ -6,14 +6,14 @@ follows the storages of the parameters, buffers and inputs from the start (their
 notes which layer call was open when the peak was reached, each call's output bytes and the live bytes at its end,
 counts activations in fvcore's convention and names the attention kernel that ran. `memory_section` turns it into
 the report's ``memory`` section, the ``forward_peak_bytes`` and ``activations`` totals and each record's ``memory``.
-Nothing here runs unless the caller asked for memory: the recorder checks one attribute per operator.
+Nothing here runs unless the caller asked for memory: the recorder checks its list of listeners per operator.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -294,14 +294,5 @@ def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], tracer
     probe.adopt(model.parameters(), PARAMETERS)
     probe.adopt(model.buffers(), BUFFERS)
     probe.adopt([*tensors_in(args), *tensors_in(kwargs)], INPUTS)
-    try:
-        with ExitStack() as contexts:
-            contexts.enter_context(tracer.subscribed(probe))
-            if recorder is None:
-                contexts.enter_context(TraceMode(probe))
-            else:
-                recorder.memory = probe
-            yield probe
-    finally:
-        if recorder is not None:
-            recorder.memory = None
+    with tracer.subscribed(probe), TraceMode(probe) if recorder is None else recorder.listening(probe):
+        yield probe

@@ -201,8 +201,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     recorder = phases.recorder
     phases.loss_default = loss is None
     memory = step.memory
-    recorder.memory = None if memory is None else memory.probe
-    with torch.enable_grad(), recorder, step.device_queries():
+    with torch.enable_grad(), recorder, step.device_queries(), recorder.listening(None if memory is None else memory.probe):
         recorder.enter(phases.loss_forward)
         with step.saving():
             value = compute_loss(loss, step.output)
@@ -221,7 +220,6 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         memory.backward_ended(model)
     if make_optimizer is not None:
         _optimizer_step(model, make_optimizer, phases, memory, step.device_queries())
-    recorder.memory = None
     return phases
 
 
@@ -288,8 +286,7 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
         raise TypeError(f"optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
     phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     recorder = phases.recorder
-    recorder.memory = None if memory is None else memory.optimizer_timeline()
-    with recorder, device_queries:
+    with recorder, device_queries, recorder.listening(None if memory is None else memory.optimizer_timeline()):
         recorder.enter(phases.optimizer)
         optimizer.step()
         recorder.leave()

@@ -17,6 +17,10 @@ from .diagnostics import Diagnostic
 from .estimation import CallEstimate
 from .results import DIRECT, INCLUSIVE, METRIC_UNITS, MODULE_CALL, is_incomplete, not_requested
 
+#: A ``mode="structure"`` record's metrics and operator FLOPs: every one explicitly not requested.
+NOT_REQUESTED_METRICS = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
+NOT_REQUESTED_OPERATOR_FLOPS = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+
 
 @dataclass(slots=True)
 class CallOutcome:
@@ -85,10 +89,9 @@ def layer_record(parts: CallParts, parameters: dict[str, int], buffers: dict[str
               "type": parts.type, "leaf": parts.leaf, "parent": parts.parent, "input": parts.input,
               "output": parts.output, "parameters": parameters, "buffers": buffers}
     outcome = parts.outcome
-    if outcome is None:
-        record["metrics"] = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-        record["operator_flops"] = {DIRECT: not_requested("FLOPs", DIRECT),
-                                    INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+    if outcome is None:  # each result a copy of its own
+        record["metrics"] = {name: result.copy() for name, result in NOT_REQUESTED_METRICS.items()}
+        record["operator_flops"] = {name: result.copy() for name, result in NOT_REQUESTED_OPERATOR_FLOPS.items()}
     else:
         _add_outcome(record, outcome)
     if memory is not None:

@@ -16,7 +16,7 @@ fields an owner whose formula applied covers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from threading import get_ident
 from typing import Any, NamedTuple, Protocol
@@ -68,7 +68,7 @@ class CallSubscriber(Protocol):
         """The tracer opened ``frame`` (it is on top of the stack)."""
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
-        """The tracer closed ``frame`` (popped, its record written): ``call`` is None when the call raised."""
+        """The tracer closed ``frame`` (popped, its parts filled): ``call`` is None when the call raised."""
 
 
 class Frame:
@@ -180,13 +180,14 @@ class CallTracer:
     def replaying(self) -> Iterator[None]:
         """Attached again after the forward, without recording: the model's calls that run inside the block (a
         checkpointed forward recomputed by the backward, in whichever thread autograd runs it) are published to
-        the subscribers with frames whose record is empty."""
+        the subscribers with frames that have no parts."""
         self.recording = False
         self.attach()
         try:
             yield
         finally:
             self.detach()
+            self.recording = True
 
     # -- hooks -------------------------------------------------------------------------------------------------
 
@@ -217,6 +218,7 @@ class CallTracer:
                 subscriber.call_opened(frame)
 
     def _publish_opened(self, frame: Frame) -> None:
+        """Push the opened frame and tell the subscribers."""
         self.stack.append(frame)
         for subscriber in self.subscribers:
             subscriber.call_opened(frame)
@@ -362,7 +364,7 @@ class CallTracer:
             return estimate_call(context, call)
 
 
-def global_hook_pair(pre_hook: Any, post_hook: Any) -> list[RemovableHandle]:
+def global_hook_pair(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> list[RemovableHandle]:
     """A global forward pre-hook and a global forward hook (with kwargs, called also when the forward raises): the
     way the tracer observes module calls."""
     return [register_module_forward_pre_hook(pre_hook),

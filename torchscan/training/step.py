@@ -1,9 +1,10 @@
 """One training step analyzed: the forward as ``crawl_module`` traces it, then the loss, the backward and an optional
 optimizer step, with every backward operator filed under the layer call whose forward created its autograd node.
 
-Attribution: while the forward runs, each layer call the tracer closes (`GraphOwners` subscribes to it) claims the autograd nodes reachable from its outputs
-that no inner call claimed and that its inputs did not bring (`GraphOwners`); the loss claims what the loss created.
-During the backward each claimed node enters its owner's operator scope while it runs (node pre-hook and hook), so
+Attribution by creation (`GraphOwners`, which listens to the recorder's operators and subscribes to the tracer):
+each autograd node belongs to the innermost layer call open when the forward created it, the loss's nodes to the
+loss; a closing call also claims the nodes no operator created inside it (a custom autograd Function's). During the
+backward each claimed node enters its owner's operator scope while it runs (node pre-hook and hook), so
 the recorder files the node's operators there; everything else (``AccumulateGrad``, the engine's summing of
 gradients for a tensor with several consumers) lands in the ``engine`` bucket, and the model's module calls re-run
 during the backward (activation checkpointing) in the ``recomputation`` bucket.
@@ -118,17 +119,41 @@ def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.o
 
 
 class GraphOwners:
-    """Which owner (layer call index or the loss) created each autograd node of the step; subscribed to the tracer
-    during the forward, each closing call claims its nodes."""
+    """Which owner (layer call index or the loss) created each autograd node of the step, by creation.
+
+    It listens to the recorder's operators through the forward and the loss: the nodes an operator created belong
+    to the innermost call open when it ran (``outside`` when none is: the loss). Autograd attaches an operator's
+    node after dispatch returns, so each operator's nodes are claimed when the next event arrives (`settle`). A
+    closing call (it subscribes to the tracer) also claims what no operator created inside it, such as a custom
+    autograd Function's node (a checkpointed block's).
+    """
 
     def __init__(self) -> None:
         self.owners: dict[Any, Owner] = {}
+        self.stack: list[Frame] = []  # the tracer's open calls
+        self.outside: Owner | None = None  # the owner of operators outside every call (the loss)
+        self.pending: tuple[Any, Owner | None] | None = None  # the last operator's output and owner, unsettled
+
+    def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        """An operator ran: settle the previous one, keep this one's output until its nodes exist."""
+        self.settle()
+        stack = self.stack
+        self.pending = (out, stack[-1].index if stack and stack[-1].parts is not None else self.outside)
+
+    def settle(self) -> None:
+        """Claim the nodes the last operator created for the owner it ran under."""
+        if self.pending is not None:
+            out, owner = self.pending
+            self.pending = None
+            if owner is not None:
+                self.claim(owner, out, ())
 
     def call_opened(self, frame: Frame) -> None:
         """Nothing to claim before the call returns."""
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
-        """A returned call claims its nodes (a call that raised has none)."""
+        """A returned call claims the nodes no operator created inside it (a call that raised has none)."""
+        self.settle()
         if call is not None:
             self.claim(frame.index, call.output, (call.args, call.kwargs))
 
@@ -177,8 +202,10 @@ class TrainingForward(ForwardStep):
         self.stand_ins = analysis.stand_ins
         if self.memory is not None:
             self.memory.probe = probe
-        with tracer.subscribed(self.graph), self.saving():
+        self.graph.stack = tracer.stack
+        with tracer.subscribed(self.graph), tracer.counting.listening(self.graph), self.saving():
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
+        self.graph.settle()
         return self.output
 
     def saving(self) -> Any:
@@ -201,12 +228,15 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     recorder = phases.recorder
     phases.loss_default = loss is None
     memory = step.memory
+    graph = step.graph
     with torch.enable_grad(), recorder, step.device_queries(), recorder.listening(None if memory is None else memory.probe):
         recorder.enter(phases.loss_forward)
-        with step.saving():
+        graph.outside = LOSS
+        with step.saving(), recorder.listening(graph):
             value = compute_loss(loss, step.output)
+        graph.settle()
         recorder.leave()
-        step.graph.claim(LOSS, value, step.output)
+        graph.claim(LOSS, value, step.output)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:

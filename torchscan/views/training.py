@@ -20,7 +20,7 @@ TRAINING_PARTS = (
     ("backward", "Backward", False),
     ("layers_backward", "Layer calls", True),
     ("loss_backward", "Loss", True),
-    ("engine", "Engine (gradient accumulation)", True),
+    ("engine", "Engine (gradient sums, accumulation)", True),
     ("recomputation", "Recomputation (activation checkpointing)", True),
     ("optimizer", "Optimizer step", False),
     ("step", "Whole step", False),

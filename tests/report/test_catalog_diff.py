@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from browser import new_tab
-from torchscan_testing import documented_file, with_memory
+from torchscan_testing import documented_file
 
 from torchscan.report.build import BuildOptions, build
 from torchscan.report.cli import main
@@ -22,7 +22,6 @@ from torchscan.report.output.templates import template_folder
 from torchscan.report.registry.parsing import load_registry
 from torchscan.report.review.budgets import parse_budget
 from torchscan.report.review.catalog_index import CATALOG_INDEX
-from torchscan.report.runs import worker
 from torchscan.report.runs.progress import Progress
 
 OLD_MODELS = """from torch import nn
@@ -105,7 +104,7 @@ def test_the_review_shows_the_entries_that_changed_or_broke(sites: Path, capsys:
     assert broken.startswith("The new analysis failed: `build stage, RuntimeError: the factory broke`.\n"
                              "After: its last good report, kept from an earlier build "
                              "(`reports/broken.last-good.json`).\n")
-    assert "Unchanged: Parameters, MACs, Module FLOPs, Operator FLOPs, DMAs." in broken
+    assert "(`reports/broken.last-good.json`).\n\nEvery total unchanged.\n\n<details>" in broken
     # b is unchanged: counted and folded, never a section of its own.
     assert "<details><summary>Unchanged: 1 entry</summary>\n\nb\n\n</details>" in text
     assert "&gt;" not in text and "&lt;" not in text and "&amp;" not in text
@@ -232,16 +231,13 @@ SCREENSHOTS = os.environ.get("TORCHSCAN_SCREENSHOTS", "")
 
 @pytest.fixture(scope="module")
 def trained_sites(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The two builds of the first fixture, every entry with its training step and every report with memory (as the
-    engine's ``memory=True`` adds it); the kept last good report of ``broken`` is of a wider model than the old."""
+    """The two builds of the first fixture, every entry with its training step (the worker traces memory); the kept
+    last good report of ``broken`` is of a wider model than the old one."""
     folder = tmp_path_factory.mktemp("trained")
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        analyze = worker.analyze_model
-        monkeypatch.setattr(worker, "analyze_model", lambda *args: with_memory(analyze(*args)))
-        build_side(folder, "gold_old", OLD_MODELS, ("a", "b", "gone", "broken"), extra=TRAINED)
-        build_side(folder, "gold_earlier", OLD_MODELS.replace("nn.Linear(16, 8)", "nn.Linear(16, 12)"), ("broken",),
-                   output="gold_new-site", extra=TRAINED)
-        build_side(folder, "gold_new", NEW_MODELS, ("a", "b", "fresh", "broken"), extra=TRAINED)
+    build_side(folder, "gold_old", OLD_MODELS, ("a", "b", "gone", "broken"), extra=TRAINED)
+    build_side(folder, "gold_earlier", OLD_MODELS.replace("nn.Linear(16, 8)", "nn.Linear(16, 12)"), ("broken",),
+               output="gold_new-site", extra=TRAINED)
+    build_side(folder, "gold_new", NEW_MODELS, ("a", "b", "fresh", "broken"), extra=TRAINED)
     return folder
 
 
@@ -299,6 +295,17 @@ OVERFLOW = r"""() => {
 }"""
 
 
+def test_the_readability_checks_find_a_broken_word_and_a_cut_column(tab: Any, tmp_path: Path) -> None:
+    """The two failures of the old review: a cell too narrow for its words, a table running past the page."""
+    page = tmp_path / "narrow.html"
+    page.write_text('<main style="width:300px"><table><tr><td style="max-width:2em;overflow-wrap:anywhere">'
+                    'exceeded</td><td style="white-space:nowrap">' + "x" * 120 + "</td></tr></table></main>",
+                    encoding="utf-8")
+    tab.open(page)
+    assert tab.evaluate(NARROW_CELLS) == ["broken word exceeded in exceeded"]
+    assert max(tab.evaluate(OVERFLOW)["boxes"]) > 1
+
+
 def assert_readable_at_1280(tab: Any, page: Path, shot: Path) -> None:
     """No horizontal overflow (page or table), no cell narrower than its longest word, no script error."""
     tab.open(page)
@@ -329,8 +336,10 @@ theme:
   palette:
     - media: "(prefers-color-scheme: light)"
       scheme: default
+      toggle: {{icon: material/weather-night, name: Dark}}
     - media: "(prefers-color-scheme: dark)"
       scheme: slate
+      toggle: {{icon: material/weather-sunny, name: Light}}
 markdown_extensions:
   - tables
   - toc:

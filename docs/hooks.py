@@ -8,6 +8,8 @@ Registered in ``mkdocs.yml`` with ``hooks: [docs/hooks.py]``.
   ``<!-- torchscan:schema-link -->`` with a link to the published schema file. ``<!-- torchscan:third-party-handlers
   -->`` and ``<!-- torchscan:third-party-support -->`` become the classes recognized in other libraries and the
   models the tests analyzed, from ``third-party-support.json`` (the tests write it and check it against the code).
+  It also shows the snippet lines of fenced code blocks as written (`show_snippet_examples`): the raw pages keep
+  them exactly as a reader copies them, and only the build escapes them from the snippets extension.
 - ``on_files`` publishes the JSON Schema shipped inside the package (``torchscan/report.schema.json``) beside
   these pages, so ``schema.md`` can link to ``report.schema.json`` and the link is checked like any other.
 """
@@ -15,6 +17,7 @@ Registered in ``mkdocs.yml`` with ``hooks: [docs/hooks.py]``.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -76,12 +79,37 @@ GENERATED = {
 }
 
 
+#: A line that pymdownx.snippets replaces with a file (``--8<-- "costs/catalog.md:catalog"``, or a block marker),
+#: and a section marker it removes (``<!-- --8<-- [start:totals] -->``): where the extension's ``;`` escape goes.
+SNIPPET_LINE = re.compile(r"""^(?P<pre>[ \t]*)(?=-+8<-+(?:[ \t]+(?:"[^"\n]+"|'[^'\n]+'))?[ \t]*$)""")
+SECTION_MARKER = re.compile(r"^(?P<pre>.*?)(?=-+8<-+[ \t]*\[(?:start|end):[^\]]+\])")
+FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+
+
+def show_snippet_examples(markdown: str) -> str:
+    """Inside fenced code blocks, a snippet line is an example to show, not a file to include: escape it with the
+    snippets extension's own ``;`` here, just before the extension runs, which takes the ``;`` away again. The raw
+    page keeps the line exactly as a reader copies it; lines outside fences are includes and are left alone."""
+    lines = markdown.split("\n")
+    fence = ""
+    for index, line in enumerate(lines):
+        match = FENCE.match(line)
+        if match and not fence:
+            fence = match["fence"]
+        elif match and match["fence"][0] == fence[0] and len(match["fence"]) >= len(fence) and not match["info"].strip():
+            fence = ""
+        elif fence:
+            lines[index] = SECTION_MARKER.sub(r"\g<pre>;", SNIPPET_LINE.sub(r"\g<pre>;", line, count=1), count=1)
+    return "\n".join(lines)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace each generation marker with its content; other pages pass through unchanged."""
+    """Replace each generation marker with its content, and show the snippet examples of code blocks as written;
+    other pages pass through unchanged."""
     for marker, build in GENERATED.items():
         if marker in markdown:
             markdown = markdown.replace(marker, build())
-    return markdown
+    return show_snippet_examples(markdown) if "8<-" in markdown else markdown
 
 
 def shipped_schema() -> bytes:

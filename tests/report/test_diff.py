@@ -73,11 +73,16 @@ def test_an_unknown_delta_has_an_unknown_percentage(reports: Path) -> None:
     assert "| MACs | module view | 320 | ≥256 | unknown (a side is incomplete) | unknown | unknown |" in text
 
 
-def test_the_default_title_names_the_models(reports: Path) -> None:
+def test_the_default_title_names_the_reports_not_their_class(reports: Path) -> None:
+    """Outside a built site a report is named by its file; two files of one name (two revisions) by that name."""
     assert diff(reports, "base", "grown", "same.md").returncode == 0
-    assert (reports / "same.md").read_text(encoding="utf-8").startswith("# Sequential: before / after\n")
+    assert (reports / "same.md").read_text(encoding="utf-8").startswith("# base → grown\n")
     assert diff(reports, "base", "other", "two.html").returncode == 0
-    assert "<title>Sequential → Linear — TorchScan diff</title>" in (reports / "two.html").read_text(encoding="utf-8")
+    assert "<title>base → other — TorchScan diff</title>" in (reports / "two.html").read_text(encoding="utf-8")
+    (reports / "head").mkdir(exist_ok=True)
+    (reports / "head" / "base.json").write_bytes((reports / "grown.json").read_bytes())
+    assert diff(reports, "base", "head/base", "revisions.md").returncode == 0
+    assert (reports / "revisions.md").read_text(encoding="utf-8").startswith("# base: before / after\n")
     assert diff(reports, "base", "grown", "titled.md", "--title", "PR #12").returncode == 0
     assert (reports / "titled.md").read_text(encoding="utf-8").startswith("# PR #12\n")
 
@@ -108,14 +113,14 @@ def test_a_budget_within_limits_passes_and_an_exceeded_one_fails(reports: Path) 
     assert exceeded.returncode == 1
     assert "budget exceeded: macs>+5%: MACs (module view): 320 → 640 (+320, +100.0%)" in exceeded.stderr
     text = (reports / "exceeded.md").read_text(encoding="utf-8")  # written anyway, with the verdict in it
-    assert "| macs&gt;+5% | **exceeded** | MACs (module view): 320 → 640 (+320, +100.0%) |" in text
+    assert "| `macs>+5%` | **exceeded** | MACs (module view): 320 → 640 (+320, +100.0%) |" in text  # plain text
 
 
 def test_the_review_opens_with_one_verdict_line(reports: Path) -> None:
     """Budgets decide the verdict when given; otherwise it says what changed. Markdown gets a Totals heading."""
     assert diff(reports, "base", "slight", "verdict.md", "--fail-if", "macs>+5%").returncode == 0
     text = (reports / "verdict.md").read_text(encoding="utf-8")
-    assert text.startswith("# Sequential: before / after\n\n**Budgets met**: 1 of 1 budget met; parameters +2.9%, "
+    assert text.startswith("# base → slight\n\n**Budgets met**: 1 of 1 budget met; parameters +2.9%, "
                            "MACs +2.5%, ")
     assert text.index("**Budgets met**") < text.index("## Totals\n") < text.index("| Quantity |")
     assert "; layer calls: 1 changed, 1 added, 0 removed\n" in text  # the root's output changed

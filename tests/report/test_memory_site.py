@@ -18,10 +18,10 @@ from torchscan.report.output.charts.memory_breakdown import memory_chart, memory
 from torchscan.report.output.documents import catalog_markdown, entry_markdown, render_diff_file, render_report_file
 from torchscan.report.registry.parsing import Registry, load_registry
 from torchscan.report.review.budgets import parse_budget
-from torchscan.report.review.catalog_diff import catalog_diff_view
+from torchscan.report.review.catalog_diff import EntryRow, catalog_diff_view
 from torchscan.report.review.catalog_index import Catalog, CatalogRun
 from torchscan.report.review.catalog_view import NO_MEMORY, catalog_view
-from torchscan.report.review.report_diff import diff_view
+from torchscan.report.review.report_diff import DeltaRow, diff_view
 from torchscan.report.runs.worker import analyze_run
 from torchscan.views import report_view
 from torchscan.views.formatting import format_bytes
@@ -249,17 +249,21 @@ def test_byte_suffixes_read_as_the_views_write_bytes() -> None:
         parse_budget("module_flops>1MB")
 
 
-def test_the_catalog_review_shows_memory_columns_only_when_an_entry_traced_memory(reports: dict[str, dict]) -> None:
+def test_the_catalog_review_shows_memory_rows_only_when_an_entry_traced_memory(reports: dict[str, dict]) -> None:
     def catalog(side: dict[str, dict]) -> Catalog:
         return Catalog(Path("side"), tuple(CatalogRun(stem, stem, report) for stem, report in side.items()))
 
+    def memory_rows(row: EntryRow) -> dict[str, DeltaRow]:
+        return {total.name: total for total in row.totals if total.view == "memory"}
+
     view = catalog_diff_view(catalog(reports), catalog({stem: grown(report, 2) for stem, report in reports.items()}))
-    assert list(view.columns.values())[-3:] == ["Forward peak", "Activations", "Training peak"]
-    trained = view.rows[0].totals["forward_peak_bytes"]
-    assert trained.moved and trained.percent == "+100.0%"
-    assert view.rows[1].totals["training_peak_bytes"].value.text == ""  # the plain entry has no training step
+    trained, plain = view.rows
+    assert list(memory_rows(trained)) == ["Forward peak", "Activations", "Training peak"]
+    assert memory_rows(trained)["Forward peak"].percent == "+100.0%"
+    assert "Forward peak" in {total.name for total in trained.moved}  # shown, as a total that moved
+    assert list(memory_rows(plain)) == ["Forward peak", "Activations"]  # the plain entry has no training step
     bare = {stem: without_memory(report) for stem, report in reports.items()}
-    assert "Forward peak" not in catalog_diff_view(catalog(bare), catalog(bare)).columns.values()
+    assert not any(memory_rows(row) for row in catalog_diff_view(catalog(bare), catalog(bare)).rows)
 
 
 # -- a built site with memory, in a real browser ------------------------------------------------------------------
@@ -349,10 +353,10 @@ def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, 
     assert ">Training peak</span>" in (output / "index.html").read_text(encoding="utf-8")
 
 
-def test_a_catalog_review_with_memory_columns_fits_1280_px(chromium: object, memory_build: Path,
-                                                          tmp_path: Path) -> None:
-    """The review of two catalogs with memory: three more columns, and a long memory budget in the Budgets column
-    wraps inside the page instead of running past it."""
+def test_a_catalog_review_with_memory_rows_fits_1280_px(chromium: object, memory_build: Path,
+                                                       tmp_path: Path) -> None:
+    """The review of two catalogs with memory: three more rows per entry, and a long memory budget's check wraps
+    inside the page instead of running past it."""
     import json
 
     from browser import new_tab
@@ -364,7 +368,7 @@ def test_a_catalog_review_with_memory_columns_fits_1280_px(chromium: object, mem
     old = Catalog(Path("old"), tuple(CatalogRun(stem, stem, report) for stem, report in reports.items()))
     new = Catalog(Path("new"), tuple(CatalogRun(stem, stem, grown(report, 2)) for stem, report in reports.items()))
     view = catalog_diff_view(old, new, [parse_budget("training_peak_bytes>+50%")])
-    assert list(view.columns.values())[-3:] == ["Forward peak", "Activations", "Training peak"]
+    assert [total.name for total in view.rows[0].moved][-2:] == ["Forward peak", "Training peak"]
     page = tmp_path / "review.html"
     page.write_text(catalog_diff_document(view, "html"), encoding="utf-8")
     for scheme in ("light", "dark"):

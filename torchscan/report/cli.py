@@ -44,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("before", type=Path, help="BEFORE.json, or the old site or report folder")
     diff.add_argument("after", type=Path, help="AFTER.json, or the new site or report folder")
     diff.add_argument("--output", "-o", type=Path, required=True, help="OUT.html or OUT.md")
-    diff.add_argument("--title", default="", help="the page title (default: names both reports' models)")
+    diff.add_argument("--title", default="", help="the page title (default: the run's name in its site's catalog, else the file name)")
     diff.add_argument("--templates", type=_folder, help="a folder of template overrides")
     diff.add_argument("--fail-if", dest="budgets", metavar="BUDGET", type=_budget, action="append", default=[],
                       help="exit with status 1 when the change meets this condition, e.g. 'macs>+5%%' (relative to "
@@ -156,6 +156,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _diff(args: argparse.Namespace) -> int:
     from .output.documents import diff_document
+    from .review.catalog_index import review_title
     from .review.report_diff import diff_view
 
     if args.before.is_dir() or args.after.is_dir():
@@ -170,7 +171,8 @@ def _diff(args: argparse.Namespace) -> int:
     if before is None or after is None or kind is None:
         return EXIT_USAGE
     try:
-        view = diff_view(before, after, title=args.title, budgets=args.budgets)
+        title = args.title or review_title(args.before, args.after)
+        view = diff_view(before, after, title=title, budgets=args.budgets)
         text = diff_document(view, kind, templates=args.templates)
     except (TypeError, ValueError, KeyError) as error:
         print(f"error: cannot compare these reports: {error}", file=sys.stderr)

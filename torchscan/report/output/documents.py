@@ -8,13 +8,14 @@ what only that site can show (status badges, the collapsible layer tree, sort ke
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
 
 from ...views import LAYER_COLUMNS, ReportView, report_view
-from ..review.catalog_diff import CHANGE_CLASSES, COLUMNS, CatalogDiffView
+from ..review.catalog_diff import CHANGE_CLASSES, CatalogDiffView
 from ..review.catalog_view import CatalogView, EntrySummary, RunSummary
 from ..review.report_diff import DiffView, diff_view
 from ..review.sweep_record import sweep_stem
@@ -70,13 +71,24 @@ def render_diff_file(before: dict[str, Any], after: dict[str, Any], kind: str, t
 def diff_document(view: DiffView, kind: str, templates: Path | None = None) -> str:
     """A review view as ``html`` or ``md`` (the ``diff`` command, which also reads the view's budget verdicts)."""
     charts = diff_charts(view, drawn=kind == "html")
-    return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view, charts=charts)
+    return render("diff.html.j2" if kind == "html" else "diff.md.j2", templates, view=view, charts=charts,
+                  code=code_span)
 
 
 def catalog_diff_document(view: CatalogDiffView, kind: str, templates: Path | None = None) -> str:
     """A catalog review as ``html`` or ``md`` (``diff OLD NEW`` of two built sites or report folders)."""
-    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view, columns=COLUMNS,
-                  change_classes=CHANGE_CLASSES)
+    return render(f"catalog_diff.{'html' if kind == 'html' else 'md'}.j2", templates, view=view,
+                  change_classes=CHANGE_CLASSES, code=code_span)
+
+
+def code_span(text: str) -> Markup:
+    """``text`` as a Markdown code span, literal whatever it holds (``macs>+5%``, ``<lambda>``): the text a reader
+    copies from the review is the text itself, never an HTML entity or a backslash escape. Not for table cells (a
+    ``|`` would still split one)."""
+    flat = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return Markup(f"{fence}{pad}{flat}{pad}{fence}")
 
 
 def failure_html(run: RunSummary, templates: Path | None = None) -> str:

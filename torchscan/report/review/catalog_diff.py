@@ -1,10 +1,15 @@
 """View objects of a catalog review: every entry of two catalogs (built sites or report folders) side by side.
 
 Each entry present on both sides is compared with the before/after review of two reports (`diff_view`), so its
-deltas, percentages and budget checks are exactly those of ``torchscan-report diff BEFORE.json AFTER.json``. An
-entry is *added*, *removed*, *changed* or *unchanged*; one whose new analysis failed is *failed* (it has no numbers,
-and a budget that applies to it cannot be checked), one whose old analysis failed and new one succeeded is *fixed*.
-Budgets are checked only where there is a before and an after: added and fixed entries have no change to check.
+deltas, percentages and budget checks are exactly those of ``torchscan-report diff BEFORE.json AFTER.json``, its
+training step's and memory totals included. An entry is *added*, *removed*, *changed* or *unchanged*; one whose
+new analysis failed is *failed* (a budget that applies to it cannot be checked), and is compared with the last
+good report its site kept from an earlier build when there is one; one whose old analysis failed and new one
+succeeded is *fixed*. Budgets are checked only where there is a before and an after: added and fixed entries
+have no change to check.
+
+The review is written for a pull-request comment: the verdict, the failed budget checks, then only the entries
+that changed or broke, each with the totals that moved; the unchanged entries are counted and named at the end.
 """
 
 from __future__ import annotations
@@ -13,37 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...views import EMPTY, Cell
 from .budgets import Budget
 from .catalog_index import Catalog, CatalogRun
-from .report_diff import MEMORY_LABELS, TOTAL_LABELS, VERDICT_STYLES, BudgetRow, DiffView, diff_view, total_cells
+from .report_diff import VERDICT_STYLES, BudgetRow, DeltaRow, DiffView, diff_view, one_side_rows, unscoped
 from .wording import count_text, plural
 
-#: The order of the counts on the verdict line, and every change an entry can have.
+#: The order of the counts on the verdict line and of the review's sections: every change an entry can have.
 CHANGES = ("changed", "added", "removed", "failed", "fixed", "unchanged")
-#: Column headings of the per-entry table by compared total; the memory columns show when some entry traced memory.
-COLUMNS = {name: label if label != "FLOPs" else f"{view.split()[0].capitalize()} FLOPs"
-           for name, label, view in TOTAL_LABELS}
-MEMORY_COLUMNS = {name: label for name, label, _ in MEMORY_LABELS}
-ALL_COLUMNS = (*COLUMNS, *MEMORY_COLUMNS)
-#: The status class that colours each change in the HTML table.
+#: The status class that colours each change in the HTML review.
 CHANGE_CLASSES = {"failed": "s-failed", "removed": "s-failed", "changed": "s-partial", "added": "s-complete",
                   "fixed": "s-complete", "unchanged": "s-info"}
 #: How many failing budgets the verdict line names before it says "and N more".
 NAMED_FAILURES = 5
-
-
-@dataclass(frozen=True)
-class TotalChange:
-    """One total of one entry: the new value (the old one for a removed entry) and its change, when known."""
-
-    value: Cell
-    delta: str = ""
-    percent: str = ""
-
-    @property
-    def moved(self) -> bool:
-        return bool(self.delta) and self.delta not in ("0", "0B")  # "0B": an unchanged byte total
 
 
 @dataclass(frozen=True)
@@ -53,12 +39,19 @@ class EntryRow:
     stem: str
     label: str
     change: str
-    #: By compared total (`COLUMNS` and `MEMORY_COLUMNS` keys).
-    totals: dict[str, TotalChange]
+    #: The entry's totals as the two-report review compares them (training step and memory rows included); an
+    #: added entry's have no before side, a removed one's no after side, a failed one's none without a last good
+    #: report.
+    totals: tuple[DeltaRow, ...] = ()
     budgets: tuple[BudgetRow, ...] = ()
     reason: str = ""
     #: The two sides' model types differ (a changed model behind one name).
     other_model: bool = False
+    #: A side that is not its build's own report: the kept last good report a failed (or fixed) entry is compared
+    #: with, by its path in the site.
+    last_good: str = ""
+    #: The layer calls changed, added and removed (``2 changed, 0 added, 0 removed``), for an entry on both sides.
+    layers: str = ""
 
     @property
     def budget_failed(self) -> bool:
@@ -66,8 +59,18 @@ class EntryRow:
 
     @property
     def change_text(self) -> str:
-        """The change as the table shows it: ``changed (another model type)`` flags a different model behind a name."""
+        """The change as the review names it: ``changed (another model type)`` flags a different model."""
         return f"{self.change} (another model type)" if self.other_model else self.change
+
+    @property
+    def moved(self) -> list[DeltaRow]:
+        """The totals the entry's section shows: those that moved (every total of an added or removed entry)."""
+        return [row for row in self.totals if row.change != "unchanged"]
+
+    @property
+    def steady(self) -> str:
+        """The totals that did not move, named in one line (``DMAs, Activations``); empty when all moved."""
+        return ", ".join(row.name for row in self.totals if row.change == "unchanged")
 
     @property
     def budget_text(self) -> str:
@@ -75,7 +78,7 @@ class EntryRow:
         failing = [row for row in self.budgets if row.failed]
         if not failing:
             return f"{plural(len(self.budgets), 'budget')} met" if self.budgets else ""
-        return "; ".join(f"{row.verdict}: {row.budget}" for row in failing)
+        return "; ".join(f"{row.verdict}: {row.check}" for row in failing)
 
 
 @dataclass
@@ -86,15 +89,22 @@ class CatalogDiffView:
     rows: list[EntryRow]
     budgets: list[Budget] = field(default_factory=list)
 
-    @property
-    def columns(self) -> dict[str, str]:
-        """The table's headings by total: every compared total, and a memory total when some entry has it."""
-        shown = {name: label for name, label in MEMORY_COLUMNS.items()
-                 if any(row.totals[name].value.text for row in self.rows)}
-        return COLUMNS | shown
-
     def count(self, change: str) -> int:
         return sum(row.change == change for row in self.rows)
+
+    def entries(self, change: str) -> list[EntryRow]:
+        """The entries with this change, in catalog order (a section of the review)."""
+        return [row for row in self.rows if row.change == change]
+
+    @property
+    def sections(self) -> list[tuple[str, list[EntryRow]]]:
+        """The review's sections of entries that changed or broke: ``(change, entries)``, empty ones left out."""
+        return [(change, self.entries(change)) for change in CHANGES if change != "unchanged" and self.count(change)]
+
+    @property
+    def unchanged(self) -> str:
+        """The unchanged entries, named in one line (the review folds them)."""
+        return ", ".join(row.label for row in self.entries("unchanged"))
 
     @property
     def failing(self) -> list[EntryRow]:
@@ -132,17 +142,26 @@ class CatalogDiffView:
         return VERDICT_STYLES[self.verdict_status]
 
     @property
+    def budget_summary(self) -> str:
+        """``2 of 3 checked entries within budget``; empty without budgets."""
+        if not self.budgets:
+            return ""
+        checked = [row for row in self.rows if row.budgets]
+        within = count_text(len(checked) - len(self.failing))
+        return f"{within} of {plural(len(checked), 'checked entry', 'checked entries')} within budget"
+
+    @property
+    def change_summary(self) -> str:
+        """``1 changed, 1 added, 0 removed, 3 unchanged`` (failed and fixed only when some are)."""
+        return ", ".join(f"{count_text(self.count(change))} {change}" for change in CHANGES
+                         if self.count(change) or change in ("changed", "added", "removed", "unchanged"))
+
+    @property
     def verdict_details(self) -> str:
-        """``2 of 3 checked entries within budget (a: macs>+5% exceeded); 1 changed, 1 added, …``."""
-        parts = []
-        if self.budgets:
-            checked = [row for row in self.rows if row.budgets]
-            within = count_text(len(checked) - len(self.failing))
-            parts.append(f"{within} of {plural(len(checked), 'checked entry', 'checked entries')} within budget"
-                         + _named_failures(self.failing))
-        parts.append(", ".join(f"{count_text(self.count(change))} {change}" for change in CHANGES
-                               if self.count(change) or change in ("changed", "added", "removed", "unchanged")))
-        return "; ".join(parts)
+        """``2 of 3 checked entries within budget (a: exceeded: macs>+5%); 1 changed, 1 added, …``: the terminal's
+        line, which names the failing entries (the review lists them under the verdict instead)."""
+        budgets = self.budget_summary + _named_failures(self.failing) if self.budgets else ""
+        return "; ".join(part for part in (budgets, self.change_summary) if part)
 
     @property
     def verdict(self) -> str:
@@ -168,7 +187,8 @@ def catalog_diff_view(before: Catalog, after: Catalog, budgets: Sequence[Budget]
     old, new = before.by_stem(), after.by_stem()
     rows = [entry_row(old.get(run.stem), run, budgets) for run in after.runs]
     rows += [entry_row(run, None, budgets) for run in before.runs if run.stem not in new]
-    return CatalogDiffView(title=title or "Catalog: before / after", before=str(before.source),
+    named = after.title or before.title or "Catalog"
+    return CatalogDiffView(title=title or f"{named}: before / after", before=str(before.source),
                            after=str(after.source), rows=rows, budgets=list(budgets))
 
 
@@ -198,36 +218,49 @@ def entry_row(old: CatalogRun | None, new: CatalogRun | None, budgets: Sequence[
     if side is None:
         raise ValueError("an entry of a catalog review needs a before or an after")
     applying = [budget for budget in budgets if budget.applies_to(side.stem, side.size, side.declared)]
-    if new is None or new.report is None:
-        return _without_after(side, old, new, applying)
-    if old is None or old.report is None:
-        return _without_before(old, new, new.report)
-    view = diff_view(old.report, new.report, budgets=applying)
-    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed", _total_changes(view),
-                    tuple(view.budgets), other_model=not view.same_model)
-
-
-def _total_changes(view: DiffView) -> dict[str, TotalChange]:
-    """The review's totals by column key (a memory total neither side traced is empty)."""
-    changes = {row.key: TotalChange(row.after, row.delta, row.percent) for row in view.totals if row.key}
-    return {name: changes.get(name, TotalChange(EMPTY)) for name in ALL_COLUMNS}
-
-
-def _without_before(old: CatalogRun | None, new: CatalogRun, report: dict[str, Any]) -> EntryRow:
-    """An added entry, or one whose old analysis failed: new values, no change to check a budget against."""
-    return EntryRow(new.stem, new.label, "added" if old is None else "fixed",
-                    {name: TotalChange(cell, "new" if cell.text else "") for name, cell in total_cells(report).items()})
-
-
-def _without_after(side: CatalogRun, old: CatalogRun | None, new: CatalogRun | None, applying: list[Budget]
-                   ) -> EntryRow:
-    """A removed entry (its old values), or one whose new analysis failed (no values; its budgets unknown)."""
     if new is None:
-        cells = total_cells(side.report) if side.report is not None else dict.fromkeys(ALL_COLUMNS, EMPTY)
-        return EntryRow(side.stem, side.label, "removed",
-                        {name: TotalChange(cell, "removed" if cell.text else "") for name, cell in cells.items()})
-    unknown = tuple(BudgetRow(budget.text, "unknown", "cannot be checked", "the new analysis failed")
-                    for budget in applying if old is not None and old.report is not None)
-    return EntryRow(side.stem, side.label, "failed", {name: TotalChange(EMPTY) for name in ALL_COLUMNS}, unknown,
-                    reason=new.reason)
+        totals = one_side_rows(side.report, "removed") if side.report is not None else []
+        return EntryRow(side.stem, side.label, "removed", tuple(totals), reason=side.reason)
+    if new.report is None:
+        return _failed(old, new, applying)
+    if old is None or old.report is None:
+        return _added_or_fixed(old, new, new.report)
+    view = diff_view(old.report, new.report, budgets=applying)
+    return EntryRow(new.stem, new.label, "unchanged" if view.unchanged else "changed", tuple(view.totals),
+                    tuple(view.budgets), other_model=not view.same_model, layers=_layers(view))
 
+
+def _added_or_fixed(old: CatalogRun | None, new: CatalogRun, report: dict[str, Any]) -> EntryRow:
+    """An added entry, or one whose old analysis failed (compared with the old site's last good report when it
+    kept one): no change to check a budget against."""
+    if old is None or old.last_good is None:
+        return EntryRow(new.stem, new.label, "added" if old is None else "fixed", tuple(one_side_rows(report, "added")))
+    view = diff_view(old.last_good, report)
+    return EntryRow(new.stem, new.label, "fixed", tuple(view.totals), other_model=not view.same_model,
+                    last_good=old.last_good_path, layers=_layers(view))
+
+
+def _failed(old: CatalogRun | None, new: CatalogRun, applying: list[Budget]) -> EntryRow:
+    """An entry whose new analysis failed: its budgets cannot be checked (when it has a before), and its totals
+    are those of the last good report the new site kept, compared with the old report."""
+    unknown = tuple(BudgetRow(budget.text, "unknown", "cannot be checked", "the new analysis failed",
+                              unscoped(budget)) for budget in applying if old is not None and old.report is not None)
+    kept, layers, other = new.last_good, "", False
+    if kept is None:
+        totals: list[DeltaRow] = []
+    elif old is None or old.report is None:
+        totals = one_side_rows(kept, "added")
+    else:
+        view = diff_view(old.report, kept)
+        totals, layers, other = view.totals, _layers(view), not view.same_model
+    return EntryRow(new.stem, new.label, "failed", tuple(totals), unknown, new.reason, other,
+                    new.last_good_path if kept is not None else "", layers)
+
+
+def _layers(view: DiffView) -> str:
+    """``2 changed, 0 added, 0 removed`` layer calls; empty when none moved."""
+    counts = (len(view.changed), len(view.added), len(view.removed))
+    if not any(counts):
+        return ""
+    return ", ".join(f"{count_text(count)} {word}" for count, word in zip(counts, ("changed", "added", "removed"),
+                                                                             strict=True))

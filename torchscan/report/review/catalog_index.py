@@ -40,6 +40,10 @@ class CatalogRun:
     entry: str = ""
     size: int | None = None
     declared: bool = True
+    #: A failed run's last good report, kept from an earlier build, and its path in the site (``reports/x.last-good
+    #: .json``): a review compares it in place of the report the run no longer has.
+    last_good: dict[str, Any] | None = None
+    last_good_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ class Catalog:
 
     source: Path
     runs: tuple[CatalogRun, ...]
+    #: The catalog's title (``[catalog] title``) when read from a built site.
+    title: str = ""
 
     def by_stem(self) -> dict[str, CatalogRun]:
         return {run.stem: run for run in self.runs}
@@ -88,6 +94,21 @@ def read_catalog(folder: Path) -> Catalog:
 
 
 def _read_site(folder: Path) -> Catalog:
+    index = _index(folder)
+    runs = []
+    for record in index["runs"]:
+        report = read_report(folder / record["report"]) if record["report"] else None
+        kept = record.get("last_good") or {}
+        point = record.get("sweep") or {}
+        runs.append(CatalogRun(record["stem"], run_label(record), report, record["reason"], record["entry"],
+                               point.get("size"), point.get("size") == point.get("default"),
+                               read_report(folder / kept["report"]) if kept else None, kept.get("report", "")))
+    title = index.get("title")
+    return Catalog(folder, tuple(runs), title if isinstance(title, str) else "")
+
+
+def _index(folder: Path) -> dict[str, Any]:
+    """The site's ``catalog.json``, checked to be an index of this format."""
     try:
         index = json.loads((folder / CATALOG_INDEX).read_text(encoding="utf-8"))
         records = index["runs"] if index.get("format") == INDEX_FORMAT else None
@@ -95,22 +116,37 @@ def _read_site(folder: Path) -> Catalog:
         raise CatalogReadError(f"{folder / CATALOG_INDEX} cannot be read: {error}") from None
     if not isinstance(records, list):
         raise CatalogReadError(f"{folder / CATALOG_INDEX} is not a catalog index of format {INDEX_FORMAT}")
-    runs = []
-    for record in records:
-        report = read_report(folder / record["report"]) if record["report"] else None
-        label = record["entry"] + (f" · {record['variant']}" if record["variant"] else "")
-        point = record.get("sweep") or {}
-        runs.append(CatalogRun(record["stem"], label, report, _reason(record), record["entry"], point.get("size"),
-                               point.get("size") == point.get("default")))
-    return Catalog(folder, tuple(runs))
+    return index
 
 
-def _reason(record: dict[str, Any]) -> str:
-    """Why a run has no report, and where its last good report from an earlier build lies (``diff`` takes it)."""
-    kept = record.get("last_good")
-    if not kept:
-        return record["reason"]
-    return f"{record['reason']} (last good report, from an earlier build: {kept['report']})"
+def run_label(record: dict[str, Any]) -> str:
+    """How the catalog names a run: its entry, and its variant after a dot (``tiny · w8``)."""
+    return record["entry"] + (f" · {record['variant']}" if record["variant"] else "")
+
+
+def report_name(path: Path) -> str:
+    """What a review of the report at ``path`` is titled by: the name its catalog gives the run when the report lies
+    in a built site's ``reports/`` (``tiny · w8``; ``tiny · w8 (last good report)`` for a kept copy), else the file's
+    stem."""
+    site = path.resolve().parent.parent
+    try:
+        records = json.loads((site / CATALOG_INDEX).read_text(encoding="utf-8"))["runs"]
+        relative = path.resolve().relative_to(site).as_posix()
+        for record in records:
+            if record.get("report") == relative:
+                return run_label(record)
+            if (record.get("last_good") or {}).get("report") == relative:
+                return f"{run_label(record)} (last good report)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return path.stem
+
+
+def review_title(before: Path, after: Path) -> str:
+    """The title of the review of two reports: the run's name (`report_name`) when both sides name the same run
+    (the last good copy of a run counts as that run), ``before → after`` when they name two."""
+    names = [report_name(path).removesuffix(" (last good report)") for path in (before, after)]
+    return f"{names[1]}: before / after" if names[0] == names[1] else f"{names[0]} → {names[1]}"
 
 
 def _read_reports(folder: Path) -> Catalog:

@@ -26,9 +26,11 @@ from ...views.formatting import (
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
+#: The compared totals in the catalog's column order (Module FLOPs, Operator FLOPs, then DMAs), which every review
+#: keeps: the two-report diff, the catalog review and the catalog page list them alike.
 TOTAL_LABELS = (("parameters", "Parameters", "structure"), ("macs", "MACs", "module view"),
-                ("module_flops", "FLOPs", "module view"), ("dmas", "DMAs", "module view"),
-                ("operator_flops", "FLOPs", "operator view"))
+                ("module_flops", "FLOPs", "module view"), ("operator_flops", "FLOPs", "operator view"),
+                ("dmas", "DMAs", "module view"))
 #: The training step's totals a review compares when both reports have one (``crawl_training_step``'s section).
 TRAINING_LABELS = (("forward", "Training forward"), ("backward", "Backward"), ("optimizer", "Optimizer step"),
                    ("step", "Training step"))
@@ -60,6 +62,19 @@ class DeltaRow:
     percent: str = ""
     #: The compared total (``macs``, ``forward_peak_bytes``); empty for the training step's rows.
     key: str = ""
+
+    @property
+    def name(self) -> str:
+        """The total named without a View column (``Module FLOPs``, ``Backward FLOPs``), as a catalog review's
+        per-entry table names it."""
+        return capitalize(_short_label(self))
+
+    @property
+    def change_text(self) -> str:
+        """``+320 (+100.0%)``; ``new`` / ``removed`` for a total only one side has; the delta alone otherwise."""
+        if self.percent and self.percent not in ("unknown", "new") and self.delta != self.percent:
+            return f"{self.delta} ({self.percent})"
+        return self.delta
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,8 @@ class BudgetRow:
     status: str
     verdict: str
     observed: str
+    #: The budget without its ``ENTRY:`` (or ``ENTRY@SIZE:``) prefix, as the entry's own section writes it.
+    check: str = ""
 
     @property
     def failed(self) -> bool:
@@ -160,6 +177,10 @@ class DiffView:
     def verdict(self) -> str:
         """The review on one line: ``Budgets met: 2 of 2 budgets met; MACs +2.5%; layer calls: …``."""
         return f"{self.verdict_style[0]}: {self.verdict_details}"
+
+
+def capitalize(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _short_label(row: DeltaRow) -> str:
@@ -241,7 +262,12 @@ def _budget_row(check: BudgetCheck) -> BudgetRow:
         percent = percent_text(check.before, check.delta)
         amount, delta = _budget_numbers(budget.metric, check.delta)
         observed = f"{label}: {amount(check.before)} → {amount(check.after)} ({delta}, {percent})"
-    return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed)
+    return BudgetRow(budget.text, check.status, BUDGET_VERDICTS[check.status], observed, unscoped(budget))
+
+
+def unscoped(budget: Budget) -> str:
+    """``macs>+5%`` for ``resnet18:macs>+5%``: the check without the entry it is scoped to."""
+    return budget.text.partition(":")[2] if budget.entry else budget.text
 
 
 def _budget_numbers(metric: str, delta: float) -> tuple[Callable[[Any], str], str]:
@@ -304,14 +330,25 @@ def _text(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
-def total_cells(report: dict[str, Any]) -> dict[str, Cell]:
-    """A report's compared totals as the review shows them, by key in `TOTAL_LABELS` then `MEMORY_LABELS` order
-    (a catalog review's entry that only one side has); a memory total the report did not trace is empty."""
+#: A side of a total that side does not have: an entry only the other catalog has.
+ABSENT = Cell("—", "not_applicable", "not in this catalog")
+
+
+def one_side_rows(report: dict[str, Any], change: str) -> list[DeltaRow]:
+    """The totals of an entry only one catalog has, as review rows: ``added`` (the after side only, each ``new``) or
+    ``removed`` (the before side only). The same rows as a two-report review: the compared totals, the training
+    step's when the report has one, and the memory totals the report traced."""
     totals = report["totals"]
-    memory = {**totals, **report.get("training", {}).get("totals", {})}
-    cells = {name: parameter_cell(totals["parameters"]["total"]) if name == "parameters" else metric_cell(totals[name])
-             for name, _, _ in TOTAL_LABELS}
-    return cells | {name: metric_cell(memory.get(name)) for name, _, _ in MEMORY_LABELS}
+    training = report.get("training", {}).get("totals", {})
+    cells = [(key, label, view, parameter_cell(totals["parameters"]["total"]) if key == "parameters"
+              else metric_cell(totals[key])) for key, label, view in TOTAL_LABELS]
+    cells += [("", label, TRAINING_VIEW, metric_cell(training[key])) for key, label in TRAINING_LABELS
+              if key in training and training[key]["status"] != "not_requested"]
+    memory = {**totals, **training}
+    cells += [(key, label, view, metric_cell(memory[key])) for key, label, view in MEMORY_LABELS if key in memory]
+    return [DeltaRow(label, view, ABSENT if change == "added" else cell, cell if change == "added" else ABSENT,
+                     "new" if change == "added" else "removed", change, "", key)
+            for key, label, view, cell in cells]
 
 
 def training_rows(before: dict[str, Any], after: dict[str, Any]) -> list[DeltaRow]:

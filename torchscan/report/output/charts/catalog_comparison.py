@@ -224,8 +224,6 @@ def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[floa
     value_grid(canvas, axes, "y", low_y, high_y, log=True)
 
 
-
-
 def named_points(points: Sequence[Point]) -> list[int]:
     """The points named beside them: all of them up to `LABEL_ALL`, else the extremes of both axes."""
     if len(points) <= LABEL_ALL:

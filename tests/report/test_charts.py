@@ -420,10 +420,11 @@ def linear_catalog(folder: Path, entries: dict[str, tuple[int, int]], extra: str
 
 def test_coincident_points_are_marked_and_named(tmp_path: Path) -> None:
     scatter, _ = catalog_charts(linear_catalog(tmp_path, CROWDED))
-    assert "One point for 2 runs with equal parameters and MACs: tiny_twin_a, tiny_twin_b." in scatter.notes
+    note = "One point for 2 runs whose parameters and MACs are equal or too close to tell apart here: tiny_twin_a, tiny_twin_b."
+    assert note in scatter.notes
     texts = labels(scatter.svg)
     assert [text for text in texts if text.startswith("tiny_twin")] == ["tiny_twin_a ×2"]
-    assert "One point for 2 runs with equal parameters and MACs: tiny_twin_a, tiny_twin_b." in texts  # footnote
+    assert note in texts  # the footnote
     assert re.search(r"<title>tiny_twin_a, tiny_twin_b: 72 parameters, 64 MACs</title>", scatter.svg)
     assert "×N after a name marks a point that N runs share" in scatter.summary
     assert "mid ×2" not in texts and {"mid", "mid_plus"} <= set(texts)  # 6% apart: two points, each named

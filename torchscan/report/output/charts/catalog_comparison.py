@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from ...review.catalog_view import CatalogView, EntrySummary, RunSummary
 
 CATALOG_BARS = 80
+#: The scatter's plot, width and height in points (its axes span the points' range and a factor 3 on each side).
+PLOT = (WIDTH - 160, 260.0)
+#: Points whose centres are closer than this (in points, on both axes) are drawn as one (markers are about 5 wide).
+APART = 2.0
 #: One run on the scatter: its entry (the colour), its name, parameters and MACs.
 Point = tuple[str, str, int, Amount]
 #: A label's box in figure points: left, bottom, right, top.
@@ -48,7 +52,7 @@ def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict
     points, skipped = scatter_points(runs)
     groups = coincident(points)
     notes = ["Not drawn: " + ", ".join(skipped) + "."] if skipped else []
-    notes += [f"One point for {len(group)} runs with equal parameters and MACs: "
+    notes += [f"One point for {len(group)} runs whose parameters and MACs are equal or too close to tell apart here: "
               + ", ".join(points[index][1] for index in group) + "." for group in groups if len(group) > 1]
     rows = [(name, format_parameters(params), macs.text) for _, name, params, macs in points]
     shared = (" ×N after a name marks a point that N runs share (the notes name them)."
@@ -63,7 +67,7 @@ def scatter_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict
 
     def paint() -> Canvas:
         canvas = Canvas(WIDTH, 330 + (13 if notes else 0))
-        axes = canvas.axes(58, 40 + (13 if notes else 0), WIDTH - 160, 260)
+        axes = canvas.axes(58, 40 + (13 if notes else 0), *PLOT)
         canvas.title("Parameters vs MACs (both axes logarithmic)")
         paint_scatter(canvas, axes, points, colours, groups)
         if any(macs.status == "partial" for *_, macs in points):
@@ -102,23 +106,25 @@ def _sweep_points_text(hidden: int) -> str:
 
 
 def coincident(points: Sequence[Point]) -> list[list[int]]:
-    """The points, grouped where they fall on one spot (parameters and MACs within 1% of each other, lower bounds
-    apart from exact values): each group is drawn as one point, and says so."""
+    """The points, grouped where they fall on one spot of the chart (centres less than `APART` points apart on both
+    axes, lower bounds apart from exact values): each group is drawn as one point, and says so."""
+    if not points:
+        return []
+    scales = [PLOT[axis] / math.log10(9 * max(values) / min(values)) for axis, values in
+              enumerate(([float(params) for _, _, params, _ in points], [macs.known for *_, macs in points]))]
     groups: list[list[int]] = []
     for index, (_, _, params, macs) in enumerate(points):
         for group in groups:
             _, _, first_params, first_macs = points[group[0]]
-            if first_macs.status == macs.status and _near(first_params, params) and _near(first_macs.known,
-                                                                                          macs.known):
+            if first_macs.status == macs.status and all(
+                    abs(math.log10(first / second)) * scale < APART
+                    for first, second, scale in ((first_params, params, scales[0]),
+                                                 (first_macs.known, macs.known, scales[1]))):
                 group.append(index)
                 break
         else:
             groups.append([index])
     return groups
-
-
-def _near(first: float, second: float) -> bool:
-    return abs(math.log(first / second)) < 0.01
 
 
 def macs_per_model_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colours: dict[str, str]
@@ -179,9 +185,10 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[Point], colours: 
     canvas.text(0, 0.5, "MACs (module view)", axes.transAxes, dx=-40, anchor="middle", rotate=-90,
                 size=FONT - 0.5)
     named = set(named_points(points))
-    labelled = [group for group in groups if named.intersection(group)]
-    point_labels(canvas, axes, points, labelled)
-    hover_points(canvas, axes, points, [group for group in groups if len(group) > 1 or group not in labelled])
+    # a group is named after its first named member (an extreme among many points)
+    point_labels(canvas, axes, points, [sorted(group, key=lambda index: index not in named) for group in groups
+                                        if named.intersection(group)])
+    hover_points(canvas, axes, points, [group for group in groups if len(group) > 1 or not named.intersection(group)])
 
 
 def _variant_lines(axes: Axes, points: Sequence[Point], xs: Sequence[float],

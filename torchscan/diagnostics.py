@@ -57,6 +57,9 @@ CODES: dict[str, tuple[Severity, str]] = {
     "higher_order_operator": ("warning", (
         "A higher-order operator (torch.cond on meta, while_loop, flex_attention, ...) ran without its inner work "
         "being observed, so the operator FLOPs are a lower bound.")),
+    "fused_recurrent_kernel": ("warning", (
+        "A fused recurrent layer kernel (oneDNN's or cuDNN's LSTM, GRU or RNN) ran: the products of its gates happen "
+        "inside the kernel, outside the activation count's convention, so the activations are a lower bound.")),
     "operator_formula_error": ("error", (
         "An operator FLOP formula raised or returned something other than a non-negative number; the operator is "
         "counted as uncounted.")),

@@ -195,6 +195,25 @@ def _collect(value: Any, found: list[torch.Tensor], enclosing: tuple[int, ...]) 
             _collect(item, found, inner)
 
 
+def objects_in(value: Any, accept: Callable[[Any], bool]) -> list[Any]:
+    """Every object in a call value that ``accept`` picks (not looked inside), depth first, by the container policy
+    of `tensors_in`: a KV cache inside a ``transformers`` output, say."""
+    found: list[Any] = []
+    _pick(value, accept, found, ())
+    return found
+
+
+def _pick(value: Any, accept: Callable[[Any], bool], found: list[Any], enclosing: tuple[int, ...]) -> None:
+    if accept(value):
+        found.append(value)
+        return
+    if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or id(value) in enclosing \
+            or len(enclosing) >= MAX_DEPTH:
+        return
+    for item in container_items(value) or ():
+        _pick(item, accept, found, (*enclosing, id(value)))
+
+
 def tensor_elements(value: Any) -> int:
     """The elements of every tensor in a call value; a ``PackedSequence`` counts its data, not its integer
     bookkeeping (batch sizes and sort indices)."""

@@ -27,7 +27,7 @@ __all__ = [
     "ElidedValue", "Execution", "FailedValue", "IgnoredOperator", "KVCache", "KeyedValue", "LayerBuffers",
     "LayerMemory", "LayerMetrics", "LayerParameters", "LayerRecord", "Loss", "MappingValue", "Memory", "MemoryAtPeak",
     "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue", "NestedTensorValue",
-    "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "Ownership", "ParameterStatistics", "PeakAt",
+    "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership", "ParameterStatistics", "PeakAt",
     "PriorTraining", "Report", "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
     "Totals", "TracedMemoryMethod", "Training", "TrainingLayer", "TrainingMemory", "TrainingMemoryAtPeak",
     "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
@@ -410,6 +410,14 @@ class PeakAt(TypedDict):
     operator_index: int
 
 
+class OutputCache(TypedDict):
+    """A KV cache the forward's output holds: every byte it holds, and those created by the forward live at the peak."""
+
+    cache_class: str
+    bytes: MetricResult
+    at_peak: MetricResult
+
+
 class Memory(TypedDict):
     """The report's ``memory`` section: live tensor bytes traced through the forward, and the activation count."""
 
@@ -421,6 +429,7 @@ class Memory(TypedDict):
     at_peak: MemoryAtPeak
     peak_at: PeakAt
     activations: MetricResult
+    output_cache: NotRequired[OutputCache]
     stand_ins: NotRequired[StandIns]
 
 

@@ -335,3 +335,39 @@ def test_the_native_attention_reason_depends_on_the_device():
     cuda, meta = native_attention_reason("cuda", 8), native_attention_reason("meta", 8)
     assert "fused scaled_dot_product_attention kernel inside itself" in cuda and "(8 bytes" in cuda
     assert "on meta only its outputs exist" in meta
+
+
+class RecurrentClassifier(nn.Module):
+    """A recurrent layer over 5 steps of 8 features, then a 2-class head on the last step."""
+
+    def __init__(self, layer: type[nn.Module] = nn.LSTM) -> None:
+        super().__init__()
+        self.recurrent = layer(8, 16, batch_first=True)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.recurrent(x)[0][:, -1])
+
+
+def test_a_fused_lstm_kernel_makes_the_activation_count_a_lower_bound_and_says_why():
+    torch.manual_seed(0)
+    report = analyze_call(RecurrentClassifier(), torch.randn(1, 5, 8), memory=True)
+    activations = report["memory"]["activations"]
+    # oneDNN's LSTM layer computes its gate products inside the kernel: only the head's 2 outputs are seen
+    assert activations["status"] == "partial" and activations["known_value"] == 2
+    assert report["totals"]["activations"] == activations
+    (found,) = [item for item in report["diagnostics"] if item["code"] == "fused_recurrent_kernel"]
+    assert (found["severity"], found["metric"], found["path"], found["call_index"]) == (
+        "warning", "activations", "recurrent", 0)
+    assert found["message"].startswith("aten.mkldnn_rnn_layer ran: its gate products happen inside the kernel")
+
+
+@pytest.mark.parametrize(("layer", "device"), [(nn.GRU, "cpu"), (nn.RNN, "cpu"), (nn.LSTM, "meta")])
+def test_a_recurrent_layer_that_dispatches_its_products_is_counted_exactly(layer, device):
+    with torch.device(device):
+        model = RecurrentClassifier(layer)
+    report = analyze_call(model, torch.randn(1, 5, 8, device=device), memory=True)
+    gates = {nn.GRU: 3, nn.RNN: 1, nn.LSTM: 4}[layer] * 16
+    # per step, the input's and the hidden state's projections to the gates; then the head
+    assert value(report["memory"]["activations"], "activations") == 2 * 5 * gates + 2
+    assert not [item for item in report["diagnostics"] if item["code"] == "fused_recurrent_kernel"]

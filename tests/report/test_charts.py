@@ -3,6 +3,7 @@ self-contained, deterministic, bounded for a 5,000-call model, and visible in a 
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -357,3 +358,125 @@ def test_every_model_of_a_catalog_gets_its_own_colour() -> None:
         assert len(colours) == len(set(colours)) == count
         assert all(re.fullmatch(r"#[0-9a-f]{6}", colour) for colour in colours)
     assert distinct_colours(20)[:14] == distinct_colours(14)  # adding models keeps the others' colours
+
+
+# -- labels, coincident points and captions ------------------------------------------------------------------------
+
+TEXT = re.compile(r"<text ([^>]*)>([^<]*)</text>")
+#: Entries of a crowded catalog: name -> (inputs, outputs) of its one Linear layer; the longest name is the largest
+#: model (its point at the top right corner), and the twins have equal parameters and MACs.
+CROWDED = {"hf_llama2_7b_decode": (256, 256), "hf_llama2_7b_prefill_with_a_long_name": (250, 250),
+           "tiny_twin_a": (8, 8), "tiny_twin_b": (8, 8), "mid": (64, 64), "mid_plus": (66, 66),
+           "small_but_named_at_length": (16, 16)}
+SWEEP = """
+[[models]]
+name = "mlp"
+factory = "nowhere:mlp"
+kwargs = { width = "{width}" }
+input_shape = [8]
+
+[models.sweep]
+name = "width"
+values = [8, 16, 24]
+default = 16
+"""
+
+
+def label_boxes(svg: str) -> list[tuple[str, tuple[float, float, float, float]]]:
+    """Every label of a chart with the box it covers (measured as the charts measure: DejaVu Sans widths)."""
+    from torchscan.report.output.charts.measure import BOLD, rotated_box, text_width
+
+    boxes = []
+    for attributes, text in TEXT.findall(svg):
+        found = dict(re.findall(r'([\w-]+)="([^"]*)"', attributes))
+        size = float(found["font-size"]) * (BOLD if "font-weight" in found else 1.0)
+        angle = float(found["transform"][7:].split()[0]) if "transform" in found else 0.0
+        boxes.append((text, rotated_box(float(found["x"]), float(found["y"]), text_width(html.unescape(text), size),
+                                        size, found.get("text-anchor", "start"),
+                                        found.get("dominant-baseline", "auto"), angle)))
+    return boxes
+
+
+def assert_no_label_cut(svg: str) -> None:
+    width, height = (float(number) for number in re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', svg).groups())
+    for text, (left, top, right, bottom) in label_boxes(svg):
+        assert left >= 0 and top >= 0 and right <= width and bottom <= height, (text, left, top, right, bottom)
+
+
+def linear_catalog(folder: Path, entries: dict[str, tuple[int, int]], extra: str = ""):  # type: ignore[no-untyped-def]
+    tables = "".join(f'[[models]]\nname = "{name}"\nfactory = "nowhere:net"\ninput_shape = [{inputs}]\n\n'
+                     for name, (inputs, _) in entries.items())
+    (folder / "models.toml").write_text(f'[catalog]\ntitle = "Crowded"\n\n{tables}{extra}', encoding="utf-8")
+    registry = load_registry(folder / "models.toml")
+    results = {name: {"report": crawl_module(nn.Linear(inputs, outputs), (inputs,))}
+               for name, (inputs, outputs) in entries.items()}
+    for run in registry.runs:
+        if run.stem not in results:  # a sweep's points: an MLP of the point's width
+            width = run.kwargs["width"]
+            results[run.stem] = {"report": crawl_module(nn.Sequential(nn.Linear(8, width), nn.Linear(width, 4)),
+                                                        (8,))}
+    return catalog_view(registry, results, strict=False)
+
+
+def test_coincident_points_are_marked_and_named(tmp_path: Path) -> None:
+    scatter, _ = catalog_charts(linear_catalog(tmp_path, CROWDED))
+    note = "One point for 2 runs whose parameters and MACs are equal or too close to tell apart here: tiny_twin_a, tiny_twin_b."
+    assert note in scatter.notes
+    texts = labels(scatter.svg)
+    assert [text for text in texts if text.startswith("tiny_twin")] == ["tiny_twin_a ×2"]
+    assert note in texts  # the footnote
+    assert re.search(r"<title>tiny_twin_a, tiny_twin_b: 72 parameters, 64 MACs</title>", scatter.svg)
+    assert "×N after a name marks a point that N runs share" in scatter.summary
+    assert "mid ×2" not in texts and {"mid", "mid_plus"} <= set(texts)  # 6% apart: two points, each named
+
+
+def test_no_label_is_cut_whatever_its_length_or_place(tmp_path: Path) -> None:
+    catalog = linear_catalog(tmp_path, CROWDED)
+    for chart in catalog_charts(catalog):
+        assert_no_label_cut(chart.svg)
+    assert "hf_llama2_7b_decode" in labels(catalog_charts(catalog)[0].svg)  # the top right point, named in full
+    long_name = "encoder." + ".".join(f"block_{index}" for index in range(12)) + ".attention.output_projection"
+    model = nn.Sequential()
+    model.add_module(long_name.replace(".", "_"), nn.Linear(4, 4))
+    model.add_module("x" * 300, nn.Linear(4, 4))
+    for chart in report_charts(report_view(crawl_module(model, (4,)))):
+        assert_no_label_cut(chart.svg)
+    _, top_calls, _ = report_charts(report_view(crawl_module(model, (4,))))
+    assert any(text.startswith("…") and text.endswith("(Linear)") for text in labels(top_calls.svg))
+
+
+def test_the_scatter_counts_the_runs_the_catalog_page_counts(tmp_path: Path) -> None:
+    catalog = linear_catalog(tmp_path, {"net": (4, 4)}, SWEEP)
+    scatter, _ = catalog_charts(catalog)
+    assert catalog.counts_text.startswith("4 runs")  # the net, and the sweep's three points
+    assert "2 of the catalog's 4 runs drawn; the other 2 points of swept entries are drawn on their models' pages" \
+        in scatter.summary
+    assert catalog_markdown(catalog, "", "../reports/").count("4 runs") >= 1
+
+
+def test_the_profile_caption_names_the_largest_call_of_the_largest_bar() -> None:
+    # 302 calls in bars of two: calls 5 and 6 (4x400 and 400x4) are the costliest; the bar of calls 5-6 (4 and 5,
+    # counted from 0) is the first of the two largest, and its largest call is the second one.
+    model = nn.Sequential(*(nn.Linear(4, 4) for _ in range(5)), nn.Linear(4, 400), nn.Linear(400, 4),
+                          *(nn.Linear(4, 4) for _ in range(295)))
+    _, _, profile = report_charts(report_view(crawl_module(model, (4,))))
+    assert "summed over 2 consecutive calls per bar" in profile.summary
+    assert "The largest bar is 1.62k MACs at calls 5–6; its largest call is 5 (1.6k)." in profile.summary
+
+
+def test_catalog_charts_keep_every_label_inside_in_chromium(chromium, tmp_path: Path) -> None:
+    page = tmp_path / "charts.html"
+    charts = catalog_charts(linear_catalog(tmp_path, CROWDED))
+    page.write_text("<!doctype html><html><body style='margin:0;width:1280px'>"
+                    + "".join(chart.html for chart in charts) + "</body></html>", encoding="utf-8")
+    outside = ("() => Array.from(document.querySelectorAll('svg')).flatMap(svg => {"
+               " const box = svg.getBoundingClientRect();"
+               " return Array.from(svg.querySelectorAll('text')).map(text => [text.textContent,"
+               " text.getBoundingClientRect()]).filter(([, r]) => r.left < box.left - 0.5 || r.top < box.top - 0.5"
+               " || r.right > box.right + 0.5 || r.bottom > box.bottom + 0.5).map(([name]) => name); })")
+    for scheme in ("light", "dark"):
+        tab = new_tab(chromium, color_scheme=scheme)
+        tab.open(page)
+        assert tab.evaluate(outside) == []
+        tab.screenshot(tmp_path / f"catalog-charts-{scheme}.png", full_page=True)
+        tab.page.context.close()

@@ -21,6 +21,7 @@ from torchscan.report.runs.result_cache import cache_key
 from torchscan.report.runs.worker import analyze_run
 from torchscan.schema import validate_report
 from torchscan.views import metric_cell
+from torchscan.views.training import devices_text
 
 MODELS = '''
 from torch import nn
@@ -135,6 +136,7 @@ def test_the_catalog_and_the_model_page_show_the_training_step(folder: Path) -> 
     assert "## Training step" in page and "| of which: Layer calls |" in page
     assert page.index("| Backward |") < page.index("| of which: Layer calls |") < page.index("| Optimizer step |")
     assert "| Optimizer step |" in page and "adamw (torch.optim.adamw.AdamW)" in page
+    assert "counted by `crawl_training_step` as it runs on the cpu device: optimizer" in page
     top = trained.training.top_layers if trained.training else []
     assert "Layer calls with the most backward FLOPs" in page  # the site draws the ranking ...
     assert f"<td>{top[0].label}</td><td>{top[0].type}</td><td>{top[0].backward.text}</td>" in page
@@ -205,4 +207,6 @@ def test_the_standalone_report_shows_the_training_step() -> None:
     assert '<section id="training">' in page and '<a href="#training">Training step</a>' in page
     step_cell = metric_cell(step["training"]["totals"]["step"])
     assert f">{step_cell.text}</td>" in page and "adam (torch.optim.adam.Adam)" in page
+    assert "as it runs on the cpu device:" in page and "kernels of" not in page
+    assert devices_text(["cpu", "cuda", "meta"]) == "the cpu, cuda and meta devices"
     assert '<section id="training">' not in render_report_file(crawl_module(model, (8,)), "html")

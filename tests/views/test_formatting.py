@@ -43,7 +43,8 @@ OLD_STYLE = re.compile(r"\d (?:[kMGT]B?|K)\b|\de[+-]\d")
 
 @pytest.mark.parametrize(("value", "text"), [
     (0, "0"), (7, "7"), (999, "999"), (999.6, "1k"), (1_000, "1k"), (1_234, "1.23k"), (8_970, "8.97k"),
-    (12_345, "12.3k"), (123_456, "123k"), (4_390_000, "4.39M"), (1_814_073_856, "1.81G"), (10**15, "1000T"),
+    (12_345, "12.3k"), (123_456, "123k"), (4_390_000, "4.39M"), (1_814_073_856, "1.81G"), (999.6e12, "1P"),
+    (1.0027e15, "1P"), (2.5e15, "2.5P"), (4.2e18, "4.2E"), (1.234e21, "1,234E"),
     (0.5, "0.5"), (12.34, "12.3"), (0.00001, "<0.001")])
 def test_counts_have_three_significant_digits_and_a_glued_suffix(value: float, text: str) -> None:
     assert format_count(value) == text
@@ -56,17 +57,19 @@ def test_parameters_bytes_percentages_and_changes() -> None:
         "0%", "0.013%", "<0.001%", "12.3%", "1,234.5%"]
     assert format_percent(-3, signed=True) == "−3.0%" and format_percent(5, signed=True) == "+5.0%"
     assert format_signed(-1_200_000) == "−1.2M" and format_signed(2e9, PARAMETER_SCALES) == "+2B"
+    assert format_bytes(1.6e15) == "1.6PB" and format_parameters(3e15) == "3P" and format_signed(-2e18) == "−2E"
     assert exact_count(1_814_073_856) == "1,814,073,856" and exact_count(0.5) == "0.5"
 
 
 @pytest.mark.parametrize("text", ["512", "8.97k", "8.03B", "1.81G", "Σ ≥11.3k", "≥0", "+1.2M", "−300", "10.6kB",
-                                  "12.5%", "≥33.3%", "+1,234.5%", "<0.001%", "7×7", "0.013%"])
+                                  "12.5%", "≥33.3%", "+1,234.5%", "<0.001%", "7×7", "0.013%", "1P", "2.5PB",
+                                  "4.2E", "1,234E"])
 def test_the_grammar_accepts_the_formatter_output(text: str) -> None:
     assert NUMBER.fullmatch(text)
 
 
 @pytest.mark.parametrize("text", ["8.97 k", "1.23 M", "8.97K", "1e+03 T", "1e+03T", "12.34k", "1.234G", "10 G",
-                                  "1.81GMACs", "12.34%"])
+                                  "1.81GMACs", "12.34%", "1000T", "1,234P"])
 def test_the_grammar_rejects_other_styles(text: str) -> None:
     assert not NUMBER.fullmatch(text)
 

@@ -104,3 +104,18 @@ def test_a_trace_on_stand_ins_says_so_beside_its_device() -> None:
     assert "Traced on `cpu` (fake-tensor stand-ins of the model's tensors on meta)" in render_report_file(report, "md")
     assert ("Traced on <code>cpu</code> (fake-tensor stand-ins of the model&#39;s tensors on meta)"
             in render_report_file(report, "html"))
+
+
+def test_a_cache_the_output_keeps_alive_is_shown_beside_the_peak(report: dict) -> None:
+    from torchscan.report.output.documents import render_report_file
+
+    assert memory_view(report).forward.output_cache is None
+    kept = {**report["memory"]["peak_above_start"], "value": 96, "known_value": 96}
+    copy = {**report, "memory": {**report["memory"], "output_cache": {
+        "cache_class": "DynamicCache", "bytes": {**kept, "value": 128, "known_value": 128}, "at_peak": kept}}}
+    cache = memory_view(copy).forward.output_cache
+    assert (cache.cache_class, cache.at_peak.text, cache.total.text) == ("DynamicCache", "96B", "128B")
+    row = ("| Of which the KV cache the output keeps alive | 96B | the output holds a DynamicCache (128B in all), "
+           "which keeps its keys and values alive: a model that returns only its logits peaks lower |")
+    assert row in render_report_file(copy, "md")
+    assert "<td>Of which the KV cache the output keeps alive</td>" in render_report_file(copy, "html")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..diagnostics import Diagnostic, diagnostic
 from ..operators import OperatorRecorder
 from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
 from ..tracing import CallTracer, Finished, Frame, open_call
@@ -27,6 +28,7 @@ from ..values import tensors_in
 if TYPE_CHECKING:
     from ..calls.stand_ins import StandIns
     from ..records import CallParts
+from .output_cache import OutputCache, output_cache
 from .timeline import CREATED, METHOD, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
 ACTIVATIONS_METHOD = "fvcore_activation_count"
@@ -48,6 +50,13 @@ ATTENTION_KERNELS: dict[Any, str] = {
     _aten._scaled_dot_product_cudnn_attention: "cudnn",
     _aten._safe_softmax: "math",
 }
+#: Fused recurrent layer kernels, whose gate products happen inside the kernel where no product operator is
+#: dispatched: the activation count cannot see them, so it becomes a lower bound (``fused_recurrent_kernel``). On CPU
+#: an LSTM runs oneDNN's layer kernel; elsewhere on CPU and on meta a recurrent layer decomposes into the products
+#: the count sees, and a fused cell kernel (``_thnn_fused_lstm_cell``) takes gates whose products were dispatched.
+RECURRENT_KERNELS = frozenset(getattr(_aten, name) for name in (
+    "mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn", "lstm", "gru", "rnn_tanh", "rnn_relu", "_lstm_mps")
+    if hasattr(_aten, name))
 KERNEL_REASONS = {
     "math": "PyTorch's math attention path ran (scaled_dot_product_attention decomposed into products and a "
             "softmax): the score matrix is materialized, as on meta, where no fused kernel exists",
@@ -136,6 +145,8 @@ class ForwardMemory:
         self.activations = 0
         self.kernels: list[str] = []  # attention kernels, in first-seen order
         self.native_scores = 0  # the largest score matrix a fused MultiheadAttention computed inside its kernel
+        self.recurrent: dict[str, dict[str, Any] | None] = {}  # fused recurrent kernel -> the call it first ran in
+        self.output_cache: OutputCache | None = None  # the KV caches the model's output holds
         self.ends: dict[int, tuple[int, int]] = {}  # id(record) -> (output bytes, level at the call's end)
 
     def adopt(self, tensors: Iterable[torch.Tensor], category: str) -> None:
@@ -159,6 +170,8 @@ class ForwardMemory:
             self.activations += native_attention_products(args)
             self._seen(NATIVE_MHA)
             self.native_scores = max(self.native_scores, native_score_bytes(args))
+        elif packet in RECURRENT_KERNELS and operator_label(func) not in self.recurrent:
+            self.recurrent[operator_label(func)] = open_call(self.stack)
 
     def _attention(self, packet: Any, args: tuple) -> None:
         kernel = ATTENTION_KERNELS[packet]
@@ -178,6 +191,13 @@ class ForwardMemory:
             kernel["reason"] += self.stand_ins.kernel_note()
         return kernel
 
+    def diagnostics(self) -> list[Diagnostic]:
+        """One ``fused_recurrent_kernel`` per fused recurrent kernel that ran, at the call it first ran in."""
+        return [diagnostic("fused_recurrent_kernel", f"{kernel} ran: its gate products happen inside the kernel, "
+                           "where the activation count (fvcore's convention) cannot see them, so the activations are "
+                           "a lower bound", metric="activations", **(where or {}))
+                for kernel, where in self.recurrent.items()]
+
     def stand_ins_field(self) -> dict[str, Any]:
         """A memory section's ``stand_ins`` field when the trace ran on stand-ins (else nothing)."""
         return {} if self.stand_ins is None else {"stand_ins": self.stand_ins.record()}
@@ -186,10 +206,13 @@ class ForwardMemory:
         """A call opened: nothing to note (the peak reads the open call from the tracer's stack)."""
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
-        """A call of the model ended: note its output bytes and the level now."""
+        """A call of the model ended: note its output bytes and the level now, and the model's own call any cache
+        its output holds."""
         if frame.parts is not None:
             output = 0 if call is None else tensor_bytes(call.output)
             self.ends[id(frame.parts)] = (output, self.timeline.level)
+            if frame.parts.parent is None and call is not None:
+                self.output_cache = output_cache(call.output, self.timeline)
 
     def call_memory(self, parts: CallParts, base: int, partial: bool) -> dict[str, MetricResult]:
         """A layer record's ``memory``: the call's output bytes and the live bytes at its end (``base``: the bytes
@@ -235,7 +258,8 @@ def memory_section(probe: ForwardMemory) -> dict[str, Any]:
         "peak_at": {"layer": None if probe.peak_at is None else dict(probe.peak_at),
                     "operator": operator_label(timeline.operators[at]) if timeline.operators else None,
                     "operator_index": at},
-        "activations": activation_count(probe.activations, bool(timeline.operators)),
+        "activations": activation_count(probe.activations, bool(timeline.operators), bool(probe.recurrent)),
+        **({} if probe.output_cache is None else {"output_cache": probe.output_cache.field(timeline.peak_index)}),
         **probe.stand_ins_field(),
     }
 
@@ -254,11 +278,12 @@ def layer_memories(probe: ForwardMemory) -> Callable[[CallParts], dict[str, Metr
     return lambda parts: probe.call_memory(parts, base, partial)
 
 
-def activation_count(count: int, observed: bool) -> MetricResult:
-    """The fvcore activation count as a result; unavailable when no operator was observed at all."""
+def activation_count(count: int, observed: bool, hidden: bool = False) -> MetricResult:
+    """The fvcore activation count as a result; unavailable when no operator was observed at all, a lower bound when
+    some kernel ran with its products ``hidden`` (a fused recurrent layer)."""
     if not observed:
         return unavailable("activations", MODEL, ACTIVATIONS_METHOD)
-    return complete(count, "activations", MODEL, ACTIVATIONS_METHOD)
+    return (lower_bound if hidden else complete)(count, "activations", MODEL, ACTIVATIONS_METHOD)
 
 
 def trace_device(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> torch.device:
@@ -296,3 +321,4 @@ def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], tracer
     probe.adopt([*tensors_in(args), *tensors_in(kwargs)], INPUTS)
     with tracer.subscribed(probe), TraceMode(probe) if recorder is None else recorder.listening(probe):
         yield probe
+    tracer.diagnostics.extend(probe.diagnostics())

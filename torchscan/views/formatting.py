@@ -1,6 +1,7 @@
 """The one number style of every view: terminal, Markdown, site pages, standalone HTML, diffs, budgets and charts.
 
-A count reads with three significant digits and an SI suffix glued on: ``512``, ``8.97k``, ``4.39M``, ``1.81G``.
+A count reads with three significant digits and an SI suffix glued on: ``512``, ``8.97k``, ``4.39M``, ``1.81G``,
+``2.5T``, ``1P`` (peta, 10¹⁵), ``3E`` (exa, 10¹⁸; larger counts stay in E).
 Parameter counts write billions as model cards do (``8.03B``); every other count (MACs, FLOPs, DMAs, calls) writes
 ``G``; bytes add ``B`` (``10.6kB``). Shares and changes are percentages (``12.5%``). `NUMBER` is the grammar of
 every number a view shows, defined once here, so a test can hold every renderer to it. Exact values go in hover
@@ -14,16 +15,17 @@ import re
 from typing import Any
 
 #: Suffixes of counts (MACs, FLOPs, DMAs, bytes, calls); also the scales a budget limit may use (``1.5M``).
-SCALES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+SCALES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 #: The unit of a MetricResult that counts bytes (memory): its numbers are written with `format_bytes`.
 BYTES = "bytes"
 #: Parameter counts as model cards write them: 124M, 6.74B (B for billions).
-PARAMETER_SCALES = ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
+PARAMETER_SCALES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
 
 #: Three significant digits at most (trailing zeros dropped): 1, 12, 999, 1.5, 8.97, 12.3, 0.25, 0.00123.
 _MANTISSA = r"(?:[1-9]\d{0,2}|[1-9]\.\d{1,2}|[1-9]\d\.\d|0(?:\.0{0,2}[1-9]\d{0,2})?|<0\.001)"
-#: A count with its suffix: ``512``, ``8.97k``, ``8.03B`` (parameters), ``1.81G``, ``10.6kB`` / ``512B`` (bytes).
-COUNT = rf"{_MANTISSA}(?:[kMGT]?B|[kMGT])?"
+#: A count with its suffix: ``512``, ``8.97k``, ``8.03B`` (parameters), ``1.81G``, ``1P``, ``10.6kB`` / ``512B``
+#: (bytes); past a thousand exa, whole exa with separators (``1,200E``).
+COUNT = rf"(?:{_MANTISSA}(?:[kMGTPE]?B|[kMGTPE])?|[1-9]\d{{0,2}}(?:,\d{{3}})+EB?)"
 #: A percentage: ``12.5%``, ``1,234.5%``, ``0.013%`` (two significant digits under 0.1%), ``<0.001%``, ``0%``.
 PERCENT = r"(?:\d{1,3}(?:,\d{3})*\.\d|0\.0{1,2}[1-9]\d?|<0\.001|0)%"
 #: A per-dimension value (receptive field, stride, padding): exact integers, one per dimension (``7×7``).
@@ -39,7 +41,9 @@ def format_count(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -
     sign = "-" if value < 0 else ""
     for scale, suffix in scales:
         if magnitude >= scale * 0.9995:  # 999.6M rounds to 1G, never to "1e+03M"
-            return f"{sign}{_significant(magnitude / scale)}{suffix}"
+            mantissa = magnitude / scale
+            # beyond the largest suffix, whole numbers with separators: ``1,200E``
+            return f"{sign}{_significant(mantissa) if mantissa < 999.5 else f'{round(mantissa):,}'}{suffix}"
     return sign + _significant(magnitude)
 
 

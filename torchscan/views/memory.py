@@ -65,6 +65,22 @@ class TrainingMemory:
 
 
 @dataclass(frozen=True)
+class KeptCache:
+    """A KV cache the forward's output holds (``memory.output_cache``): its class, the part of the forward peak that
+    is its keys and values, and every byte it holds."""
+
+    cache_class: str
+    at_peak: Cell
+    total: Cell
+
+    @property
+    def note(self) -> str:
+        """What the row beside the peak says."""
+        return (f"the output holds a {self.cache_class} ({self.total.text} in all), which keeps its keys and values "
+                "alive: a model that returns only its logits peaks lower")
+
+
+@dataclass(frozen=True)
 class ForwardMemory:
     """The forward's peak, what is live there and where it happens, and the largest outputs."""
 
@@ -80,6 +96,8 @@ class ForwardMemory:
     peak_operator: str
     parts: list[MemoryPart]
     top_outputs: list[MemoryCall]
+    #: The KV cache the output keeps alive, when it holds one.
+    output_cache: KeptCache | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +156,15 @@ def forward_memory(section: dict[str, Any], layers: list[dict[str, Any]]) -> For
                        else f"{where['operator']} (operator #{where['operator_index']})"),
         parts=memory_parts(section["at_peak"], section["peak"], FORWARD_PARTS),
         top_outputs=top_outputs(layers),
+        output_cache=kept_cache(section.get("output_cache")),
     )
+
+
+def kept_cache(field: dict[str, Any] | None) -> KeptCache | None:
+    """``memory.output_cache`` as a row beside the peak, or None without one."""
+    if field is None:
+        return None
+    return KeptCache(field["cache_class"], metric_cell(field["at_peak"]), metric_cell(field["bytes"]))
 
 
 def kernel_text(kernel: dict[str, str]) -> str:

@@ -54,6 +54,7 @@ class TrainingLayer:
 class TrainingView:
     optimizer: str
     loss: str
+    #: Where the step's operators ran: ``the meta device``.
     devices: str
     parts: list[TrainingPart]
     top_layers: list[TrainingLayer]
@@ -68,8 +69,15 @@ def training_view(report: dict[str, Any]) -> TrainingView | None:
     parts = [TrainingPart(key, label, metric_cell(totals[key]), part) for key, label, part in TRAINING_PARTS]
     optimizer = section["optimizer"]
     return TrainingView(optimizer="none" if optimizer is None else f"{optimizer['name']} ({optimizer['type']})",
-                        loss=section["loss"]["description"], devices=", ".join(section["devices"]),
+                        loss=section["loss"]["description"], devices=devices_text(section["devices"]),
                         parts=parts, top_layers=top_backward_layers(report["layers"], section["layers"]))
+
+
+def devices_text(devices: list[str]) -> str:
+    """``the meta device``, ``the cpu and cuda devices``: where the step's operators ran, in words."""
+    if len(devices) == 1:
+        return f"the {devices[0]} device"
+    return f"the {', '.join(devices[:-1])} and {devices[-1]} devices" if devices else "no device"
 
 
 def top_backward_layers(layers: list[dict[str, Any]], backward: list[dict[str, Any]],

@@ -7,8 +7,8 @@ cost changed most. The tables' honesty rules hold in the pictures too: a lower b
 drawn at the owner while the calls it covers are skipped, so nothing is counted twice.
 
 Modules: ``style`` (shared colours and sizes), ``amounts`` (values with their status), ``chart`` (the data type
-and its HTML figure), ``canvas`` and ``bar_plots`` (drawing), ``svg_output`` (deterministic SVG for inline use),
-and one module per document kind: ``cost_breakdown`` (a report), ``catalog_comparison`` (a catalog),
+and its HTML figure), ``canvas`` and ``bar_plots`` (drawing), ``measure`` (label widths, so that no label is cut),
+``svg_output`` (deterministic SVG for inline use), and one module per document kind: ``cost_breakdown`` (a report), ``catalog_comparison`` (a catalog),
 ``cost_changes`` (a diff). Every chart carries a text alternative (a caption and its numbers as a table), which
 is all that remains when matplotlib is not installed.
 """

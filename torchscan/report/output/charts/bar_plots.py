@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ....views.formatting import SCALES
 from .amounts import Amount, tick_text
 from .canvas import Canvas, no_ticks
+from .measure import fit_text, text_width
 from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE
 
 if TYPE_CHECKING:
@@ -30,8 +31,8 @@ class Bar:
 
 
 def label_margin(labels: Sequence[str]) -> float:
-    """Points left of the axes for the longest label (an estimate from its length: no font metrics needed)."""
-    return min(280.0, 12.0 + 4.6 * max((len(label) for label in labels), default=4))
+    """Points left of the axes for the longest label (measured), at most 280: a longer label is shortened to fit."""
+    return min(280.0, 12.0 + max((text_width(label, FONT) for label in labels), default=20.0))
 
 
 def ranking_bottom(notes: Sequence[str]) -> float:
@@ -108,8 +109,9 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
     axes.set_ylim(max(max(positions) + 0.5, rows - 0.5), min(positions) - 0.5)
     spans, colours, statuses, ends = _ranking_boxes(bars, positions, floor, stub)
     add_boxes(canvas, axes, spans, colours, statuses)
+    room = axes.get_position().x0 * canvas.width - 7  # left of the axes, less the gap and the figure's margin
     for position, bar in zip(positions, bars, strict=True):
-        canvas.text(0, position, bar.label, axes.get_yaxis_transform(), dx=-5, anchor="end")
+        canvas.text(0, position, fit_text(bar.label, room, FONT), axes.get_yaxis_transform(), dx=-5, anchor="end")
         if bar.amount.drawn:
             canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5,
                         number=True)

@@ -13,12 +13,15 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .measure import BOLD, fit_text, most_characters, rotated_box, text_width
 from .style import FONT, INK, UNAVAILABLE
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 SVG_METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
+#: Points kept clear at the figure's left and right edges.
+MARGIN = 2.0
 
 
 class Canvas:
@@ -59,23 +62,28 @@ class Canvas:
         self.text(6, self.height - 14, text, size=FONT + 1, weight="bold", baseline="auto")
 
     def footnote(self, notes: Sequence[str]) -> None:
-        """The chart's n/a and omission notes, printed under it so that the picture alone is not misleading."""
+        """The chart's n/a and omission notes, printed under it so that the picture alone is not misleading (in
+        full in the caption; here shortened to the figure's width)."""
         text = " ".join(notes)
         if text:
-            limit = int(self.width / 3.9)
-            self.text(6, 5, text if len(text) <= limit else text[:limit - 1] + "…", size=FONT - 1, baseline="auto",
+            room = self.width - 12
+            if text_width(text, FONT - 1) > room:
+                text = next(text[:end] + "…" for end in range(min(len(text), most_characters(room, FONT - 1)), 0, -1)
+                            if text_width(text[:end] + "…", FONT - 1) <= room)
+            self.text(6, 5, text, size=FONT - 1, baseline="auto",
                       colour=UNAVAILABLE if "n/a" in text or "nknown" in text else INK)
 
     def legend(self, items: Sequence[tuple[str, str, str]], x: float | None = None, y: float | None = None) -> None:
         """Swatches with labels in a row from ``(x, y)`` (figure points; ``y`` is the row's middle); by default the
-        row ends at the top right corner."""
+        row ends at the top right corner (labels measured, so that the row ends inside the figure)."""
+        widths = [22 + text_width(label, FONT - 0.5) for *_, label in items]  # swatch, label, 10 points of space
         if x is None:
-            x = self.width - 6 - sum(22 + 4.4 * len(label) for *_, label in items) + 10
+            x = max(self.width + 4 - sum(widths), 6.0)
         y = self.height - 17 if y is None else y
-        for kind, colour, label in items:
+        for (kind, colour, label), width in zip(items, widths, strict=True):
             self._marks.append(swatch(kind, colour, x, self.height - y))
             self.text(x + 12, y, label, size=FONT - 0.5)
-            x += 22 + 4.4 * len(label)
+            x += width
 
     def leader(self, x0: float, y0: float, x1: float, y1: float) -> None:
         """A thin line from a point to its displaced label (figure points)."""
@@ -123,8 +131,7 @@ class Canvas:
     def _label_svg(self, transform: Any, x: float, y: float, text: str, style: dict[str, Any]) -> str:
         if transform is not None:
             x, y = (float(value) for value in transform.transform((x, y)))
-        x += style.get("dx", 0.0)
-        y = self.height - (y + style.get("dy", 0.0))
+        x, y, text = self._inside(x + style.get("dx", 0.0), self.height - (y + style.get("dy", 0.0)), text, style)
         attributes = f'x="{x:.2f}" y="{y:.2f}" font-size="{style.get("size", FONT):g}"'
         anchor = style.get("anchor", "start")
         if anchor != "start":
@@ -141,6 +148,17 @@ class Canvas:
         if style.get("rotate"):
             attributes += f' transform="rotate({style["rotate"]:g} {x:.2f} {y:.2f})"'
         return f"<text {attributes}>{html.escape(text, quote=False)}</text>"
+
+    def _inside(self, x: float, y: float, text: str, style: dict[str, Any]) -> tuple[float, float, str]:
+        """The label moved (and, wider than the figure, shortened) so that nothing of it falls outside the figure:
+        a label is never cut. ``(x, y)`` in SVG coordinates."""
+        size = style.get("size", FONT) * (BOLD if style.get("weight") else 1.0)
+        text = fit_text(text, self.width - 2 * MARGIN, size)
+        left, top, right, bottom = rotated_box(x, y, text_width(text, size), size, style.get("anchor", "start"),
+                                               style.get("baseline", "central"), style.get("rotate", 0.0))
+        x += max(0.0, MARGIN - left) - max(0.0, right - (self.width - MARGIN))
+        y += max(0.0, 1 - top) - max(0.0, bottom - (self.height - 1))
+        return x, y, text
 
 
 def swatch(kind: str, colour: str, x: float, y: float) -> str:

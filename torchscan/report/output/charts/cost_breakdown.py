@@ -153,7 +153,7 @@ def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     summary = (f"{unit} of each of the {counted(len(calls), 'call')} with an estimate, in execution order"
                f"{f', summed over {size} consecutive calls per bar' if size > 1 else ''}"
                f"{'; bands mark the stages' if len(stages) > 1 else ''}."
-               + peak_sentence(calls, bins, size, unit) + covered_sentence(view.layers, metric))
+               + peak_sentence(calls, amounts, bins, size, unit) + covered_sentence(view.layers, metric))
     chart = Chart("profile", f"{unit} along execution order", summary,
                   ("Stage", "Calls (positions)", unit, f"Share of counted {unit}"), stage_rows, notes)
     return chart, lambda: paint_profile_chart(unit, bins, bin_colours, colours, size, stages, notes)
@@ -188,16 +188,21 @@ def paint_profile_chart(unit: str, bins: Sequence[Amount], bin_colours: Sequence
     return canvas
 
 
-def peak_sentence(calls: Sequence[LayerRow], bins: Sequence[Amount], size: int, unit: str) -> str:
+def peak_sentence(calls: Sequence[LayerRow], amounts: Sequence[Amount], bins: Sequence[Amount], size: int, unit: str
+                  ) -> str:
+    """Where the largest bar is, named by its largest call (not by the first call of its group);
+    ``amounts`` are the calls' own, ``bins`` their sums over ``size`` consecutive calls."""
     if not bins:
         return ""
     peak = max(range(len(bins)), key=lambda index: (bins[index].known, -index))
     if bins[peak].known <= 0:
         return ""
-    first = calls[peak * size]
-    where = f"calls {peak * size + 1}–{min(len(calls), (peak + 1) * size)}, from {first.label}" if size > 1 \
-        else f"call {peak + 1}, {first.label}"
-    return f" The largest bar is {bins[peak].text} {unit} at {where}."
+    if size == 1:
+        return f" The largest bar is {bins[peak].text} {unit} at call {peak + 1}, {calls[peak].label}."
+    start, stop = peak * size, min(len(calls), (peak + 1) * size)
+    largest = max(range(start, stop), key=lambda index: (amounts[index].known, -index))
+    return (f" The largest bar is {bins[peak].text} {unit} at calls {start + 1}–{stop}; its largest call is "
+            f"{calls[largest].label} ({amounts[largest].text}).")
 
 
 def stage_runs(layers: Sequence[LayerRow], calls: Sequence[LayerRow]) -> list[Stage]:

@@ -10,6 +10,7 @@ from .amounts import counted, shorten
 from .bar_plots import add_boxes, label_margin, ranking_bottom, ranking_height
 from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
+from .measure import fit_text
 from .style import DECREASE, FONT, INCREASE, INK, METRIC_NAMES, NEUTRAL, ROW, UNAVAILABLE, WIDTH
 from .svg_output import draw
 
@@ -85,6 +86,7 @@ def paint_delta_chart(unit: str, shown: Sequence[LayerDelta], shown_unknown: Seq
     labels = [delta_label(delta) for delta in [*shown, *shown_unknown]]
     canvas = Canvas(WIDTH, ranking_height(count, notes))
     left = label_margin(labels)
+    labels = [fit_text(label, left - 7, FONT) for label in labels]  # a label longer than the margin's limit
     axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 16 - left, count * ROW)
     canvas.title(f"Largest per-layer {unit} changes (after − before)")
     paint_deltas(canvas, axes, shown, shown_unknown, labels)

@@ -61,6 +61,22 @@ def test_build_looks_up_the_factory_before_any_worker_runs(tmp_path: Path, capsy
     assert load_registry(path).runs[0].factory == "my_models:tiny_cn"  # without lookups: the structure only
 
 
+def test_a_failure_page_keeps_the_batch_hint_of_the_analysis(tmp_path: Path) -> None:
+    from torchscan.report.runs.worker import analyze_run
+
+    (tmp_path / "convs.py").write_text("from torch import nn\n\n\ndef cnn():\n    return nn.Conv2d(3, 4, 3)\n",
+                                       encoding="utf-8")
+    (tmp_path / "models.toml").write_text('[[models]]\nname = "cnn"\nfactory = "convs:cnn"\n'
+                                          'input_shape = [1, 3, 8, 8]\n', encoding="utf-8")
+    run = load_registry(tmp_path / "models.toml", lookups=True).runs[0]
+    error = analyze_run(run.to_job(tmp_path))["error"]
+    assert (error["stage"], error["type"], error["layer"]) == ("analysis", "RuntimeError", "")
+    first, *notes = error["message"].splitlines()
+    assert first.startswith("Expected 3D (unbatched) or 4D (batched) input to conv2d")
+    # The failing layer is its own field (the page's "Failing layer"); the batch hint follows the message.
+    assert len(notes) == 1 and "pass input_shape=(3, 8, 8)" in notes[0]
+
+
 # -- the timeout key ----------------------------------------------------------------------------------------------------
 
 

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Seconds by (entries, scenario), from the issue; sizes without targets are measured only.
 TARGETS = {(200, "cold"): 40.0, (200, "unchanged"): 8.0, (200, "one changed"): 10.0, (1000, "cold"): 180.0,
            (1000, "unchanged"): 30.0}
-TIMING = re.compile(r"TorchScan ([\d.]+) s \(analysis ([\d.]+) s, rendering ([\d.]+) s, writing ([\d.]+) s\), "
-                    r"MkDocs ([\d.]+) s")
+TIMING = re.compile(r"TorchScan ([\d.]+) s \(analysis ([\d.]+) s, rendering ([\d.]+) s, (?:site kept [\d.]+ s, )?"
+                    r"writing ([\d.]+) s\), MkDocs (?:([\d.]+) s|not run)")
 MODELS = '''"""Tiny CNNs for the build benchmark: a few milliseconds of analysis each."""
 from torch import nn
 
@@ -86,7 +86,7 @@ def timed_build(registry: Path, output: Path, jobs: int, *extra: str) -> Timed:
     found = TIMING.search(result.stderr)
     if found is None:
         return Timed(elapsed)
-    return Timed(elapsed, float(found.group(1)), float(found.group(5)), float(found.group(3)))
+    return Timed(elapsed, float(found.group(1)), float(found.group(5) or 0), float(found.group(3)))
 
 
 def report(entries: int | None, scenario: str, timed: Timed) -> None:

@@ -19,13 +19,8 @@ from torch import nn
 
 from .builtin_handlers import builtin_for
 from .calls.decode import kv_cache_section
-from .calls.inputs import (
-    generate_inputs,
-    infer_device_and_dtype,
-    normalize_device,
-    normalize_dtypes,
-    normalize_shapes,
-)
+from .calls.errors import forward_error_notes
+from .calls.inputs import resolve_call
 from .calls.stand_ins import StandIns, stand_in_device, standing_in
 from .diagnostics import Diagnostic, diagnostic, sort_key
 from .findings import incomplete_message
@@ -118,36 +113,6 @@ def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: A
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     return Analysis(model=model, args=call_args, kwargs=call_kwargs, source=source, handlers=handlers,
                     mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in)
-
-
-def resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
-                  ) -> tuple[tuple, dict[str, Any], str]:
-    provided = args is not None or kwargs is not None
-    if provided and input_shape is not None:
-        raise ValueError("input_shape and args/kwargs are mutually exclusive: pass generated shapes or the complete "
-                         "call, not both")
-    if provided and (dtype is not None or device is not None):
-        raise ValueError("dtype and device only configure generated inputs; with args/kwargs, create the tensors "
-                         "with the dtype and device you want")
-    if provided:
-        return *_provided_call(args, kwargs), "provided"
-    if input_shape is None:
-        raise TypeError("crawl_module needs input_shape (shapes without the batch dimension) or the complete call "
-                        "as args/kwargs")
-    shapes = normalize_shapes(input_shape)
-    inferred_device, inferred_dtype = infer_device_and_dtype(model)
-    dtypes = normalize_dtypes(dtype, len(shapes), inferred_dtype)
-    target = normalize_device(device) or inferred_device
-    return generate_inputs(shapes, dtypes, target), {}, "generated"
-
-
-def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
-    """The caller's own call, checked: a tuple (or list) of positional arguments and a mapping of keywords."""
-    if args is not None and not isinstance(args, (tuple, list)):
-        raise TypeError(f"args must be a tuple of positional arguments, got {type(args).__name__}")
-    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
-        raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
-    return tuple(args or ()), dict(kwargs or {})
 
 
 class ForwardStep:
@@ -244,7 +209,8 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
                 stack.enter_context(recorder)
             if analysis.stand_ins is not None:
                 stack.enter_context(analysis.stand_ins.device_queries())
-            step.forward(analysis, tracer, probe)
+            with forward_error_notes(tracer, analysis.source, analysis.args):
+                step.forward(analysis, tracer, probe)
     finally:
         tracer.detach()
         restore_training_flags(training_flags)

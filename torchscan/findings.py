@@ -1,14 +1,15 @@
 """Diagnostics as a reader needs them: one finding per cause, with every metric it affects.
 
 A report keeps one diagnostic per affected metric (``unestimated_direct_work`` for MACs, FLOPs and DMAs is three
-records); a reader wants one line: where, what, which metrics. `findings` groups them, `causes` picks the ones that
-make numbers incomplete, and `incomplete_message` turns them into the message of `IncompleteAnalysisError`.
+records) and per call (a module called in a loop gets the same diagnostic at every call); a reader wants one line:
+where, what, which metrics. `findings` groups them, `causes` picks the ones that make numbers incomplete, and
+`incomplete_message` turns them into the message of `IncompleteAnalysisError`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .diagnostics import CODES
@@ -25,6 +26,8 @@ METRIC_NAMES = {"macs": "MACs", "module_flops": "module FLOPs", "dmas": "DMAs", 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 #: Causes listed in an error message or a page admonition before "and N more".
 SHOWN_CAUSES = 6
+#: Call indices named by a finding that several calls of one layer share, before "…".
+SHOWN_CALLS = 4
 
 
 def layer_label(path: str, call_index: int) -> str:
@@ -50,14 +53,22 @@ class Finding:
     type_name: str
     metrics: tuple[str, ...]
     message: str
+    #: The layer's calls that share this finding, when several do (a module called in a loop), in order.
+    calls: tuple[int, ...] = ()
 
     @property
     def where(self) -> str:
-        """``encoder.layers.0 (Linear)``, an operator name, or ``model``."""
-        if self.path is not None:
-            label = layer_label(self.path, self.call_index)
-            return f"{label} ({self.type_name})" if self.type_name else label
-        return self.operator or "model"
+        """``encoder.layers.0 (Linear)``, ``act (GELU) in 3 calls (#0, #1, #2)``, an operator name, or ``model``."""
+        if self.path is None:
+            return self.operator or "model"
+        several = len(self.calls) > 1
+        label = (self.path or ROOT_LABEL) if several else layer_label(self.path, self.call_index)
+        typed = f"{label} ({self.type_name})" if self.type_name else label
+        if not several:
+            return typed
+        shown = ", ".join(f"#{index}" for index in self.calls[:SHOWN_CALLS])
+        more = f", … #{self.calls[-1]}" if len(self.calls) > SHOWN_CALLS else ""
+        return f"{typed} in {len(self.calls)} calls ({shown}{more})"
 
     @property
     def metric_text(self) -> str:
@@ -91,8 +102,21 @@ def findings(report: dict[str, Any]) -> list[Finding]:
         metrics = tuple(sorted({item["metric"] for item in items if item.get("metric")}, key=_metric_order))
         found.append(Finding(severity, code, path, call_index, operator, types.get((path, call_index), ""), metrics,
                              _merged_message(pattern, metrics)))
-    return sorted(found, key=lambda item: (SEVERITY_ORDER.get(item.severity, 3), item.path is None,
-                                           item.path or "", item.call_index, item.code, item.operator))
+    return sorted(_one_per_text(found), key=lambda item: (SEVERITY_ORDER.get(item.severity, 3), item.path is None,
+                                                          item.path or "", item.call_index, item.code, item.operator))
+
+
+def _one_per_text(found: list[Finding]) -> list[Finding]:
+    """Findings that differ only in the call of their layer (a module called in a loop, the same message at every
+    call) as one that names the calls: a reader sees no line repeated."""
+    groups: dict[tuple, list[Finding]] = {}
+    for item in found:
+        key = (item.severity, item.code, item.path, item.operator, item.type_name, item.metrics, item.message)
+        groups.setdefault(key, []).append(item)
+    return [items[0] if len(items) == 1 else
+            replace(items[0], call_index=min(item.call_index for item in items),
+                    calls=tuple(sorted({item.call_index for item in items})))
+            for items in groups.values()]
 
 
 def _metric_order(name: str) -> int:

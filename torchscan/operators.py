@@ -313,7 +313,8 @@ def _uncounted_diagnostic(row: dict[str, Any], errors: dict[str, str], declined:
               if name in declined else "without a FLOP formula")
     return diagnostic(
         "uncounted_operator", f"{name} ran {calls} uncounted time(s), {reason}"
-        + (" (significant work such as a matmul, convolution or attention kernel)" if significant else ""),
+        + (" (significant work such as a matmul, convolution or attention kernel)" if significant else "")
+        + f"; to count it, pass a formula for it in custom_mapping={{torch.ops.{name}: formula}}",
         metric="operator_flops", severity=severity, operator=name)
 
 

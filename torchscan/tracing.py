@@ -148,6 +148,9 @@ class CallTracer:
         self.foreign_thread_calls = 0  # module calls made from other threads: invisible to the dispatch mode
         self.speculative = self.full and any(info.caller is not None for info in self.infos.values())
         self.memo = EstimateMemo()
+        #: The innermost recorded call whose forward raised, while the error propagates (a call that returns after it
+        #: clears it: the error was handled); what a note on the forward's error names (`torchscan.calls.errors`).
+        self.failed: CallParts | None = None
         if recorder is not None:  # the recorder of a full analysis, the only kind that estimates and counts
             self.counting: OperatorRecorder = recorder
 
@@ -260,6 +263,10 @@ class CallTracer:
         if call is not None and call.kwargs:
             parts.input["kwargs"] = call_metadata((), call.kwargs)["kwargs"]
         parts.output = dict(FAILED_OUTPUT) if call is None else describe(output)
+        if call is not None:
+            self.failed = None
+        elif self.failed is None:  # the innermost call that raised closes first
+            self.failed = parts
         if self.full:
             self._close_estimates(frame, parts.call_index, call)
         elif call is None:

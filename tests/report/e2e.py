@@ -116,7 +116,7 @@ input_shape = [4]
 
 [[models]]
 name = "badimport"
-factory = "no_such_module.deep:f"
+factory = "broken_import:f"
 input_shape = [4]
 
 [[models]]
@@ -228,4 +228,6 @@ def run_cli(*args: object, cwd: Path, timeout: float = 300) -> subprocess.Comple
 def write_models(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "e2e_models.py").write_text(MODELS, encoding="utf-8")
+    # Found by check's lookups (it defines f), but importing it fails: the run fails in stage import.
+    (folder / "broken_import.py").write_text("import no_such_module\n\n\ndef f():\n    pass\n", encoding="utf-8")
     shutil.copy(ROOT / "site_models" / "native_transformer.py", folder / "native_transformer.py")

@@ -47,3 +47,9 @@ def import_from(folder: str, name: str) -> str:
 
     sys.path.insert(0, folder)
     return importlib.import_module(name).VALUE
+
+
+def hang_job(job: dict) -> dict:
+    """A registry run that never ends (the runner's per-entry timeout kills it)."""
+    time.sleep(600)
+    return {"status": "ok", "report": {}}

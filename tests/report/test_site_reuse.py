@@ -26,8 +26,12 @@ def test_an_unchanged_build_keeps_the_site_with_the_bytes_of_a_full_build(tmp_pa
     setup_registry(tmp_path)
     cold, progress = build_into(tmp_path, "site")
     assert pages_reused(progress) == (0, 4)
+    assert re.search(r"writing [\d.]+ s\), MkDocs [\d.]+ s$", progress, re.MULTILINE), progress
     kept, progress = build_into(tmp_path, "site")
     assert pages_reused(progress) is None
+    # MkDocs did not run, and the timing line says so instead of timing it: keeping the site is TorchScan's part.
+    assert re.search(r"site kept [\d.]+ s, writing [\d.]+ s\), MkDocs not run$", progress, re.MULTILINE), progress
+    assert not re.search(r"MkDocs [\d.]+ s", progress), progress
     assert kept == cold
     uncached, progress = build_into(tmp_path, "uncached", use_cache=False)
     assert pages_reused(progress) == (0, 4) and uncached == cold

@@ -3,7 +3,7 @@ tensors. (How a call's values are described in the report is `torchscan.values`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -36,6 +36,38 @@ def normalize_shapes(input_shape: Any) -> list[tuple[int, ...]]:
         if any(dim < 0 for dim in shape):
             raise ValueError(f"input_shape dimensions must be non-negative, got {shape}")
     return shapes
+
+
+def resolve_call(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any
+                 ) -> tuple[tuple, dict[str, Any], str]:
+    """The call of an analysis: the caller's own (``"provided"``) or batch-1 inputs generated from ``input_shape``
+    (``"generated"``), checked (errors name the argument)."""
+    provided = args is not None or kwargs is not None
+    if provided and input_shape is not None:
+        raise ValueError("input_shape and args/kwargs are mutually exclusive: pass generated shapes or the complete "
+                         "call, not both")
+    if provided and (dtype is not None or device is not None):
+        raise ValueError("dtype and device only configure generated inputs; with args/kwargs, create the tensors "
+                         "with the dtype and device you want")
+    if provided:
+        return *_provided_call(args, kwargs), "provided"
+    if input_shape is None:
+        raise TypeError("crawl_module needs input_shape (shapes without the batch dimension) or the complete call "
+                        "as args/kwargs")
+    shapes = normalize_shapes(input_shape)
+    inferred_device, inferred_dtype = infer_device_and_dtype(model)
+    dtypes = normalize_dtypes(dtype, len(shapes), inferred_dtype)
+    target = normalize_device(device) or inferred_device
+    return generate_inputs(shapes, dtypes, target), {}, "generated"
+
+
+def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
+    """The caller's own call, checked: a tuple (or list) of positional arguments and a mapping of keywords."""
+    if args is not None and not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of positional arguments, got {type(args).__name__}")
+    if kwargs is not None and not (isinstance(kwargs, Mapping) and all(isinstance(k, str) for k in kwargs)):
+        raise TypeError(f"kwargs must be a mapping of argument names to values, got {type(kwargs).__name__}")
+    return tuple(args or ()), dict(kwargs or {})
 
 
 def normalize_dtypes(dtype: Any, count: int, default: torch.dtype) -> list[torch.dtype]:

@@ -40,6 +40,7 @@ class BuildOptions:
     use_cache: bool = True
     strict: bool = False
     templates: Path | None = None
+    retry_failed: bool = False  # run again the runs whose cached result is a timeout
 
 
 @dataclass
@@ -48,7 +49,8 @@ class BuildResult:
     catalog: CatalogView
     warnings: list[str] = field(default_factory=list)
     #: Wall seconds by phase: ``analysis`` (running or reusing results), ``rendering`` (drawing or reusing pages),
-    #: ``mkdocs`` (MkDocs' own build) and ``writing`` (the remaining files and the swap).
+    #: ``mkdocs`` (MkDocs' own build) or, when the previous site was kept, ``site kept`` (checking and linking it:
+    #: TorchScan's part), and ``writing`` (the remaining files and the swap).
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -57,9 +59,11 @@ class BuildResult:
         return sum(seconds for phase, seconds in self.timings.items() if phase != "mkdocs")
 
     def timing_line(self) -> str:
-        """``TorchScan 3.1 s (analysis 2.0 s, rendering 0.9 s, writing 0.2 s), MkDocs 4.2 s``."""
+        """``TorchScan 3.1 s (analysis 2.0 s, rendering 0.9 s, writing 0.2 s), MkDocs 4.2 s``; ``..., MkDocs not run``
+        when the previous site was kept."""
         parts = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.timings.items() if phase != "mkdocs")
-        return (f"TorchScan {self.torchscan_seconds:.1f} s ({parts}), MkDocs {self.timings.get('mkdocs', 0.0):.1f} s")
+        mkdocs = f"{self.timings['mkdocs']:.1f} s" if "mkdocs" in self.timings else "not run"
+        return f"TorchScan {self.torchscan_seconds:.1f} s ({parts}), MkDocs {mkdocs}"
 
     @property
     def exit_code(self) -> int:
@@ -97,7 +101,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.build-", dir=output.parent))
     clock, timings = Stopwatch(), dict[str, float]()
     try:
-        cache = ResultCache(previous, work, enabled=options.use_cache)
+        cache = ResultCache(previous, work, enabled=options.use_cache, retry_failed=options.retry_failed)
         progress.strict = {run.stem for run in registry.runs if options.strict or run.strict}
         results = run_all(registry.runs, registry.folder, cache, progress, jobs=options.jobs,
                           timeout=options.timeout, executor_factory=executor_factory)
@@ -110,8 +114,9 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         progress.note(f"rendered {plural(len(catalog.entries), 'entry', 'entries')}: {count_text(drawn.drawn)} drawn, "
                       f"{count_text(drawn.reused)} reused from the render cache ({timings['rendering']:.1f} s)")
         staged = work / "site"
-        warnings = _site(site_content(registry, catalog, drawn), registry, previous, work, options.use_cache, progress)
-        timings["mkdocs"] = clock.lap()
+        warnings, kept = _site(site_content(registry, catalog, drawn), registry, previous, work, options.use_cache,
+                               progress)
+        timings["site kept" if kept else "mkdocs"] = clock.lap()
         for relative, text in drawn.files.items():
             if relative.startswith("markdown/"):
                 _write_kept(previous, staged, relative, text)
@@ -129,14 +134,15 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
 
 
 def _site(content: SiteContent, registry: Registry, previous: Path | None, work: Path, use_cache: bool,
-          progress: Progress) -> list[str]:
-    """Build the site into ``work/site`` (or keep the previous one), saying what MkDocs did; its warnings."""
+          progress: Progress) -> tuple[list[str], bool]:
+    """Build the site into ``work/site`` (or keep the previous one), saying what MkDocs did; its warnings, and
+    whether the previous site was kept (MkDocs not run)."""
     progress.note(f"building the site with MkDocs ({navigation_text(content)})")
     caches = SiteCaches(SiteReuse(previous, work, enabled=use_cache),
                         RenderCache(previous, work, enabled=use_cache, folder=PAGES_FOLDER))
     warnings = build_site(content, registry.mkdocs, work, work / "site", caches)
     progress.note(site_text(caches, len(content.model_pages)))
-    return warnings
+    return warnings, caches.site_reused
 
 
 def catalog_page(registry: Registry) -> str:

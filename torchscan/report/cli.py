@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .registry.parsing import Registry, RegistryError, load_registry
+from .registry.parsing import Registry, RegistryError, load_registry, read_registry
 from .review.wording import plural
 from .runs.runner import ISOLATION_MODES, default_jobs
 
@@ -29,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="torchscan-report", description="Cost reports and model-zoo catalog sites "
                                    "for PyTorch models, from a models.toml registry.")
     main.add_argument("--version", action="version", version=f"torchscan-report {__version__}")
-    commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = main.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                   help="build, render, diff or check; COMMAND --help lists its options")
 
     _add_build_command(commands)
 
@@ -53,8 +54,9 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--require-same-model", action="store_true",
                       help="exit with status 3 when the two reports are of different model types")
 
-    check = commands.add_parser("check", help="validate a registry without running any model")
-    check.add_argument("registry", type=Path)
+    check = commands.add_parser("check", help="validate a registry without running any model: every key and value, "
+                                "and whether each callable it names can be found (read, never imported)")
+    check.add_argument("registry", type=Path, help="the models.toml registry")
     return main
 
 
@@ -68,11 +70,14 @@ def _add_build_command(commands: Any) -> None:
                        help="entries analyzed in parallel (default: the CPU count; with --scheduler, the "
                        "cluster's worker threads decide)")
     build.add_argument("--timeout", type=_positive_float, default=600.0,
-                       help="seconds one entry may run before its worker is killed (default: 600)")
+                       help="seconds one run may take before its worker is killed, for entries without a timeout key "
+                       "of their own (default: 600)")
     build.add_argument("--isolation", choices=ISOLATION_MODES, default="worker",
                        help="worker (default): each worker process imports torch once and analyzes entry after entry, "
                        "its state reset in between; run: a fresh process for every entry")
     build.add_argument("--no-cache", action="store_true", help="analyze every entry again, ignoring cached results")
+    build.add_argument("--retry-failed", action="store_true", help="run again the runs that timed out in an earlier "
+                       "build (otherwise kept as failed until their inputs change or their timeout grows)")
     build.add_argument("--strict", action="store_true", help="also fail entries whose analysis is incomplete")
     build.add_argument("--templates", type=_folder, help="a folder of template overrides (same file names)")
     build.add_argument("--scheduler", type=_scheduler, default=os.environ.get(SCHEDULER_VARIABLE) or None,
@@ -101,9 +106,9 @@ def _build(args: argparse.Namespace) -> int:
     from .runs.progress import make_progress
     from .site.mkdocs_site import SiteBuildError
 
-    registry = load_registry(args.registry)
+    registry = load_registry(args.registry, lookups=True)  # check's lookups: a misspelled factory costs no worker run
     options = BuildOptions(output=args.output, jobs=args.jobs, timeout=args.timeout, use_cache=not args.no_cache,
-                           strict=args.strict, templates=args.templates)
+                           strict=args.strict, templates=args.templates, retry_failed=args.retry_failed)
     progress = make_progress()
     try:
         with _executors(args, registry, progress.note) as executor_factory:
@@ -237,24 +242,19 @@ def _diff_verdict(view: Any, require_same_model: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .registry.callables import callable_problem
-
-    registry: Registry = load_registry(args.registry)
-    problems = []
-    for index, entry in enumerate(registry.entries):
-        targets = {("factory", entry.factory)}
-        targets |= {("inputs", run.inputs.callable) for run in entry.runs if run.inputs.callable}
-        targets |= set(entry.runs[0].extensions.items())
-        for key, target in sorted(targets):
-            problem = callable_problem(target, registry.folder)
-            if problem:
-                problems.append(f"models[{index}] ({entry.name}): {key}: {problem}")
-    for line in problems:
+    """Every mistake in one round: the registry's structure and values and the callables that cannot be found
+    together (exit 2); callables alone (exit 1)."""
+    reading = read_registry(args.registry)
+    if reading.problems:
+        raise RegistryError(reading.registry.path, reading.problems + reading.missing)
+    for line in reading.missing:
         print(f"error: {line}", file=sys.stderr)
+    registry = reading.registry
     counted = f"{plural(len(registry.entries), 'entry', 'entries')} ({plural(len(registry.runs), 'run')})"
-    found = "valid" if not problems else f"valid, but {plural(len(problems), 'callable')} cannot be found"
+    missing = len(reading.missing)
+    found = "valid" if not missing else f"valid, but {plural(missing, 'callable')} cannot be found"
     print(f"{registry.path.name}: {counted} {found}")
-    return EXIT_FAILED if problems else EXIT_OK
+    return EXIT_FAILED if missing else EXIT_OK
 
 
 def _kind_or_exit(path: Path) -> str | None:

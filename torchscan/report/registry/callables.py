@@ -10,10 +10,15 @@ import ast
 import difflib
 import hashlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .checks import CALLABLE_PATTERN
+
+if TYPE_CHECKING:
+    from .parsing import Entry
 
 
 def locate_module(module: str, folder: Path) -> Path | None:
@@ -55,6 +60,24 @@ def callable_problem(target: str, folder: Path) -> str | None:
     if names is not None and head not in names:
         return f"module {module!r} ({path.name}) defines no top-level name {head!r}{_suggestion(head, names)}"
     return None
+
+
+def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
+    """``models[0] (name): factory: module 'zoo' ... (did you mean 'my_net'?)`` for every ``factory``, ``inputs``,
+    ``custom_modules`` and ``custom_mapping`` of the entries that cannot be found (a malformed path is skipped:
+    its form is reported as it is read)."""
+    problems = []
+    for index, entry in enumerate(entries):
+        targets = {("factory", entry.factory)}
+        targets |= {("inputs", run.inputs.callable) for run in entry.runs if run.inputs.callable}
+        for run in entry.runs[:1]:
+            targets |= set(run.extensions.items())
+        where = f"models[{index}]" + (f" ({entry.name})" if entry.name else "")
+        for key, target in sorted(targets):
+            problem = callable_problem(target, folder) if CALLABLE_PATTERN.match(target) else None
+            if problem:
+                problems.append(f"{where}: {key}: {problem}")
+    return problems
 
 
 def _suggestion(name: str, names: frozenset[str]) -> str:

@@ -112,6 +112,17 @@ class Checker:
             return value if isinstance(value, str) else ""
         return value
 
+    def timeout(self, where: str, value: Any) -> float | None:
+        """An entry's ``timeout``: seconds each of its runs may take (None: ``build --timeout`` decides)."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            self.problem(where, f"expected a positive number of seconds, such as 1800 (how long each run of the entry "
+                         f"may take before its worker is killed; build --timeout sets the default), got "
+                         f"{describe(value)}")
+            return None
+        return float(value)
+
     def memory(self, where: str, value: Any) -> int | None:
         if value is None:
             return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .callables import lookup_problems
 from .checks import Checker, describe
 from .jobs import Run, make_run, sweep_runs, variant_runs
 from .placement import DEVICES
@@ -22,7 +23,7 @@ CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "as_device",
               "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping",
-              "training")
+              "training", "timeout")
 
 
 class RegistryError(ValueError):
@@ -64,8 +65,27 @@ class Registry:
         return [run for entry in self.entries for run in entry.runs]
 
 
-def load_registry(path: str | Path) -> Registry:
-    """Read and validate ``path``; raise `RegistryError` listing every problem found."""
+def load_registry(path: str | Path, *, lookups: bool = False) -> Registry:
+    """Read and validate ``path``; raise `RegistryError` listing every problem found. With ``lookups``, the problems
+    include every callable that cannot be found (`check`'s lookups, which ``build`` runs before any worker)."""
+    reading = read_registry(path, lookups=lookups)
+    if reading.problems or reading.missing:
+        raise RegistryError(reading.registry.path, reading.problems + reading.missing)
+    return reading.registry
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A registry as read, with every mistake: in its structure and values (``problems``), and the callables that
+    cannot be found (``missing``, found by reading source files, never by importing them)."""
+
+    registry: Registry
+    problems: list[str]
+    missing: list[str]
+
+
+def read_registry(path: str | Path, *, lookups: bool = True) -> Reading:
+    """Read ``path`` and list every mistake in one round; `RegistryError` only when it is not a TOML file."""
     path = Path(path).resolve()
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -77,9 +97,9 @@ def load_registry(path: str | Path) -> Registry:
         raise RegistryError(path, [f"invalid TOML: {error}"]) from None
     check = Checker(path)
     registry = _registry(check, data)
-    if check.problems:  # a sweep's points share the entry's settings: a mistake in them is listed once
-        raise RegistryError(path, list(dict.fromkeys(check.problems)))
-    return registry
+    missing = lookup_problems(registry.entries, registry.folder) if lookups else []
+    # a sweep's points share the entry's settings: a mistake in them is listed once
+    return Reading(registry, list(dict.fromkeys(check.problems)), missing)
 
 
 def _registry(check: Checker, data: dict[str, Any]) -> Registry:
@@ -126,6 +146,7 @@ def _entry(check: Checker, index: int, item: dict[str, Any]) -> Entry:
     variants = item.get("variants")
     common = {"entry": name, "factory": factory, "device": device, "strict": strict,
               "memory": check.memory(f"{where}: memory", item.get("memory")),
+              "timeout": check.timeout(f"{where}: timeout", item.get("timeout")),
               "extensions": check.extensions(where, item), "as_device": check.as_device(where, item)}
     sweep = _sweep(check, where, item)
     if sweep is not None:

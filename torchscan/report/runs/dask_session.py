@@ -236,7 +236,8 @@ class DaskExecutor(Executor):
         key = (RUN_KEY, job["stem"], uuid.uuid4().hex)
         resources = dask_resources(job) if self._placement else {}
         self._warn_unplaceable(resources)
-        task = self._client.submit(run_isolated, _by_name(fn), job, self._timeout, key, self._expected,
+        timeout = job.get("timeout", self._timeout)  # the entry's own, else build --timeout
+        task = self._client.submit(run_isolated, _by_name(fn), job, timeout, key, self._expected,
                                    self._shipped, self._isolation, self._build, key=key, pure=False,
                                    resources=resources or None)
         self._pending[key] = task

@@ -81,7 +81,7 @@ def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job
     warm = reuses_workers(isolation)
     executor = _warm_executor(build, timeout, worker.state.nthreads) if warm else \
         IsolatedProcessExecutor(max_workers=1, timeout=timeout)
-    future = executor.submit(NamedFunction(function) if isinstance(function, str) else function, job)
+    future = executor.submit_timed(timeout, NamedFunction(function) if isinstance(function, str) else function, job)
     if not warm:
         executor.shutdown(wait=False)
     while not future.done():

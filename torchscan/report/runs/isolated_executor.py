@@ -147,6 +147,7 @@ def _described(error: BaseException) -> str:
 class _Task:
     future: Future
     payload: bytes
+    timeout: float | None = None  # seconds the call may run once started (None: no limit)
     outcome: tuple[str, Any, str | None] | None = None
     started: bool = False
     handed_again: bool = False
@@ -191,12 +192,16 @@ class IsolatedProcessExecutor(Executor):
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        return self.submit_timed(self._timeout, fn, *args, **kwargs)
+
+    def submit_timed(self, timeout: float | None, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """`submit` with a timeout of this call's own instead of the executor's (a registry entry's ``timeout``)."""
         future: Future = Future()
         payload = pickle.dumps((fn, args, kwargs))  # a call that cannot be pickled fails here, in the caller
         with self._lock:
             if self._shutdown:
                 raise RuntimeError("cannot submit after shutdown")
-            self._queue.append(_Task(future, payload))
+            self._queue.append(_Task(future, payload, timeout))
         self._wake()
         return future
 
@@ -284,14 +289,11 @@ class IsolatedProcessExecutor(Executor):
             worker.connection.send_bytes(task.payload)
         worker.task = task
         worker.served += 1
-        worker.deadline = (time.monotonic() + self._timeout + STARTUP_ALLOWANCE if self._timeout
-                           else float("inf"))
+        worker.deadline = time.monotonic() + task.timeout + STARTUP_ALLOWANCE if task.timeout else float("inf")
 
     def _next_timeout(self, workers: list[_Worker]) -> float | None:
-        busy = [worker.deadline for worker in workers if worker.task is not None]
-        if not busy or self._timeout is None:
-            return None
-        return max(0.0, min(busy) - time.monotonic())
+        deadline = min((worker.deadline for worker in workers if worker.task is not None), default=float("inf"))
+        return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
 
     def _check(self, worker: _Worker, ready: list[Any]) -> None:
         task = worker.task
@@ -326,7 +328,7 @@ class IsolatedProcessExecutor(Executor):
             return False
         if kind == "started":
             task.started = True
-            worker.deadline = time.monotonic() + self._timeout if self._timeout else float("inf")
+            worker.deadline = time.monotonic() + task.timeout if task.timeout else float("inf")
         else:
             task.outcome = (kind, value, reason)
         return True
@@ -358,7 +360,7 @@ class IsolatedProcessExecutor(Executor):
         elif kind == "raised":
             task.future.set_exception(TaskRaised(value))
         elif kind == "timeout":
-            task.future.set_exception(TaskTimeout(f"timed out after {self._timeout:g} s; the worker was killed"))
+            task.future.set_exception(TaskTimeout(f"timed out after {task.timeout:g} s; the worker was killed"))
         else:
             task.future.set_exception(WorkerDied(f"the worker process died without a result ({value})"))
 

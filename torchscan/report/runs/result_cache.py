@@ -2,8 +2,10 @@
 
 The key hashes the run's own description (factory, keyword arguments, inputs, device, extension mappings), the
 source files that define its factory, inputs callable, ``custom_modules`` and ``custom_mapping``, and the torch and
-torchscan versions. Only successful analyses are stored: a failure is cheap to reproduce and may have been
-transient (a timeout, a killed worker).
+torchscan versions. Successful analyses are stored, and runs that timed out, with the timeout they ran under: such a
+run costs its whole timeout, so it is not run again while its key is the same, until a longer timeout (the entry's
+``timeout`` or ``--timeout``) or ``--retry-failed`` asks. Other failures are cheap to reproduce and may have been
+transient (a killed worker), so they are not stored.
 
 A failure never costs an entry its last good result: the cache also keeps, per run stem, the key of the last
 successful analysis (``last-good.json``). When a run fails, that result is carried into the new cache and shown
@@ -28,8 +30,11 @@ CACHE_FOLDER = ".torchscan-cache"
 CACHE_FORMAT = 1
 #: The cache's index of each run stem's last successful result: ``{stem: key}``.
 LAST_GOOD_INDEX = "last-good.json"
-#: Job keys that do not change a result: where the registry lies, the output name, where the run may be placed.
-UNHASHED_JOB_KEYS = ("folder", "stem", "memory")
+#: Job keys that do not change a result: where the registry lies, the output name, where the run may be placed and
+#: how long it may take (a run that timed out is run again under a longer timeout: `ResultCache.load`).
+UNHASHED_JOB_KEYS = ("folder", "stem", "memory", "timeout")
+#: The key of a stored timed-out result that holds the timeout it ran under (seconds).
+TIMED_OUT_UNDER = "timed_out_under"
 
 
 def link_or_copy(source: Path, target: Path) -> bool:
@@ -74,32 +79,46 @@ def cache_key(job: dict[str, Any], folder: Path, torch_version: str) -> str:
 class ResultCache:
     """Reads finished results from the previous output folder and writes them into the new one."""
 
-    def __init__(self, previous: Path | None, current: Path, enabled: bool = True) -> None:
+    def __init__(self, previous: Path | None, current: Path, enabled: bool = True, retry_failed: bool = False) -> None:
         self.previous = previous / CACHE_FOLDER if previous else None
         self.current = current / CACHE_FOLDER
         self.enabled = enabled
+        self.retry_failed = retry_failed
         #: Run stem -> the key of its last successful result, as written into the new cache.
         self.last_good: dict[str, str] = {}
 
-    def load(self, key: str) -> dict[str, Any] | None:
-        """The previous build's successful result under ``key`` (``None`` when absent or the cache is off)."""
-        return self._read(key) if self.enabled else None
+    def load(self, key: str, timeout: float | None = None) -> dict[str, Any] | None:
+        """The previous build's successful result under ``key``, or its timed-out one when that ran under a
+        ``timeout`` at least as long and ``retry_failed`` is off (``None`` when absent or the cache is off)."""
+        if not self.enabled:
+            return None
+        result = self._read(key, with_timeouts=not self.retry_failed)
+        if result is None or result["status"] == "ok":
+            return result
+        under = result.pop(TIMED_OUT_UNDER, None)
+        return result if isinstance(under, (int, float)) and timeout is not None and timeout <= under else None
 
-    def store(self, key: str, result: dict[str, Any], stem: str) -> None:
-        """Keep a successful result for the next build, as the last good result of ``stem``."""
-        if result.get("status") != "ok":
+    def store(self, key: str, result: dict[str, Any], stem: str, timeout: float | None = None) -> None:
+        """Keep a successful result for the next build, as the last good result of ``stem``; or a run that timed out
+        under ``timeout`` seconds (never as a last good result)."""
+        if result.get("status") == "ok":
+            record = result
+        elif timed_out(result) and timeout is not None and self._previous_index().get(stem) != key:
+            record = {**result, TIMED_OUT_UNDER: timeout}  # (a good result under the same key stays: --no-cache)
+        else:
             return
         self.current.mkdir(parents=True, exist_ok=True)
-        (self.current / f"{key}.json").write_text(json.dumps(result, sort_keys=True), encoding="utf-8")
-        self.last_good[stem] = key
+        (self.current / f"{key}.json").write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
+        if record is result:
+            self.last_good[stem] = key
 
-    def keep(self, key: str, result: dict[str, Any], stem: str) -> None:
+    def keep(self, key: str, result: dict[str, Any], stem: str, timeout: float | None = None) -> None:
         """Keep a result that `load` read from the previous build: its file is hard-linked (a copy where links are
         not possible), not written again, so that deleting the previous output frees nothing of it."""
         if self.previous is None or not link_or_copy(self.previous / f"{key}.json", self.current / f"{key}.json"):
-            self.store(key, result, stem)
-            return
-        self.last_good[stem] = key
+            self.store(key, result, stem, timeout)
+        elif result["status"] == "ok":
+            self.last_good[stem] = key
 
     def close(self) -> None:
         """Write the index of each run's last good result (once, when every run is stored)."""
@@ -125,11 +144,20 @@ class ResultCache:
             return {}
         return index if isinstance(index, dict) else {}
 
-    def _read(self, key: str) -> dict[str, Any] | None:
+    def _read(self, key: str, with_timeouts: bool = False) -> dict[str, Any] | None:
+        """The stored successful result under ``key`` (or, ``with_timeouts``, a stored timeout too)."""
         if self.previous is None:
             return None
         try:
             result = json.loads((self.previous / f"{key}.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return result if isinstance(result, dict) and result.get("status") == "ok" else None
+        if not isinstance(result, dict):
+            return None
+        return result if result.get("status") == "ok" or (with_timeouts and timed_out(result)) else None
+
+
+def timed_out(result: dict[str, Any]) -> bool:
+    """A failed result whose run was killed at its timeout."""
+    error = result.get("error")
+    return result.get("status") == "failed" and isinstance(error, dict) and error.get("stage") == "timeout"

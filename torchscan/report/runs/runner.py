@@ -58,7 +58,8 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
             function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
 
-    ``function`` defaults to `torchscan.report.runs.worker.analyze_run` (see `default_function`).
+    ``timeout`` is the seconds a run may take when its entry sets no ``timeout`` of its own. ``function`` defaults to
+    `torchscan.report.runs.worker.analyze_run` (see `default_function`).
     """
     torch_version = installed_torch_version()
     results: dict[str, dict[str, Any]] = {}
@@ -67,19 +68,31 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
     for run in runs:
         job = run.to_job(folder)
         key = cache_key(job, folder, torch_version)
-        cached = cache.load(key)
+        cached = cache.load(key, run.timeout or timeout)
         if cached is not None:
-            results[run.stem] = cached
-            cache.keep(key, cached, run.stem)
-            progress.finished(run.stem, "cached", cached)
+            results[run.stem] = _reused(cached, cache, key, run.stem, progress, run.timeout or timeout)
         else:
             pending.append((run, job, key))
     if pending:
         executor = executor_factory(min(jobs, len(pending)), timeout)
-        results.update(_execute(pending, cache, progress, executor, function or default_function(executor)))
+        results.update(_execute(pending, cache, progress, executor, function or default_function(executor), timeout))
     cache.close()
     progress.stop()
     return results
+
+
+def _reused(cached: dict[str, Any], cache: ResultCache, key: str, stem: str, progress: Progress, timeout: float
+            ) -> dict[str, Any]:
+    """A result of the previous build, kept for the next one: a successful one, or a run that timed out (shown with
+    its last good result, as when it failed in this build)."""
+    cache.keep(key, cached, stem, timeout)
+    if cached["status"] == "ok":
+        progress.finished(stem, "cached", cached)
+        return cached
+    result = with_last_good(cached, cache, stem)
+    progress.finished(stem, f"{_short(result)}, cached: not run again until its inputs change, a longer timeout or "
+                      "--retry-failed", result)
+    return result
 
 
 def default_function(executor: Executor) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -95,17 +108,18 @@ def default_function(executor: Executor) -> Callable[[dict[str, Any]], dict[str,
 
 
 def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache, progress: Progress,
-             executor: Executor, function: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+             executor: Executor, function: Callable[[dict[str, Any]], dict[str, Any]], timeout: float
+             ) -> dict[str, dict[str, Any]]:
     results: dict[str, dict[str, Any]] = {}
     futures: dict[Future, tuple[Run, str]] = {}
     try:
         for run, job, key in pending:
-            futures[executor.submit(function, job)] = (run, key)
+            futures[_submit(executor, function, job, run.timeout or timeout)] = (run, key)
             progress.submitted(run.stem)
         for future in as_completed(futures):
             run, key = futures[future]
             result = outcome_of(future)
-            cache.store(key, result, run.stem)
+            cache.store(key, result, run.stem, run.timeout or timeout)
             result = results[run.stem] = with_last_good(result, cache, run.stem)
             progress.finished(run.stem, result["status"] if result["status"] == "ok" else _short(result), result)
     except BaseException:
@@ -116,6 +130,15 @@ def _execute(pending: list[tuple[Run, dict[str, Any], str]], cache: ResultCache,
         raise
     executor.shutdown(wait=True)
     return results
+
+
+def _submit(executor: Executor, function: Callable[[dict[str, Any]], dict[str, Any]], job: dict[str, Any],
+            timeout: float) -> Future:
+    """Submit one run with its timeout: the local executor takes it per call, a Dask executor reads the job's
+    ``timeout`` (the entry's own), and any other executor keeps its own timeouts."""
+    if isinstance(executor, IsolatedProcessExecutor):
+        return executor.submit_timed(timeout, function, job)
+    return executor.submit(function, job)
 
 
 def with_last_good(result: dict[str, Any], cache: ResultCache, stem: str) -> dict[str, Any]:

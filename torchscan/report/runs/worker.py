@@ -43,6 +43,7 @@ _ignore_interrupts_in_spawned_workers()
 # Imported here rather than per call: the executor starts a run's timeout once this module is loaded.
 import torch  # noqa: E402
 
+from ...calls.errors import LAYER_NOTE  # noqa: E402
 from ...crawler import crawl_module  # noqa: E402
 from ...handlers import validate_handler_map  # noqa: E402
 from ...operators import validate_custom_mapping  # noqa: E402
@@ -125,12 +126,15 @@ def recorded_warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, s
 
 
 def failure(stage: str, error: BaseException, folder: Path | None = None, model: Any = None) -> dict[str, Any]:
-    """A recorded failure: the stage, the exception type and message, the user's traceback frames (paths relative
+    """A recorded failure: the stage, the exception type and message (with the exception's notes, such as
+    TorchScan's hint that ``input_shape`` excludes the batch dimension), the user's traceback frames (paths relative
     to the registry folder; frames of torch, torchscan and other installed code are left out) and, when the
-    forward of a layer raised, that layer's path."""
+    forward of a layer raised, that layer's path (so the note naming the layer call is left out of the message)."""
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
-    record = {"stage": stage, "type": name, "message": str(error)[:2000]}
+    notes = [note for note in getattr(error, "__notes__", ()) if isinstance(note, str) and
+             not note.startswith(LAYER_NOTE)]
+    record = {"stage": stage, "type": name, "message": "\n".join([str(error), *notes])[:2000]}
     if folder is not None:
         frames = user_frames(error.__traceback__, folder)
         if frames:

@@ -42,9 +42,9 @@ OLD_STYLE = re.compile(r"\d (?:[kMGT]B?|K)\b|\de[+-]\d")
 
 
 @pytest.mark.parametrize(("value", "text"), [
-    (0, "0"), (7, "7"), (999, "999"), (999.6, "1k"), (1_000, "1k"), (1_234, "1.23k"), (8_970, "8.97k"),
-    (12_345, "12.3k"), (123_456, "123k"), (4_390_000, "4.39M"), (1_814_073_856, "1.81G"), (999.6e12, "1P"),
-    (1.0027e15, "1P"), (2.5e15, "2.5P"), (4.2e18, "4.2E"), (1.234e21, "1,234E"),
+    (0, "0"), (7, "7"), (999, "999"), (999.6, "1.00k"), (1_000, "1k"), (1_234, "1.23k"), (8_970, "8.97k"),
+    (12_345, "12.3k"), (123_456, "123k"), (4_390_000, "4.39M"), (1_814_073_856, "1.81G"), (999.6e12, "1.00P"),
+    (1.0027e15, "1.00P"), (1e15, "1P"), (1.203e6, "1.20M"), (2.5e15, "2.5P"), (4.2e18, "4.2E"), (1.234e21, "1,234E"),
     (0.5, "0.5"), (12.34, "12.3"), (0.00001, "<0.001")])
 def test_counts_have_three_significant_digits_and_a_glued_suffix(value: float, text: str) -> None:
     assert format_count(value) == text
@@ -253,7 +253,7 @@ def test_every_document_writes_numbers_in_the_one_style(reports: tuple[dict, dic
         check_prose(re.sub(r"<svg.*?</svg>", "", text, flags=re.DOTALL), name)
     # Parameters read B (as model cards), costs G, in the tables and on the chart axes alike.
     report_cells = found["report.html"][1]
-    assert "2.5B" in report_cells and "≥2.5G" in report_cells
+    assert "2.5B" in report_cells and "≥2.50G" in report_cells  # parameters drop zeros; a rounded cost keeps them
     assert any(cell.endswith("B") for cell in found["site catalog"][1])
     assert "Parameters (structure): 2.5B → 2.7B (+204M, +8.2%)" in found["budgets"][0]
 

@@ -1,8 +1,9 @@
 """The one number style of every view: terminal, Markdown, site pages, standalone HTML, diffs, budgets and charts.
 
 A count reads with three significant digits and an SI suffix glued on: ``512``, ``8.97k``, ``4.39M``, ``1.81G``,
-``2.5T``, ``1P`` (peta, 10¹⁵), ``3E`` (exa, 10¹⁸; larger counts stay in E).
-Parameter counts write billions as model cards do (``8.03B``); every other count (MACs, FLOPs, DMAs, calls) writes
+``2.5T``, ``1P`` (peta, 10¹⁵), ``3E`` (exa, 10¹⁸; larger counts stay in E). Trailing zeros are dropped only when
+the number is exact (``2.5T`` is 2.5 × 10¹²); a rounded one keeps its three digits (1.0027 × 10¹⁵ reads ``1.00P``).
+Parameter counts write billions as model cards do (``8.03B``, ``3.5M``: zeros always dropped); every other count (MACs, FLOPs, DMAs, calls) writes
 ``G``; bytes add ``B`` (``10.6kB``). Shares and changes are percentages (``12.5%``). `NUMBER` is the grammar of
 every number a view shows, defined once here, so a test can hold every renderer to it. Exact values go in hover
 titles (`exact_count`), never in the cells.
@@ -21,7 +22,8 @@ BYTES = "bytes"
 #: Parameter counts as model cards write them: 124M, 6.74B (B for billions).
 PARAMETER_SCALES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k"))
 
-#: Three significant digits at most (trailing zeros dropped): 1, 12, 999, 1.5, 8.97, 12.3, 0.25, 0.00123.
+#: Three significant digits at most (a rounded number keeps its trailing zeros): 1, 12, 999, 1.5, 1.00, 8.97, 12.3,
+#: 0.25, 0.00123.
 _MANTISSA = r"(?:[1-9]\d{0,2}|[1-9]\.\d{1,2}|[1-9]\d\.\d|0(?:\.0{0,2}[1-9]\d{0,2})?|<0\.001)"
 #: A count with its suffix: ``512``, ``8.97k``, ``8.03B`` (parameters), ``1.81G``, ``1P``, ``10.6kB`` / ``512B``
 #: (bytes); past a thousand exa, whole exa with separators (``1,200E``).
@@ -36,32 +38,40 @@ NUMBER = re.compile(rf"(?:Σ )?[≥≤]?[+−]?(?:{COUNT}|{PERCENT}|[+−]?{SPAT
 
 
 def format_count(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
-    """``1234567`` -> ``"1.23M"``, ``8970`` -> ``"8.97k"``, ``512`` -> ``"512"``: three significant digits."""
+    """``1234567`` -> ``"1.23M"``, ``8970`` -> ``"8.97k"``, ``512`` -> ``"512"``: three significant digits; a rounded
+    count keeps its trailing zeros (``1.00P`` for 1.0027e15), a parameter count (`PARAMETER_SCALES`) never does."""
+    rounded_zeros = scales is not PARAMETER_SCALES
     magnitude = abs(value)
     sign = "-" if value < 0 else ""
     for scale, suffix in scales:
         if magnitude >= scale * 0.9995:  # 999.6M rounds to 1G, never to "1e+03M"
             mantissa = magnitude / scale
             # beyond the largest suffix, whole numbers with separators: ``1,200E``
-            return f"{sign}{_significant(mantissa) if mantissa < 999.5 else f'{round(mantissa):,}'}{suffix}"
-    return sign + _significant(magnitude)
+            text = _significant(mantissa, rounded_zeros) if mantissa < 999.5 else f"{round(mantissa):,}"
+            return f"{sign}{text}{suffix}"
+    return sign + _significant(magnitude, rounded_zeros)
 
 
-def _significant(value: float) -> str:
-    """Three significant digits, no exponent: ``1``, ``8.97``, ``12.3``, ``999``, ``0.25``; ``<0.001`` below."""
+def _significant(value: float, rounded_zeros: bool = True) -> str:
+    """Three significant digits, no exponent: ``1``, ``8.97``, ``12.3``, ``999``, ``0.25``; ``<0.001`` below.
+    Trailing zeros go when the number is exact, or always without ``rounded_zeros``."""
     if value == 0 or float(value).is_integer() and value < 1000:
         return str(int(value))
     if value < 0.001:
         return "<0.001"
-    digits = max(0, 2 - math.floor(math.log10(value)))
-    text = f"{value:.{digits}f}"
+    decade = math.floor(math.log10(value))
+    text = f"{value:.{max(0, 2 - decade)}f}"
+    if float(text) >= 10 ** (decade + 1):  # rounding reached the next decade (0.9996 -> 1.000): one digit fewer
+        text = f"{value:.{max(0, 1 - decade)}f}"
     if float(text) >= 1000 or "e" in text:  # 999.96 rounds up to four digits
         return "1000"
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    if "." in text and (float(text) == value or not rounded_zeros):
+        return text.rstrip("0").rstrip(".")
+    return text
 
 
 def format_parameters(count: int) -> str:
-    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``: model-card style."""
+    """``6738415616`` -> ``"6.74B"``, ``124439808`` -> ``"124M"``, ``3504872`` -> ``"3.5M"``: model-card style."""
     return format_count(count, PARAMETER_SCALES)
 
 

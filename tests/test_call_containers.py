@@ -88,6 +88,14 @@ def test_the_walker_finds_moves_and_rebuilds_each_container_kind(kind: str) -> N
     assert map_tensors(value, lambda tensor: tensor) is value  # nothing replaced, nothing rebuilt
 
 
+def test_the_walks_open_a_container_that_holds_itself_once() -> None:
+    looped: list = [torch.ones(3)]
+    looped.append(looped)
+    assert len(tensors_in(looped)) == 1
+    assert tensor_elements(looped) == 3
+    assert map_tensors(looped, lambda tensor: tensor) is looped
+
+
 @pytest.mark.parametrize("as_device", [None, "cpu"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_crawl_module_takes_each_container_kind(kind: str, as_device: str | None) -> None:

@@ -45,7 +45,6 @@ from .values import call_metadata
 from .version import __version__
 
 Mode = Literal["full", "structure"]
-TOTALS_METHOD = SUM_OF_LAYER_ESTIMATES
 
 
 class IncompleteAnalysisError(RuntimeError):
@@ -312,7 +311,7 @@ def _totals(statistics: dict[str, OwnTensors], layers: list[dict[str, Any]],
         unit = METRIC_UNITS[name]
         if full:  # the layers that have a result for the field (results are non-empty mappings)
             totals[name] = add_results(filter(None, map(methodcaller("get", name), layer_metrics)), unit, MODEL,
-                                       TOTALS_METHOD)
+                                       SUM_OF_LAYER_ESTIMATES)
         else:
             totals[name] = not_requested(unit, MODEL)
     totals["operator_flops"] = dict(operator_total)

@@ -214,15 +214,18 @@ def _pick(value: Any, accept: Callable[[Any], bool], found: list[Any], enclosing
         _pick(item, accept, found, (*enclosing, id(value)))
 
 
-def tensor_elements(value: Any) -> int:
+def tensor_elements(value: Any, _enclosing: tuple[int, ...] = ()) -> int:
     """The elements of every tensor in a call value; a ``PackedSequence`` counts its data, not its integer
-    bookkeeping (batch sizes and sort indices)."""
+    bookkeeping (batch sizes and sort indices). A container that holds itself is opened once, as in `tensors_in`."""
     if isinstance(value, PackedSequence):
         return value.data.numel()
     if isinstance(value, torch.Tensor):
         return value.numel()
+    if type(value) in PLAIN_TYPES or id(value) in _enclosing or len(_enclosing) >= MAX_DEPTH:
+        return 0
     items = container_items(value)
-    return 0 if items is None else sum(map(tensor_elements, items))
+    inner = (*_enclosing, id(value))
+    return 0 if items is None else sum(tensor_elements(item, inner) for item in items)
 
 
 def map_tensors(value: Any, function: Callable[[torch.Tensor], Any], _enclosing: tuple[int, ...] = ()) -> Any:

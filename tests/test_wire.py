@@ -262,7 +262,8 @@ def test_each_schema_definition_is_one_type(walked: Walk) -> None:
     stand for one definition. ``$defs/value`` is the union `ValueDescription`."""
     expected = {"metric": MetricResult, "value": wire.ValueDescription, "ref": wire.CallReference,
                 "layer": wire.LayerRecord, "diagnostic": wire.Diagnostic, "call": wire.CallMetadata,
-                "attention_kernel": wire.AttentionKernel, "stand_ins": wire.StandIns, "kv_cache": wire.KVCache}
+                "attention_kernel": wire.AttentionKernel, "stand_ins": wire.StandIns, "kv_cache": wire.KVCache,
+                "training_at_peak": wire.TrainingMemoryAtPeak}
     assert set(expected) == set(report_schema()["$defs"])
     assert walked.defs == {f"#/$defs/{name}": {tp} for name, tp in expected.items()}
 
@@ -307,7 +308,7 @@ def edited(pointer: str, edit: Any) -> dict[str, Any]:
     ("#/$defs/value", lambda node: node["properties"].update(stride={"type": "array"}),
      "fields only in the schema ['stride']"),
     ("#/$defs/value", lambda node: node["properties"]["kind"]["enum"].append("sparse_tensor"), "'sparse_tensor'"),
-    ("#/properties/training/properties/memory/properties/at_peak",
+    ("#/$defs/training_at_peak",
      lambda node: node["properties"].update(workspace={"$ref": "#/$defs/metric"}), "['workspace']"),
     ("#/$defs/kv_cache", lambda node: node["properties"]["dtype"].update(type="string"), "nullable in the type"),
     ("#/$defs/stand_ins", lambda node: node["properties"]["kind"].update(const="real_tensors"), "fake_tensors"),

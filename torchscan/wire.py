@@ -22,12 +22,13 @@ from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
 
 __all__ = [
-    "ROOT_PATH", "AnalysisMode", "AttentionKernel", "BreakdownPart", "BufferStatistics", "CallFlops", "CallKey",
+    "ROOT_PATH", "AnalysisMode", "AttentionKernel", "AutocastRegion", "BreakdownPart", "BufferStatistics", "CallFlops", "CallKey",
     "CallMetadata", "CallReference", "Context", "ContextWarning", "CountedOperator", "CustomModule", "Diagnostic",
-    "ElidedValue", "Execution", "FailedValue", "IgnoredOperator", "KVCache", "KeyedValue", "LayerBuffers",
+    "ElidedValue", "Execution", "FailedValue", "FirstStep", "IgnoredOperator", "KVCache", "KeyedValue", "LayerBuffers",
     "LayerMemory", "LayerMetrics", "LayerParameters", "LayerRecord", "Loss", "MappingValue", "Memory", "MemoryAtPeak",
     "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue", "NestedTensorValue",
     "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership", "ParameterStatistics", "PeakAt",
+    "Phase", "Precision", "ResidentAtStart",
     "PriorTraining", "Report", "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
     "Totals", "TracedMemoryMethod", "Training", "TrainingLayer", "TrainingMemory", "TrainingMemoryAtPeak",
     "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
@@ -444,7 +445,24 @@ class Loss(TypedDict):
 class Optimizer(TypedDict):
     name: str
     type: str
+    implementation: str
     counted_on: Literal["meta"]
+
+
+class AutocastRegion(TypedDict):
+    device_type: str
+    dtype: str
+
+
+class Precision(TypedDict):
+    """The precision policy of a training step (`torchscan.training.precision`)."""
+
+    policy: Literal["autocast", "uniform", "pure_low_precision", "mixed_parameters"]
+    autocast: list[AutocastRegion]
+    parameters: list[str]
+    gradients: list[str]
+    optimizer_state: list[str]
+    compute: list[str]
 
 
 class TrainingTotals(TypedDict):
@@ -474,6 +492,7 @@ class TrainingMemoryAtPeak(TypedDict):
     optimizer_state: MetricResult
     saved_activations: MetricResult
     temporaries: MetricResult
+    autocast_weight_copies: MetricResult
     inputs: MetricResult
     buffers: MetricResult
 
@@ -484,25 +503,50 @@ class SavedByLayer(TypedDict):
     bytes: MetricResult
 
 
+Phase = Literal["forward", "backward", "optimizer"]
+
+
+class FirstStep(TypedDict):
+    """The first step's peak; unavailable, with null fields, when gradients are kept (``zero_grad="zeros"``)."""
+
+    peak: MetricResult
+    phase_at_peak: Phase | None
+    at_peak: TrainingMemoryAtPeak | None
+    peak_operator: str | None
+    note: str
+
+
+class ResidentAtStart(TypedDict):
+    optimizer_state: MetricResult
+    gradients: MetricResult
+
+
 class TrainingMemory(TypedDict):
+    """The step's memory: the peak fields describe the steady-state step, ``first_step`` the first."""
+
     method: TracedMemoryMethod
     device: str
     attention_kernel: AttentionKernel
+    describes: Literal["steady_state"]
     peak: MetricResult
-    phase_at_peak: Literal["forward", "backward", "optimizer"]
+    phase_at_peak: Phase
     at_peak: TrainingMemoryAtPeak
     saved_by_layer: list[SavedByLayer]
     peak_operator: str | None
+    first_step: FirstStep
+    resident_at_start: ResidentAtStart
+    zero_grad: Literal["set_to_none", "zeros"]
     stand_ins: NotRequired[StandIns]
 
 
 class Training(TypedDict):
     """The ``training`` section, versioned on its own."""
 
-    version: Literal[1]
+    version: Literal[2]
     devices: list[str]
     loss: Loss
     optimizer: Optimizer | None
+    precision: Precision
     totals: TrainingTotals
     layers: list[TrainingLayer]
     operator_flops: OperatorFlops

@@ -99,17 +99,18 @@ def logits_sum(output: Any) -> torch.Tensor:
 
 
 def traced_and_measured_step(model: nn.Module, inputs: torch.Tensor) -> tuple[int, int]:
-    """The traced step's peak above what existed before it, and the measured peak of the same step (whose output
-    is dropped after the loss, as the traced step drops it)."""
+    """The traced first step's peak above what existed before it, and the measured peak of the same step (whose
+    output and loss live until the step ends, as in a loop's body)."""
     report = crawl_training_step(model, args=(inputs,), optimizer="adamw", memory=True, loss=logits_sum)
-    breakdown = at_peak(report)
+    breakdown = {name: value(result) for name, result in report["training"]["memory"]["first_step"]["at_peak"].items()}
     traced = sum(breakdown.values()) - breakdown["parameters"] - breakdown["inputs"] - breakdown["buffers"]
 
     def step() -> None:
         for parameter in model.parameters():
             parameter.grad = None
         optimizer = torch.optim.AdamW(model.parameters())
-        logits_sum(model(inputs)).backward()
+        output = model(inputs)
+        logits_sum(output).backward()
         optimizer.step()
 
     model.train()

@@ -71,7 +71,8 @@ def test_a_callable_optimizer_gets_only_the_trainable_parameters() -> None:
     def make(params: list[torch.Tensor]) -> torch.optim.Optimizer:
         return torch.optim.SGD(params, lr=0.1)
     report = train(model, x, optimizer=make)
-    assert report["training"]["optimizer"] == {"name": "callable", "type": "torch.optim.sgd.SGD", "counted_on": "meta"}
+    assert report["training"]["optimizer"] == {"name": "callable", "type": "torch.optim.sgd.SGD",
+                                               "implementation": "single_tensor", "counted_on": "meta"}
     assert value(report["training"]["totals"]["step"]) == manual_step(model, x, make)
     everything = value(report["training"]["totals"]["optimizer"])
     model[0].weight.requires_grad_(False)

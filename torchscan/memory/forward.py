@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..calls.stand_ins import StandIns
     from ..records import CallParts
 from .output_cache import OutputCache, output_cache
-from .timeline import CREATED, METHOD, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
+from .timeline import METHOD, PRE_EXISTING, MemoryTimeline, TraceMode, operator_label
 
 ACTIVATIONS_METHOD = "fvcore_activation_count"
 PARAMETERS, BUFFERS, INPUTS, ACTIVATIONS = "parameters", "buffers", "inputs", "activations"
@@ -246,8 +246,9 @@ def memory_section(probe: ForwardMemory) -> dict[str, Any]:
     partial = timeline.untracked > 0
     at = -1 if timeline.peak_index is None else timeline.peak_index
     live = timeline.live_at(at)
+    # activations: every storage the forward created, those a training step labelled (saved ones) included
     at_peak = {PARAMETERS: live.get(PARAMETERS, 0), BUFFERS: live.get(BUFFERS, 0) + live[PRE_EXISTING],
-               INPUTS: live.get(INPUTS, 0), ACTIVATIONS: live[CREATED]}
+               INPUTS: live.get(INPUTS, 0), ACTIVATIONS: timeline.created_live_at(at)}
     return {
         "method": METHOD,
         "device": str(probe.device),

@@ -181,6 +181,10 @@ class MemoryTimeline:
                 live[record.category] = live.get(record.category, 0) + record.nbytes
         return live
 
+    def created_live_at(self, index: int) -> int:
+        """Bytes of the storages the trace created (whatever their label now) live after operator ``index``."""
+        return sum(record.nbytes for record in self.records if not record.pre_existing and record.live_after(index))
+
     def freed_before(self, index: int) -> int:
         """Bytes of pre-existing storages freed before the level after operator ``index`` was noted."""
         return sum(record.nbytes for record in self.records

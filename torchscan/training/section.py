@@ -16,7 +16,7 @@ from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_
 from ..results import DIRECT, INCLUSIVE, MODEL, OPERATOR_DISPATCH, ROOT_LABEL, MetricResult, add_results, not_requested
 from ..wire import call_key, positions_by_call
 
-TRAINING_VERSION = 1
+TRAINING_VERSION = 2
 LOSS = "loss"
 DEFAULT_LOSS = "sum of every floating-point output tensor that requires grad"
 BACKWARD_PARTS = ("layers_backward", "loss_backward", "engine", "recomputation")
@@ -30,10 +30,14 @@ class Phases:
         self.recorder = recorder
         self.loss_forward = OperatorScope()
         self.engine = OperatorScope()
-        self.optimizer = OperatorScope()
+        self.optimizer = OperatorScope()  # the steady-state optimizer step, whose FLOPs the totals count
+        self.first_optimizer = OperatorScope()  # the first optimizer step, which creates the state (not counted)
         self.recomputation = OperatorScope()  # module calls re-run during the backward (activation checkpointing)
         self.backward: dict[Owner, OperatorScope] = {}
         self.optimizer_type: str | None = None
+        self.optimizer_implementation: str | None = None  # foreach, single_tensor, fused
+        self.state: list[Any] = []  # the optimizer's state tensors after the step
+        self.precision: dict[str, Any] = {}  # `torchscan.training.precision.precision_section`
         self.loss_default = True
 
     def backward_scope(self, owner: Owner) -> OperatorScope:
@@ -52,6 +56,7 @@ def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[An
         "loss": {"source": "default" if phases.loss_default else "callable",
                  "description": DEFAULT_LOSS if phases.loss_default else "the caller's loss(output)"},
         "optimizer": _optimizer_entry(optimizer, phases),
+        "precision": phases.precision,
         "totals": _totals(report, section_layers, phases),
         "layers": section_layers,
         "operator_flops": operators,
@@ -63,7 +68,7 @@ def _optimizer_entry(optimizer: Any, phases: Phases) -> dict[str, Any] | None:
     if optimizer is None:
         return None
     return {"name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
-            "counted_on": "meta"}
+            "implementation": phases.optimizer_implementation, "counted_on": "meta"}
 
 
 def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[str, Any]]:

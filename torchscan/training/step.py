@@ -19,7 +19,7 @@ copy of them is made; the stand-ins keep shapes and dtypes, not the device's cho
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -32,13 +32,20 @@ from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import build_formula_table, new_recorder
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
+from .precision import Autocast, WeightCopies, caller_autocast, end_forward_region, outside_autocast, precision_section
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
+#: The named optimizers; each leaves ``foreach`` unset, so that the implementation is the device's default.
 OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
     "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
     "adam": lambda params: torch.optim.Adam(params),
     "adamw": lambda params: torch.optim.AdamW(params),
 }
+#: Device types with foreach kernels, where ``torch.optim`` defaults to ``foreach`` (its
+#: ``_default_to_fused_or_foreach`` asks ``torch.utils._foreach_utils._get_foreach_kernels_supported_devices``).
+FOREACH_DEVICE_TYPES = ("cuda", "xpu", "mtia")
+#: How the loop clears gradients between steps: ``optimizer.zero_grad(set_to_none=...)``.
+ZERO_GRAD = ("set_to_none", "zeros")
 
 
 def crawl_training_step(
@@ -51,6 +58,7 @@ def crawl_training_step(
     device: torch.device | str | None = None,
     loss: Callable[[Any], torch.Tensor] | None = None,
     optimizer: str | Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None = None,
+    zero_grad: str = "set_to_none",
     custom_modules: Mapping[type, Any] | None = None,
     custom_mapping: Mapping[Any, Any] | None = None,
     strict: bool = False,
@@ -58,19 +66,29 @@ def crawl_training_step(
     memory: bool = False,
     as_device: torch.device | str | None = None,
 ) -> dict[str, Any]:
-    """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step).
+    """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step) as it runs inside a
+    training loop.
 
     Returns ``crawl_module``'s report of the forward (run in train mode with gradients on; ``keep_modes=True`` keeps
     every module's own mode) plus a ``training`` section: backward operator FLOPs per layer call and totals for
     forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
-    every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` or a callable
-    ``params -> torch.optim.Optimizer``. ``memory=True`` adds ``crawl_module``'s memory sections and
-    ``training.memory``, the step's peak of live tensor bytes broken down. ``as_device`` is `crawl_module`'s.
+    every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` (each in the
+    implementation the device picks by default: ``foreach`` on an accelerator, single-tensor on CPU) or a callable
+    ``params -> torch.optim.Optimizer``. ``zero_grad`` says how the loop clears gradients between steps:
+    ``"set_to_none"`` (PyTorch's default) or ``"zeros"`` (``zero_grad(set_to_none=False)``: the gradients stay
+    resident). ``memory=True`` adds ``crawl_module``'s memory sections and ``training.memory``: the peak of live
+    tensor bytes of the steady-state step (the optimizer's state, and kept gradients, resident from its start) and of
+    the first step, broken down. Called inside ``torch.autocast(...)``, the forward and the loss run under autocast
+    and the backward and the optimizer step outside it (PyTorch's recipe); ``training.precision`` states the policy.
+    ``as_device`` is `crawl_module`'s.
     """
     check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
     _check_loss(loss)
+    if zero_grad not in ZERO_GRAD:
+        raise ValueError(f"zero_grad must be one of {', '.join(map(repr, ZERO_GRAD))}, got {zero_grad!r}")
     make_optimizer = _optimizer_factory(optimizer)
-    step = TrainingForward(keep_modes, StepMemory() if memory else None)
+    step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
+                           zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
                        memory=memory, as_device=as_device, step=step)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
@@ -91,12 +109,39 @@ def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], A
     model = analysis.model
     try:
         with preserved_state(model), running(analysis) as run:
+            if step.keep_gradients:
+                _zero_gradients(run.model)
             report = analyze(run)
-            phases = run_after_forward(step, model, loss, make_optimizer, build_formula_table(analysis.mapping))
+            phases = run_after_forward(step, run.model, loss, make_optimizer, build_formula_table(analysis.mapping),
+                                       default_foreach(run))
+            trainable = _trainable(run.model)
+            phases.precision = precision_section(step.autocast, trainable,
+                                                 [p.grad for p in trainable if p.grad is not None], phases.state)
     finally:
         if step.memory is not None:
             step.memory.close()
     return report, phases
+
+
+def _trainable(model: nn.Module) -> list[nn.Parameter]:
+    return [parameter for parameter in model.parameters() if parameter.requires_grad]
+
+
+def _zero_gradients(model: nn.Module) -> None:
+    """Gradients a previous step left in place (``zero_grad(set_to_none=False)``), zeroed; resident from the start."""
+    with torch.no_grad():
+        for parameter in _trainable(model):
+            parameter.grad = torch.zeros_like(parameter)
+
+
+def default_foreach(analysis: Analysis) -> bool:
+    """Whether the device the analysis stands for runs PyTorch's ``foreach`` optimizers by default: an accelerator
+    does (``torch.optim``'s default picks ``foreach`` on devices with foreach kernels), CPU does not, and an
+    analysis on meta sizes an accelerator run (`torchscan.calls.meta_kernels`)."""
+    device = analysis.as_device or next((t.device for t in analysis.model.parameters()), torch.device("cpu"))
+    if device.type == "meta":
+        return getattr(analysis, "meta_kernels", "accelerator") == "accelerator"
+    return device.type in FOREACH_DEVICE_TYPES
 
 
 def _check_loss(loss: Any) -> None:
@@ -176,9 +221,12 @@ class GraphOwners:
 class TrainingForward(ForwardStep):
     """The forward of a training step: train mode (unless kept), gradients on, autograd nodes claimed per call."""
 
-    def __init__(self, keep_modes: bool, memory: StepMemory | None = None) -> None:
+    def __init__(self, keep_modes: bool, memory: StepMemory | None = None, autocast: Autocast = (),
+                 keep_gradients: bool = False) -> None:
         self.keep_modes = keep_modes
         self.memory = memory  # the step's traced memory, when requested
+        self.autocast = autocast  # the caller's autocast regions (`torchscan.training.precision`)
+        self.keep_gradients = keep_gradients  # the loop zeroes gradients in place: they are resident from the start
         self.graph = GraphOwners()
         self.output: Any = None
         self.tracer: CallTracer | None = None  # the forward's tracer, replayed through the backward
@@ -201,16 +249,23 @@ class TrainingForward(ForwardStep):
         self.tracer = tracer
         self.stand_ins = analysis.stand_ins
         if self.memory is not None:
-            self.memory.probe = probe
+            self.memory.start(probe, analysis.model if self.keep_gradients else None)
         self.graph.stack = tracer.stack
-        with tracer.subscribed(self.graph), tracer.counting.listening(self.graph), self.saving():
+        with tracer.subscribed(self.graph), self.observing(tracer.counting):
             self.output = analysis.model(*analysis.args, **analysis.kwargs)
         self.graph.settle()
         return self.output
 
-    def saving(self) -> Any:
-        """Where autograd saves tensors for the backward: noted when memory is traced."""
-        return nullcontext() if self.memory is None else self.memory.saving()
+    @contextmanager
+    def observing(self, recorder: Any) -> Iterator[None]:
+        """What the forward and the loss are observed with: graph ownership by creation, and, when memory is traced,
+        autograd's saved tensors and autocast's weight copies."""
+        with recorder.listening(self.graph), ExitStack() as stack:
+            if self.memory is not None:
+                stack.enter_context(self.memory.saving())
+                if self.autocast:
+                    stack.enter_context(recorder.listening(WeightCopies(self.memory.timeline)))
+            yield
 
     def device_queries(self) -> Any:
         """Entered above each recorder of the step on stand-ins (`torchscan.calls.stand_ins.DeviceQueries`)."""
@@ -222,8 +277,9 @@ class TrainingForward(ForwardStep):
 
 def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[Any], Any] | None,
                       make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
-                      formulas: Mapping[Any, Any]) -> Phases:
-    """Run the loss, the backward and the optimizer step under a recorder of their own."""
+                      formulas: Mapping[Any, Any], foreach: bool = False) -> Phases:
+    """Run the loss, the backward and the optimizer step under a recorder of their own (the backward and the
+    optimizer outside the caller's autocast); the output and the loss live until the step ends, as in a loop."""
     phases = Phases(new_recorder(formulas))
     recorder = phases.recorder
     phases.loss_default = loss is None
@@ -232,24 +288,28 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     with torch.enable_grad(), recorder, step.device_queries(), recorder.listening(None if memory is None else memory.probe):
         recorder.enter(phases.loss_forward)
         graph.outside = LOSS
-        with step.saving(), recorder.listening(graph):
+        with step.observing(recorder):
             value = compute_loss(loss, step.output)
         graph.settle()
         recorder.leave()
+        end_forward_region(step.autocast)
         graph.claim(LOSS, value, step.output)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:
             memory.backward_starts()
-        with step.tracer.replaying(), step.tracer.subscribed(Recomputation(phases)):  # type: ignore[union-attr]
+        tracer = step.tracer
+        assert tracer is not None, "the forward ran"
+        with outside_autocast(step.autocast), tracer.replaying(), tracer.subscribed(Recomputation(phases)):
             value.backward()
         recorder.leave()
     step.graph.owners.clear()
-    step.output = None
     if memory is not None:
         memory.backward_ended(model)
     if make_optimizer is not None:
-        _optimizer_step(model, make_optimizer, phases, memory, step.device_queries())
+        with outside_autocast(step.autocast):
+            _optimizer_step(model, make_optimizer, phases, memory, step.device_queries, foreach)
+    step.output = None
     return phases
 
 
@@ -301,27 +361,49 @@ def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
 
 
 def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
-                    phases: Phases, memory: StepMemory | None, device_queries: Any) -> None:
-    """One optimizer step over ``meta`` stand-ins of the trainable parameters and their new gradients (traced on
-    a timeline of its own when memory is: the stand-ins have the bytes of what they stand for)."""
+                    phases: Phases, memory: StepMemory | None, device_queries: Callable[[], Any], foreach: bool
+                    ) -> None:
+    """Two optimizer steps over ``meta`` stand-ins of the trainable parameters and their new gradients: the first
+    step, which creates the optimizer's state, and a steady-state step, where the state exists; the FLOPs counted
+    are the steady step's. Each is traced on a timeline of its own when memory is (the stand-ins have the bytes of
+    what they stand for)."""
     stand_ins = []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            stand_in = torch.empty_like(parameter, device="meta").requires_grad_()
-            if parameter.grad is not None:
-                stand_in.grad = torch.empty_like(parameter.grad, device="meta")
-            stand_ins.append(stand_in)
+    for parameter in _trainable(model):
+        stand_in = torch.empty_like(parameter, device="meta").requires_grad_()
+        if parameter.grad is not None:
+            stand_in.grad = torch.empty_like(parameter.grad, device="meta")
+        stand_ins.append(stand_in)
     optimizer = make_optimizer(stand_ins)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
     phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    phases.optimizer_implementation = settle_implementation(optimizer, foreach)
     recorder = phases.recorder
-    with recorder, device_queries, recorder.listening(None if memory is None else memory.optimizer_timeline()):
-        recorder.enter(phases.optimizer)
-        optimizer.step()
-        recorder.leave()
-    if memory is not None:
-        memory.optimizer_ended(optimizer)
+    for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
+        timeline = None if memory is None else memory.optimizer_timeline(optimizer, first)
+        with recorder, device_queries(), recorder.listening(timeline):
+            recorder.enter(scope)
+            optimizer.step()
+            recorder.leave()
+        if memory is not None:
+            memory.optimizer_ended(optimizer, first)
+    phases.state = [tensor for state in optimizer.state.values() for tensor in tensors_in(state)]
+
+
+def settle_implementation(optimizer: torch.optim.Optimizer, foreach: bool) -> str:
+    """The implementation the optimizer runs: where the caller left ``foreach`` unset, the device's default, as
+    ``torch.optim`` decides it on the device (the stand-ins are on meta, where it would pick single-tensor)."""
+    chosen = set()
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            chosen.add("fused")
+        elif "foreach" in group:
+            if group["foreach"] is None:
+                group["foreach"] = foreach
+            chosen.add("foreach" if group["foreach"] else "single_tensor")
+        else:
+            chosen.add("single_tensor")
+    return "+".join(sorted(chosen)) or "single_tensor"
 
 
 # -- state -----------------------------------------------------------------------------------------------------------

@@ -85,7 +85,9 @@ def main() -> None:
                 print(line(name, world_size, checkpointing, section, seconds), flush=True)
                 if section["per_device"]["peak"]["value"] <= usable:
                     fits.append(world_size)
-            verdict = f"{min(fits)} devices" if fits else f"none of {options.world_sizes}"
+            verdict = f"none of {options.world_sizes}" if not fits else f"{min(fits)} devices" + (
+                " (the smallest analyzed: pass smaller --world-sizes to look below it)"
+                if min(fits) == min(options.world_sizes) else "")
             print(f"   smallest world size that fits {DEVICE_BYTES / GB:.0f} GB with {HEADROOM:.0%} headroom "
                   f"({'with' if checkpointing else 'without'} activation checkpointing): {verdict}")
 

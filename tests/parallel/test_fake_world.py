@@ -3,9 +3,12 @@ process-group state and default device exactly as they were afterwards, also aft
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
+from torch.overrides import _get_current_function_mode_stack
 
 from torchscan.parallel.fake_world import LARGEST_RANK, check_rank, fake_world
 from torchscan.parallel.plan import parse_plan
@@ -25,12 +28,27 @@ def test_the_world_has_the_plans_group_and_mesh(spec: dict, shape: tuple[int, ..
     assert not dist.is_initialized()
 
 
-def test_the_state_is_put_back_after_an_error() -> None:
-    device = torch.get_default_device()
-    with pytest.raises(KeyError), fake_world(parse_plan({"strategy": "fsdp", "world_size": 2})):
+@pytest.mark.parametrize("fails", [False, True], ids=["success", "error"])
+def test_the_state_is_put_back(fails: bool) -> None:
+    device, modes = torch.get_default_device(), list(_get_current_function_mode_stack())
+    with pytest.raises(KeyError) if fails else contextlib.nullcontext(), \
+            fake_world(parse_plan({"strategy": "fsdp", "world_size": 2})):
         torch.set_default_device("meta")
-        raise KeyError("inside")
+        if fails:
+            raise KeyError("inside")
     assert not dist.is_initialized() and torch.get_default_device() == device
+    # no device mode is left behind (even one for the same device would turn PyTorch's fast paths off)
+    assert list(_get_current_function_mode_stack()) == modes
+
+
+def test_a_default_device_the_caller_set_is_kept() -> None:
+    torch.set_default_device("meta")
+    try:
+        with fake_world(parse_plan({"strategy": "fsdp", "world_size": 2})):
+            torch.set_default_device("cpu")
+        assert torch.get_default_device() == torch.device("meta")
+    finally:
+        torch.set_default_device(None)
 
 
 def test_a_live_process_group_is_refused_before_anything_changes() -> None:

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from sharded_models import MODELS, adamw, llama, llama_call, measured_peak, mlp, mlp_call, storage_bytes
+from torch.overrides import _get_current_function_mode_stack
 
 from torchscan.parallel.memory import CATEGORIES
 from torchscan.parallel.step import sharded_step
@@ -161,6 +162,7 @@ def test_the_callers_model_world_and_device_are_unchanged(fails: bool) -> None:
     before = {name: (tensor, tensor.detach().clone()) for name, tensor in model.state_dict(keep_vars=True).items()}
     parameters = list(model.parameters())
     device, resize = torch.get_default_device(), vars(torch.UntypedStorage).get("resize_")
+    modes = list(_get_current_function_mode_stack())
     plan = {"strategy": "fsdp", "world_size": 2}
     if fails:
         with pytest.raises(RuntimeError, match="the loss failed"):
@@ -169,6 +171,7 @@ def test_the_callers_model_world_and_device_are_unchanged(fails: bool) -> None:
         sharded_step(model, args, kwargs, loss, adamw, plan)
     assert not dist.is_initialized()
     assert torch.get_default_device() == device and vars(torch.UntypedStorage).get("resize_") is resize
+    assert list(_get_current_function_mode_stack()) == modes and torch._C._len_torch_dispatch_stack() == 0
     assert list(model.parameters()) == parameters and all(p.grad is None for p in parameters)
     for name, tensor in model.state_dict(keep_vars=True).items():
         assert tensor is before[name][0] and torch.equal(tensor, before[name][1]), name

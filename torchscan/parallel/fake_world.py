@@ -71,6 +71,16 @@ def fake_world(plan: ParallelPlan, rank: int | None = None) -> Iterator[FakeWorl
         yield FakeWorld(plan, chosen, _mesh(plan))
     finally:
         dist.destroy_process_group()
+        _restore_default_device(device)
+
+
+def _restore_default_device(device: torch.device) -> None:
+    """Put back the caller's default device, and only if the block changed it: setting it (even to ``cpu``) enters
+    a device mode for every later torch call, which PyTorch's fast paths (fused attention's) refuse to run under."""
+    if torch.get_default_device() == device:
+        return
+    torch.set_default_device(None)
+    if torch.get_default_device() != device:
         torch.set_default_device(device)
 
 

@@ -77,8 +77,9 @@ class RankTimeline(MemoryTimeline):
         return followed
 
     def followed(self, tensor: torch.Tensor) -> StorageRecord | None:
-        return super().followed(local_tensors(tensor)[0]) if is_traceable_wrapper_subclass(tensor) else \
-            super().followed(tensor)
+        """The record of the storage behind ``tensor`` (a wrapper's first local tensor), else None."""
+        inner = next(iter(local_tensors(tensor)), None)
+        return None if inner is None else super().followed(inner)
 
     def label(self, tensor: torch.Tensor, category: str) -> bool:
         labelled = True
@@ -150,7 +151,8 @@ class RankTimeline(MemoryTimeline):
 @contextmanager
 def resizes(listener: Callable[[torch.UntypedStorage, int], None]) -> Iterator[None]:
     """Tell ``listener(storage, bytes_before)`` of every ``UntypedStorage.resize_`` in the block (they bypass
-    dispatch); the class is exactly as it was afterwards, also after an error."""
+    dispatch); the class is exactly as it was afterwards, also after an error. The patch is the process's: a resize
+    another thread makes meanwhile is told too (the analysis runs its step on one thread)."""
     cls = torch.UntypedStorage
     own = "resize_" in vars(cls)
     original = cls.resize_

@@ -10,7 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import itemgetter, methodcaller
 from typing import Any, Literal
 
@@ -111,7 +111,8 @@ def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: A
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
     return Analysis(model=model, args=call_args, kwargs=call_kwargs, source=source, handlers=handlers,
-                    mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in)
+                    mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in,
+                    kv_cache=kv_cache_section(call_args, call_kwargs))
 
 
 class ForwardStep:
@@ -162,6 +163,9 @@ class Analysis:
     memory: bool = False
     as_device: torch.device | None = None  # run on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
     stand_ins: StandIns | None = None  # the stand-ins, while `running` holds them
+    #: ``{"kv_cache": ...}`` when the call passes a KV cache (`kv_cache_section`), else empty: read from the caller's
+    #: own cache when the request is built, before the step appends to it and outside any stand-in
+    kv_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def full(self) -> bool:
@@ -170,19 +174,19 @@ class Analysis:
 
 @contextmanager
 def running(analysis: Analysis) -> Iterator[Analysis]:
-    """The analysis as it runs: on stand-ins of ``as_device`` when asked (the model's parameters and buffers and
-    the call's tensors swapped for the block, the model's own put back afterwards, also after an error)."""
+    """The analysis as it runs: on stand-ins of ``as_device`` when asked (the model's parameters and buffers
+    swapped for the block and the call's tensors replaced, inside objects such as KV caches too; the model's own
+    tensors and the caller's values are as they were afterwards, also after an error)."""
     if analysis.as_device is None:
         yield analysis
         return
-    with standing_in(analysis.model, analysis.as_device) as stand_ins:
-        yield replace(analysis, args=stand_ins.value(analysis.args), kwargs=stand_ins.value(analysis.kwargs),
-                      stand_ins=stand_ins)
+    with standing_in(analysis.model, analysis.as_device) as stand_ins, \
+            stand_ins.call(analysis.args, analysis.kwargs) as (args, kwargs):
+        yield replace(analysis, args=args, kwargs=kwargs, stand_ins=stand_ins)
 
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
-    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs),
-              **kv_cache_section(analysis.args, analysis.kwargs)}  # measured before the step appends to the cache
+    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs), **analysis.kv_cache}
     with cyclic_gc_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
         return _traced_report(analysis, inputs)

@@ -214,23 +214,32 @@ def with_memory(report: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
 
 
 def _add_training_memory(report: dict[str, Any], forward: dict[str, int], outputs: list[int], device: str) -> None:
-    """The step's memory section: gradients as large as the parameters, AdamW's two moments, every output saved
-    (``buffers``, which the engine adds to the contract's six categories, holds the buffers)."""
+    """The step's memory section, the steady state's (AdamW's state resident from the start): gradients as large as
+    the parameters, AdamW's two moments, every output saved (``buffers``, which the engine adds to the contract's
+    six categories, holds the buffers), no autocast weight copies. The first step peaks in the backward, lower by
+    the optimizer state it has not created yet."""
     parameters = forward["parameters"]
     at_peak = {"parameters": parameters, "gradients": parameters, "optimizer_state": 2 * parameters,
-               "saved_activations": sum(outputs), "temporaries": max(outputs, default=0), "inputs": forward["inputs"],
-               "buffers": forward["buffers"]}
-    peak = sum(at_peak.values())
+               "saved_activations": sum(outputs), "temporaries": max(outputs, default=0),
+               "autocast_weight_copies": 0, "inputs": forward["inputs"], "buffers": forward["buffers"]}
+    first_at_peak = {**at_peak, "optimizer_state": 0}
     report["training"]["memory"] = {
         "method": MEMORY_METHOD, "device": device,
         "attention_kernel": {"name": "none", "reason": "no attention operator ran"},
-        "peak": _bytes(peak), "phase_at_peak": "optimizer",
+        "describes": "steady_state",
+        "peak": _bytes(sum(at_peak.values())), "phase_at_peak": "optimizer",
         "at_peak": {name: _bytes(value) for name, value in at_peak.items()},
         "saved_by_layer": [{"path": layer["path"], "call_index": layer["call_index"], "bytes": _bytes(output)}
                            for layer, output in zip(report["layers"], outputs, strict=True) if output and layer["depth"]],
         "peak_operator": "aten._foreach_addcdiv_",
+        "first_step": {"peak": _bytes(sum(first_at_peak.values())), "phase_at_peak": "backward",
+                       "at_peak": {name: _bytes(value) for name, value in first_at_peak.items()},
+                       "peak_operator": "aten.mm",
+                       "note": "the first step of a loop: the optimizer creates its state in its step"},
+        "resident_at_start": {"optimizer_state": _bytes(2 * parameters), "gradients": _bytes(0)},
+        "zero_grad": "set_to_none",
     }
-    report["training"]["totals"]["training_peak_bytes"] = _bytes(peak)
+    report["training"]["totals"]["training_peak_bytes"] = _bytes(sum(at_peak.values()))
 
 
 # -- golden files -----------------------------------------------------------------------------------------------------

@@ -28,8 +28,8 @@ __all__ = [
     "LayerMemory", "LayerMetrics", "LayerParameters", "LayerRecord", "Loss", "MappingValue", "Memory", "MemoryAtPeak",
     "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue", "NestedTensorValue",
     "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership", "ParameterStatistics", "PeakAt",
-    "Phase", "Precision", "ResidentAtStart",
-    "PriorTraining", "Report", "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
+    "Phase", "Precision", "PriorTraining",
+    "Report", "ResidentAtStart", "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
     "Totals", "TracedMemoryMethod", "Training", "TrainingLayer", "TrainingMemory", "TrainingMemoryAtPeak",
     "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
 ]

@@ -1,19 +1,17 @@
-"""Today's training-step memory analysis beside the measured reference of a real loop's first and steady steps.
+"""The training-step memory analysis beside the measured reference of a real loop's first and steady steps.
 
 Run from the repository root: ``python benchmarks/steady_state_reference.py [--models gpt2,llama] [--onednn]``. For each reference model
 of ``tests/torchscan_testing.py`` (``REFERENCE_MODELS``: ResNet-18, BERT, GPT-2 and Llama, small, random weights) in
 float32 and under bfloat16 autocast, with AdamW, it prints:
 
-* ``analysis``: ``crawl_training_step(..., optimizer="adamw", memory=True)["training"]["memory"]["peak"]``, the
-  absolute peak of the step it analyzes (parameters, buffers, inputs, gradients, optimizer state, activations,
-  temporaries) and ``phase_at_peak``. For bf16 the whole call runs inside ``torch.autocast("cpu", ...)``, so today's
-  analysis runs its backward and optimizer step under autocast too, where a loop (PyTorch's AMP recipe) runs them
-  outside: gaps there are expected;
+* ``steady`` and ``first``: ``crawl_training_step(..., optimizer="adamw", memory=True)["training"]["memory"]``'s
+  ``peak`` (the steady-state step's absolute peak: parameters, buffers, inputs, gradients, optimizer state,
+  activations, temporaries) with its ``phase_at_peak``, and ``first_step.peak``. For bf16 the call runs inside
+  ``torch.autocast("cpu", ...)`` (the analysis then follows PyTorch's AMP recipe, as the loop does);
 * ``measured 1`` and ``measured 3``: `measured_step_peaks`, the absolute peaks of the first and third (steady) step
-  of a real loop, and ``MemTracker 1`` and ``MemTracker 3``: `memtracker_step_peaks`, the same loop under PyTorch's
-  ``MemTracker``;
-* the analysis's relative error against the measured first and steady steps, and its difference in bytes from the
-  measured first step;
+  of a real loop, and the same steps as PyTorch's ``MemTracker`` counts them;
+* the steady state's relative error against the measured third step, the first step's against the measured first,
+  and the differences in bytes from MemTracker's;
 
 then the analysis's categories at its peak. The steps run with oneDNN off, as the reference does by default (its
 convolution backward holds a thread-dependent scratch no trace sees); ``--onednn`` runs analysis and loops with it
@@ -37,7 +35,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "tests")]
 from torchscan_testing import (  # noqa: E402
     REFERENCE_MODELS,
     measured_step_peaks,
-    memtracker_step_peaks,
     onednn_enabled,
 )
 
@@ -45,8 +42,8 @@ from torchscan import crawl_training_step  # noqa: E402
 
 MIB = 2**20
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
-COLUMNS = ("model", "precision", "analysis", "phase", "measured 1", "measured 3", "MemTracker 1", "MemTracker 3",
-           "error vs 1", "error vs 3", "analysis - measured 1 (bytes)")
+COLUMNS = ("model", "precision", "steady", "phase", "measured 3", "error", "first", "measured 1", "error",
+           "steady - MemTracker 3 (bytes)", "first - MemTracker 1 (bytes)")
 
 
 def adamw(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -54,7 +51,7 @@ def adamw(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
 
 
 def analysis(name: str, dtype: torch.dtype | None) -> dict[str, Any]:
-    """Today's ``training.memory`` section of the model's step, under autocast when ``dtype`` is given."""
+    """The ``training.memory`` section of the model's step, under autocast when ``dtype`` is given."""
     model, args, kwargs, loss = REFERENCE_MODELS[name]()
     context = torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
     with context:
@@ -68,12 +65,11 @@ def row(name: str, precision: str, onednn: bool) -> tuple[list[str], dict[str, i
     with onednn_enabled(onednn):
         memory = analysis(name, dtype)
     model, args, kwargs, loss = REFERENCE_MODELS[name]()
-    measured = measured_step_peaks(model, args, kwargs, loss, adamw, autocast_dtype=dtype, onednn=onednn)
-    tracked = memtracker_step_peaks(model, args, kwargs, loss, adamw, autocast_dtype=dtype, onednn=onednn)
-    peak = memory["peak"]["value"]
-    cells = [name, precision, mib(peak), memory["phase_at_peak"], mib(measured[0]), mib(measured[2]),
-             mib(tracked[0]), mib(tracked[2]), error(peak, measured[0]), error(peak, measured[2]),
-             f"{peak - measured[0]:+,}"]
+    measured, tracked = measured_step_peaks(model, args, kwargs, loss, adamw, autocast_dtype=dtype, onednn=onednn)
+    steady, first = memory["peak"]["value"], memory["first_step"]["peak"]["value"]
+    cells = [name, precision, mib(steady), memory["phase_at_peak"], mib(measured[2]), error(steady, measured[2]),
+             mib(first), mib(measured[0]), error(first, measured[0]), f"{steady - tracked[2]:+,}",
+             f"{first - tracked[0]:+,}"]
     return cells, {category: result["value"] for category, result in memory["at_peak"].items()}
 
 

@@ -270,6 +270,7 @@ import contextlib  # noqa: E402
 import copy  # noqa: E402
 import gc  # noqa: E402
 from collections.abc import Callable, Iterable, Iterator  # noqa: E402
+from typing import NamedTuple  # noqa: E402
 
 #: A step's loss as `crawl_training_step` takes it: the model's output to a scalar tensor.
 Loss = Callable[[Any], torch.Tensor]
@@ -350,19 +351,26 @@ def _training_loop(model: nn.Module, make_optimizer: MakeOptimizer, steps: int, 
             yield twin, optimizer
 
 
+class StepPeaks(NamedTuple):
+    """Each step's absolute peak in bytes, measured (`measured_step_peaks`) and as ``MemTracker`` counts it."""
+
+    measured: list[int]
+    tracked: list[int]
+
+
 def measured_step_peaks(model: nn.Module, args: tuple, kwargs: dict[str, Any], loss: Loss,
                         make_optimizer: MakeOptimizer, *, steps: int = 3, autocast_dtype: torch.dtype | None = None,
-                        set_to_none: bool = True, onednn: bool = False) -> list[int]:
-    """The absolute peak of each of ``steps`` real training steps on CPU, in bytes, measured.
+                        set_to_none: bool = True, onednn: bool = False) -> StepPeaks:
+    """The absolute peak of each of ``steps`` real training steps on CPU, in bytes, measured and tracked.
 
     The loop runs on a deep copy of ``model`` in train mode, with one optimizer ``make_optimizer(its trainable
     parameters)``; ``model`` is left as it was. Before each step: ``optimizer.zero_grad(set_to_none=set_to_none)``
     and ``gc.collect()``. The step (`step_workload`): ``loss(model(*args, **kwargs))``, under
     ``torch.autocast("cpu", dtype=autocast_dtype)`` when given, then ``.backward()`` and ``optimizer.step()`` outside
-    autocast; its output and loss are dropped when it returns, as a loop's body drops them.
+    autocast; its output is dropped once the loss is computed and the loss when the step returns, as a loop's body
+    that keeps the loss drops them.
 
-    A step's absolute peak is R + P:
-
+    ``measured``: a step's absolute peak is R + P:
     - R, resident at the start: the bytes of the distinct storages (`storage_bytes`) live after ``zero_grad``: the
       copy's parameters and buffers, its gradients that exist (none with ``set_to_none=True``, zeroed ones
       otherwise), every tensor in ``optimizer.state`` (none before the first step; AdamW's two moments and scalar
@@ -370,11 +378,18 @@ def measured_step_peaks(model: nn.Module, args: tuple, kwargs: dict[str, Any], l
       allocated in the step, so it is in P;
     - P, above the start: ``measure_peak_memory(step, device="cpu")["peak_bytes"]``, the highest level the CPU
       allocator's records reach above the start (allocations made in the step minus their frees, in time order).
-
     Nothing resident is freed during a step (``zero_grad`` runs before it; the optimizers update their state in
     place), so R + P is the step's peak of live tensor bytes. (A step that did free a resident tensor would be
     counted as if it stayed live: the CPU records hold no free of a block allocated before them.) The first step
     creates the optimizer state; from the second on it is resident, in R.
+
+    ``tracked``: the same steps as PyTorch's ``MemTracker`` (``torch.distributed._tools.mem_tracker``) counts them,
+    the ``"Total"`` bytes on CPU of its peak snapshot. One tracker follows the loop: before the first step it
+    ``track_external``s the copy, the optimizer and the input tensors; each step runs in its own ``with tracker:``
+    block (inside the measured workload: the tracker allocates no tensor) after ``reset_mod_stats()``, which sets
+    the peak to the current total, so each step gets its own absolute peak. ``MemTracker`` counts the storages of
+    dispatched operators' outputs until they die; it does not see what a kernel allocates and frees inside one
+    operator, nor scalars wrapped outside dispatch.
 
     ``onednn=False`` (the default) runs the steps with oneDNN off. oneDNN's convolution backward allocates and frees
     a scratch inside the operator that grows with the thread count (ResNet-18 on 2 threads: 75.6 MB for one 3x3
@@ -383,39 +398,23 @@ def measured_step_peaks(model: nn.Module, args: tuple, kwargs: dict[str, Any], l
     can see it, and it would make the reference depend on the machine. ``onednn=True`` measures the CPU's default
     kernels.
     """
-    peaks = []
-    for twin, optimizer in _training_loop(model, make_optimizer, steps, set_to_none, onednn):
-        resident = storage_bytes(resident_tensors(twin, optimizer, args, kwargs))
-        peaks.append(resident + _measured_above_start(step_workload(twin, args, kwargs, loss, optimizer,
-                                                                    autocast_dtype)))
-    return peaks
-
-
-def memtracker_step_peaks(model: nn.Module, args: tuple, kwargs: dict[str, Any], loss: Loss,
-                          make_optimizer: MakeOptimizer, *, steps: int = 3, autocast_dtype: torch.dtype | None = None,
-                          set_to_none: bool = True, onednn: bool = False) -> list[int]:
-    """The absolute peak of each step of `measured_step_peaks`'s loop (same arguments), as PyTorch's ``MemTracker``
-    (``torch.distributed._tools.mem_tracker``) counts it: the ``"Total"`` bytes on CPU of its peak snapshot.
-
-    One tracker follows the loop: before the first step it ``track_external``s the copy (parameters, buffers), the
-    optimizer and the input tensors; each step then runs in its own ``with tracker:`` block after
-    ``reset_mod_stats()`` (the tracker refuses a second forward of the root module otherwise). Entering the block
-    sets the peak to the current total, the tracked storages still alive, so each step gets its own absolute peak.
-    ``MemTracker`` counts the storages of dispatched operators' outputs (and the optimizer state after each
-    ``step()``) until they die; it does not see what a kernel allocates and frees inside one operator.
-    """
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from torchscan.values import tensors_in
-
-    tracker, peaks = MemTracker(), []
+    tracker, peaks = MemTracker(), StepPeaks([], [])
     for twin, optimizer in _training_loop(model, make_optimizer, steps, set_to_none, onednn):
-        if not peaks:
+        if not peaks.measured:
             tracker.track_external(twin, optimizer, *tensors_in((args, kwargs)))
         tracker.reset_mod_stats()
-        with tracker:
-            step_workload(twin, args, kwargs, loss, optimizer, autocast_dtype)()
-        peaks.append(int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]))
+        resident = storage_bytes(resident_tensors(twin, optimizer, args, kwargs))
+        step = step_workload(twin, args, kwargs, loss, optimizer, autocast_dtype)
+
+        def tracked_step(step: Callable[[], None] = step) -> None:
+            with tracker:
+                step()
+
+        peaks.measured.append(resident + _measured_above_start(tracked_step))
+        peaks.tracked.append(int(tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]))
     return peaks
 
 

@@ -279,7 +279,8 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
                       make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
                       formulas: Mapping[Any, Any], foreach: bool = False) -> Phases:
     """Run the loss, the backward and the optimizer step under a recorder of their own (the backward and the
-    optimizer outside the caller's autocast); the output and the loss live until the step ends, as in a loop."""
+    optimizer outside the caller's autocast); as in a loop that keeps the loss, the output is dropped once the loss
+    is computed and the loss lives until the step ends."""
     phases = Phases(new_recorder(formulas))
     recorder = phases.recorder
     phases.loss_default = loss is None
@@ -294,6 +295,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         recorder.leave()
         end_forward_region(step.autocast)
         graph.claim(LOSS, value, step.output)
+        step.output = None  # a loop keeps the loss, not the output (what autograd saved of it lives on)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:
@@ -309,7 +311,6 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     if make_optimizer is not None:
         with outside_autocast(step.autocast):
             _optimizer_step(model, make_optimizer, phases, memory, step.device_queries, foreach)
-    step.output = None
     return phases
 
 

@@ -64,7 +64,7 @@ def crawl_training_step(
     strict: bool = False,
     keep_modes: bool = False,
     memory: bool = False,
-    as_device: torch.device | str | None = None,
+    as_device: torch.device | str | None = None, meta_kernels: str = "accelerator",
 ) -> dict[str, Any]:
     """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step) as it runs inside a
     training loop.
@@ -90,7 +90,7 @@ def crawl_training_step(
     step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
                            zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
-                       memory=memory, as_device=as_device, step=step)
+                       memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
     report["training"] = training_section(report, phases, analysis.mapping, optimizer)
     if step.memory is not None:

@@ -16,7 +16,7 @@ from torch import nn
 from torchscan_testing import checked
 
 from torchscan import cost_curve, crawl_module, crawl_training_step, trace_memory
-from torchscan.values import map_tensors, tensor_elements, tensors_in
+from torchscan.values import Unmappable, map_tensors, restore_state, saved_state, tensor_elements, tensors_in
 
 Pair = namedtuple("Pair", "features scale")
 
@@ -128,3 +128,104 @@ def test_trace_memory_follows_each_container_kind(kind: str) -> None:
     model, value = Reads(kind), _call(kind)
     trace = trace_memory(lambda: model(value))
     assert trace["at_end"]["created"]["value"] == 2 * 3 * 4  # the output's tensor, inside its container
+
+
+# -- objects holding tensors: what stand-ins open (``map_tensors(..., objects=True)``) -------------------------------
+
+
+class Layer:
+    """A KV-cache layer's shape: tensors, a flag, and the device its tensors are on, as plain attributes."""
+
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys = keys
+        self.values = keys.clone()
+        self.ready = True
+        self.device = keys.device
+
+
+class Cache:
+    def __init__(self, *layers: Any) -> None:
+        self.layers = list(layers)
+        self.flags = [False] * len(layers)
+
+
+class Slotted:
+    __slots__ = ("__hidden", "state")
+
+    def __init__(self, state: torch.Tensor) -> None:
+        self.state = state
+        self.__hidden = state
+
+
+def _to_meta(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to("meta")
+
+
+def test_objects_holding_tensors_become_copies_with_their_tensors_and_devices_replaced() -> None:
+    cache = Cache(Layer(torch.zeros(2, 3)), Layer(torch.ones(4)))
+    moved = map_tensors(cache, _to_meta, objects=True)
+    assert type(moved) is Cache and moved is not cache and moved.layers is not cache.layers
+    assert [layer.keys.device.type for layer in moved.layers] == ["meta", "meta"]
+    assert [layer.device.type for layer in moved.layers] == ["meta", "meta"]  # follows its tensors
+    assert [layer.keys.device.type for layer in cache.layers] == ["cpu", "cpu"]  # the originals are untouched
+    assert cache.layers[0].device.type == "cpu" and moved.flags is cache.flags  # no tensor: shared, not copied
+    assert map_tensors(cache, _to_meta) is cache  # without objects=True, objects are values like any other
+    assert map_tensors(cache, lambda tensor: tensor, objects=True) is cache  # nothing replaced, nothing copied
+    assert map_tensors(nn.Linear(2, 2), _to_meta, objects=True).weight.device.type == "cpu"  # modules stay closed
+
+
+def test_an_object_or_tensor_held_twice_is_replaced_once_and_slots_are_opened() -> None:
+    layer = Layer(torch.zeros(2))
+    pair = map_tensors([layer, layer, layer.keys], _to_meta, objects=True)
+    assert pair[0] is pair[1] and pair[0].keys is pair[2]
+    slotted = map_tensors(Slotted(torch.zeros(3)), _to_meta, objects=True)
+    assert slotted.state.device.type == slotted._Slotted__hidden.device.type == "meta"  # type: ignore[attr-defined]
+
+
+class Frozen:
+    __slots__ = ("state",)
+
+    def __init__(self, state: torch.Tensor) -> None:
+        object.__setattr__(self, "state", state)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("frozen")
+
+
+def _refusal(value: Any, function: Callable[[torch.Tensor], Any] = _to_meta) -> Unmappable:
+    with pytest.raises(Unmappable) as error:
+        map_tensors(value, function, objects=True)
+    return error.value
+
+
+def test_what_cannot_be_rebuilt_is_refused_naming_where_it_sits() -> None:
+    refused = _refusal({"cache": Cache(Layer(torch.zeros(1)), Frozen(torch.zeros(1)))})
+    assert (refused.place("kwargs"), refused.kind) == ("kwargs['cache'].layers[1]", "Frozen")
+    assert refused.reason == "copying it failed (AttributeError: frozen)"
+    looped = Layer(torch.zeros(1))
+    looped.owner = looped  # type: ignore[attr-defined]
+    refused = _refusal((looped,))
+    assert (refused.place("args"), refused.kind) == ("args[0]", "Layer")
+    assert "holds itself" in refused.reason
+
+    def only_meta(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() != 1:
+            raise Unmappable("Tensor", "two dimensions")
+        return _to_meta(tensor)
+
+    refused = _refusal([Cache(Layer(torch.zeros(1)), Layer(torch.zeros(1, 1)))], only_meta)
+    assert refused.place("args") == "args[0].layers[1].keys" and str(refused) == "Tensor: two dimensions"
+
+
+def test_saved_state_puts_back_what_the_call_shares_with_its_copies() -> None:
+    empty, flags, options = Layer(torch.zeros(1)), [False, False], {"mode": "a"}
+    del empty.keys, empty.values
+    slotted = Slotted(torch.zeros(1))
+    call = ((Cache(empty), flags), {"options": options, "slotted": slotted})
+    saved = saved_state(call)
+    kept = (dict(vars(empty)), list(flags), dict(options), slotted.state)
+    empty.keys, flags[0], options["mode"], slotted.state = torch.ones(1), True, "b", torch.ones(1)
+    flags.append(True)
+    restore_state(saved)
+    assert (dict(vars(empty)), flags, options, slotted.state) == kept
+    assert call[0][1] is flags and call[1]["options"] is options  # put back in place, never replaced

@@ -10,7 +10,7 @@ import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import itemgetter, methodcaller
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from .builtin_handlers import builtin_for
 from .calls.decode import kv_cache_section
 from .calls.errors import forward_error_notes
 from .calls.inputs import resolve_call
+from .calls.meta_kernels import ACCELERATOR, ReplayedCalls, check_meta_kernels, meta_attention, runs_on_meta
 from .calls.stand_ins import StandIns, stand_in_device, standing_in
 from .diagnostics import Diagnostic, diagnostic, sort_key
 from .findings import incomplete_message
@@ -69,6 +70,7 @@ def crawl_module(
     strict: bool = False,
     memory: bool = False,
     as_device: torch.device | str | None = None,
+    meta_kernels: str = ACCELERATOR,
 ) -> dict[str, Any]:
     """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
 
@@ -78,12 +80,15 @@ def crawl_module(
     live tensors through the forward (in either mode) and adds the ``memory`` section, the ``forward_peak_bytes``
     and ``activations`` totals and each layer record's ``memory`` (docs/methodology.md). ``as_device="cpu"`` runs on
     fake-tensor stand-ins on that device: its kernel choices, nothing allocated (`torchscan.calls.stand_ins`).
+    On ``meta`` (without ``as_device``), ``meta_kernels="accelerator"`` (the default) runs each
+    ``scaled_dot_product_attention`` as the fused kernel CUDA would pick for it, never materializing the score
+    matrices; ``meta_kernels="math"`` keeps meta's own math path (`torchscan.calls.meta_kernels`).
     """
     check_flags(model, strict=strict, memory=memory)
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
-                       mode=mode, memory=memory, as_device=as_device)
+                       mode=mode, memory=memory, as_device=as_device, meta_kernels=meta_kernels)
     with running(analysis) as run:
         report = analyze(run)
     if strict:
@@ -102,16 +107,19 @@ def check_flags(model: Any, **flags: Any) -> None:
 
 def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any,
             custom_modules: Mapping[type, ModuleHandler] | None, custom_mapping: Mapping[Any, Any] | None, *,
-            mode: Mode = "full", memory: bool = False, as_device: Any = None, step: ForwardStep | None = None
-            ) -> Analysis:
-    """The one request builder of every entry point: the device of the stand-ins, the caller's handlers and
-    formulas and the call, checked (errors name the argument), as an `Analysis`."""
+            mode: Mode = "full", memory: bool = False, as_device: Any = None, step: ForwardStep | None = None,
+            meta_kernels: str = ACCELERATOR) -> Analysis:
+    """The one request builder of every entry point: the device of the stand-ins, the kernels on meta, the
+    caller's handlers and formulas and the call, checked (errors name the argument), as an `Analysis`."""
     stand_in = stand_in_device(as_device)
+    kernels = check_meta_kernels(meta_kernels)
     handlers = validate_handler_map(custom_modules)
     mapping = validate_custom_mapping(custom_mapping)
     call_args, call_kwargs, source = resolve_call(model, input_shape, dtype, args, kwargs, device)
+    on_meta = stand_in is None and runs_on_meta(model, call_args, call_kwargs)
     return Analysis(model=model, args=call_args, kwargs=call_kwargs, source=source, handlers=handlers,
-                    mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in)
+                    mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in,
+                    kv_cache=kv_cache_section(call_args, call_kwargs), meta_kernels=kernels if on_meta else None)
 
 
 class ForwardStep:
@@ -162,6 +170,13 @@ class Analysis:
     memory: bool = False
     as_device: torch.device | None = None  # run on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
     stand_ins: StandIns | None = None  # the stand-ins, while `running` holds them
+    #: ``{"kv_cache": ...}`` when the call passes a KV cache (`kv_cache_section`), else empty: read from the caller's
+    #: own cache when the request is built, before the step appends to it and outside any stand-in
+    kv_cache: dict[str, Any] = field(default_factory=dict)
+    #: The attention kernels of an analysis on meta without ``as_device`` (`torchscan.calls.meta_kernels`):
+    #: ``"accelerator"`` or ``"math"``; None elsewhere, where the device's own kernels run.
+    meta_kernels: str | None = None
+    replayed: ReplayedCalls | None = None  # keeps the accelerator's kernels for calls re-run in a backward
 
     @property
     def full(self) -> bool:
@@ -170,19 +185,22 @@ class Analysis:
 
 @contextmanager
 def running(analysis: Analysis) -> Iterator[Analysis]:
-    """The analysis as it runs: on stand-ins of ``as_device`` when asked (the model's parameters and buffers and
-    the call's tensors swapped for the block, the model's own put back afterwards, also after an error)."""
+    """The analysis as it runs: on stand-ins of ``as_device`` when asked (the model's parameters and buffers
+    swapped for the block and the call's tensors replaced, inside objects such as KV caches too; the model's own
+    tensors and the caller's values are as they were afterwards, also after an error); on meta, with the attention
+    kernels ``meta_kernels`` names, for the whole block (a training step's loss and backward run inside it:
+    activation checkpointing recomputes forwards there)."""
     if analysis.as_device is None:
-        yield analysis
+        with meta_attention(analysis.meta_kernels) as replayed:
+            yield analysis if replayed is None else replace(analysis, replayed=replayed)
         return
-    with standing_in(analysis.model, analysis.as_device) as stand_ins:
-        yield replace(analysis, args=stand_ins.value(analysis.args), kwargs=stand_ins.value(analysis.kwargs),
-                      stand_ins=stand_ins)
+    with standing_in(analysis.model, analysis.as_device) as stand_ins, \
+            stand_ins.call(analysis.args, analysis.kwargs) as (args, kwargs):
+        yield replace(analysis, args=args, kwargs=kwargs, stand_ins=stand_ins)
 
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
-    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs),
-              **kv_cache_section(analysis.args, analysis.kwargs)}  # measured before the step appends to the cache
+    inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs), **analysis.kv_cache}
     with cyclic_gc_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
         return _traced_report(analysis, inputs)
@@ -193,6 +211,8 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     model = analysis.model
     recorder = new_recorder(build_formula_table(analysis.mapping)) if analysis.full else None
     tracer = CallTracer(model, analysis.handlers, recorder, builtin_for)
+    if analysis.replayed is not None:  # for the tracer's life: a training step's backward re-runs calls
+        tracer.subscribers.append(analysis.replayed)
     training_flags = tracer.facts.training_flags
     step = analysis.step
     probe = None
@@ -203,7 +223,7 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
             stack.enter_context(step.grad_mode())
             if analysis.memory:  # before the recorder: setting up the trace may run an operator of its own
                 probe = stack.enter_context(traced_forward(model, analysis.args, analysis.kwargs, tracer,
-                                                           recorder, analysis.stand_ins))
+                                                           recorder, analysis.stand_ins, analysis.meta_kernels))
             if recorder is not None:
                 stack.enter_context(recorder)
             if analysis.stand_ins is not None:
@@ -344,6 +364,7 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
                                  key=lambda row: row["type"]),
         "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
         **({} if analysis.stand_ins is None else {"stand_ins": analysis.stand_ins.record()}),
+        **({} if analysis.meta_kernels is None else {"meta_kernels": analysis.meta_kernels}),
     }
 
 

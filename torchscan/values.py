@@ -8,7 +8,10 @@ walks them here, and nothing else recurses into arguments or outputs:
 
 * `describe` (and `call_metadata`): the report's metadata of a value, its structure and never its contents;
 * `tensors_in`, `tensor_elements` and `map_tensors`: the tensors in a value, their elements, and the value with
-  every tensor replaced (stand-ins, a device move), containers rebuilt as their own type;
+  every tensor replaced (stand-ins, a device move), containers rebuilt as their own type; for stand-ins,
+  `map_tensors` also opens other objects whose attributes hold tensors (`object_attributes`: a KV cache and its
+  layers) and copies them, and `saved_state`/`restore_state` put back what a forward changed in the values the
+  copies share with the caller's;
 * `call_key`: a hashable key of everything a shape-reading formula can see in a call (tensor shapes and dtypes,
   plain values by type and value, containers item by item), with which storage each tensor shares when asked;
   the operator cache and the estimate memo price once per key;
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
+import types
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
@@ -228,20 +233,180 @@ def tensor_elements(value: Any, _enclosing: tuple[int, ...] = ()) -> int:
     return 0 if items is None else sum(tensor_elements(item, inner) for item in items)
 
 
-def map_tensors(value: Any, function: Callable[[torch.Tensor], Any], _enclosing: tuple[int, ...] = ()) -> Any:
+def map_tensors(value: Any, function: Callable[[torch.Tensor], Any], *, objects: bool = False) -> Any:
     """``value`` with every tensor replaced by ``function(tensor)``; containers are rebuilt as their own type (a
     named tuple by its fields, a mapping or dataclass as a shallow copy with the new items), and a value with no
-    tensor inside is returned as it is."""
-    if isinstance(value, torch.Tensor):
-        return function(value)
-    if type(value) in PLAIN_TYPES or id(value) in _enclosing or len(_enclosing) >= MAX_DEPTH:
-        return value
-    keyed = _keyed_items(value)
-    if keyed is None:
-        return value
-    inner = (*_enclosing, id(value))
-    changed = {key: new for key, old in keyed if (new := map_tensors(old, function, inner)) is not old}
-    return _rebuilt(value, changed) if changed else value
+    tensor inside is returned as it is. A value held in several places is replaced once (its replacements stay one
+    object); a container that holds itself is opened once, and nesting beyond ``MAX_DEPTH`` is not opened.
+
+    With ``objects=True`` the attributes of other objects are opened too (`object_attributes`: a ``transformers``
+    KV cache and its layers): an object that holds a tensor becomes a shallow copy (``copy.copy``) with its changed
+    attributes set, and an attribute naming the device a replaced tensor came from (a cache layer's ``device``)
+    names its replacement's. The original objects are not touched.
+
+    Raises `Unmappable` (a ``TypeError``) naming where the value sits when an object or container holding a tensor
+    cannot be rebuilt, when it holds itself (its copy would point back at the original), and for what ``function``
+    itself refuses by raising `Unmappable`.
+    """
+    return _TensorMap(function, objects).mapped(value, ())
+
+
+class Unmappable(TypeError):
+    """A value that `map_tensors` cannot give replaced tensors: its type's name, why, and the steps from the mapped
+    value down to it (``[0]``, ``['cache']``, ``.layers``), which `place` writes after the name of the root."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(f"{kind}: {reason}")
+        self.kind = kind
+        self.reason = reason
+        self.steps: list[str] = []  # innermost first: each enclosing value adds its step on the way out
+
+    def place(self, root: str) -> str:
+        """Where the value sits, written from ``root``: ``kwargs['cache'].layers[3]``."""
+        return root + "".join(reversed(self.steps))
+
+
+#: Objects whose attributes are not call values: classes, functions, Python modules, enumeration members, and
+#: ``nn.Module`` instances (a module's tensors are parameters and buffers; an argument that is a module is kept).
+CLOSED_TYPES = (type, nn.Module, types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.ModuleType,
+                enum.Enum)
+
+
+def object_attributes(value: Any) -> list[tuple[str, Any]] | None:
+    """The attributes an object holds itself (its ``__dict__`` and its set ``__slots__``), or None for a tensor, a
+    plain value, a container (`container_items`), a `CLOSED_TYPES` object and an object with neither (a C type)."""
+    if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or isinstance(value, CLOSED_TYPES) \
+            or container_items(value) is not None:
+        return None
+    own = _instance_dict(value)
+    slots = _slot_values(value)
+    if own is None and not slots:
+        return None
+    return [*(own or {}).items(), *slots.items()]
+
+
+def _instance_dict(value: Any) -> dict[str, Any] | None:
+    """``value.__dict__`` read without the class's ``__getattr__`` or ``__getattribute__``, or None."""
+    try:
+        own = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return None
+    return own if type(own) is dict else None
+
+
+def _slot_values(value: Any) -> dict[str, Any]:
+    """The set ``__slots__`` of ``value``'s classes by attribute name (``__x`` in class ``C`` is ``_C__x``)."""
+    found: dict[str, Any] = {}
+    for klass in type(value).__mro__:
+        declared = klass.__dict__.get("__slots__", ())
+        for name in (declared,) if isinstance(declared, str) else declared:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            attribute = f"_{klass.__name__.lstrip('_')}{name}" if name.startswith("__") and not name.endswith("__") \
+                else name
+            try:
+                found[attribute] = object.__getattribute__(value, attribute)
+            except AttributeError:  # declared, never set
+                continue
+    return found
+
+
+class _TensorMap:
+    """One `map_tensors` walk: the replacement of every value already mapped (by ``id``, beside the value itself,
+    so that no id is reused while the walk runs), the devices replaced tensors moved between, and the values met
+    again inside themselves."""
+
+    def __init__(self, function: Callable[[torch.Tensor], Any], objects: bool) -> None:
+        self.function = function
+        self.objects = objects
+        self.done: dict[int, tuple[Any, Any]] = {}
+        self.devices: dict[torch.device, torch.device] = {}
+        self.looped: set[int] = set()
+
+    def mapped(self, value: Any, enclosing: tuple[int, ...]) -> Any:
+        """``value`` with its tensors replaced, inside the values of ``enclosing`` (their ids)."""
+        if type(value) in PLAIN_TYPES:
+            return value
+        key = id(value)
+        if key not in self.done:
+            if isinstance(value, torch.Tensor):
+                self.done[key] = value, self._tensor(value)
+            elif key in enclosing:
+                self.looped.add(key)
+                return value
+            elif len(enclosing) >= MAX_DEPTH:
+                return value
+            else:
+                self.done[key] = value, self._opened(value, (*enclosing, key))
+        return self.done[key][1]
+
+    def _opened(self, value: Any, inner: tuple[int, ...]) -> Any:
+        """A container (or, with ``objects``, an object) with its items mapped: itself when none changed."""
+        keyed = _keyed_items(value)
+        attributes = object_attributes(value) if keyed is None and self.objects else None
+        items = keyed if keyed is not None else attributes
+        if items is None:
+            return value
+        changed = self._changed_items(value, items, inner)
+        if not changed:
+            return value
+        if id(value) in self.looped:
+            raise Unmappable(type(value).__qualname__, "it holds itself, so a copy with its tensors replaced would "
+                                                       "still point back at the original")
+        return _rebuilt(value, changed) if attributes is None else self._rebuilt_object(value, attributes, changed)
+
+    def _changed_items(self, value: Any, items: Iterable[tuple[Any, Any]], inner: tuple[int, ...]) -> dict[Any, Any]:
+        """The items of ``value`` whose mapping is a new object, by key; a refusal below adds its step here."""
+        changed = {}
+        for name, old in items:
+            try:
+                new = self.mapped(old, inner)
+            except Unmappable as error:
+                error.steps.append(_step(value, name))
+                raise
+            if new is not old:
+                changed[name] = new
+        return changed
+
+    def _tensor(self, tensor: torch.Tensor) -> Any:
+        new = self.function(tensor)
+        if isinstance(new, torch.Tensor) and self.objects:
+            self.devices[tensor.device] = new.device
+        return new
+
+    def _rebuilt_object(self, value: Any, attributes: list[tuple[str, Any]], changed: dict[str, Any]) -> Any:
+        """A shallow copy of ``value`` with the ``changed`` attributes, and its device attributes following the
+        tensors; refused when the copy fails or is not a separate object of the same type."""
+        for name, item in attributes:
+            if type(item) is torch.device and item in self.devices and name not in changed:
+                changed[name] = self.devices[item]
+        kind = type(value).__qualname__
+        try:
+            new = copy.copy(value)
+        except Exception as error:  # any failure of the class's copy protocol is one refusal
+            raise Unmappable(kind, f"copying it failed ({type(error).__name__}: {error})") from error
+        own = _instance_dict(new)
+        if new is value or type(new) is not type(value) or (own is not None and own is _instance_dict(value)):
+            raise Unmappable(kind, "its copy is not a separate object of its type")
+        for name, item in changed.items():
+            try:
+                if own is not None and name in own:
+                    own[name] = item
+                else:
+                    object.__setattr__(new, name, item)
+            except Exception as error:  # a read-only attribute, a C type's slot
+                raise Unmappable(kind, f"its attribute {name!r} cannot be set on a copy "
+                                       f"({type(error).__name__}: {error})") from error
+        return new
+
+
+def _step(value: Any, key: Any) -> str:
+    """The step from a container or object to one of its items: ``[0]``, ``['cache']``, ``.layers``."""
+    if isinstance(value, (tuple, list)):
+        return f"[{key}]"
+    if isinstance(value, Mapping):
+        return f"[{key!r}]" if isinstance(key, (str, int)) else f"[<{type(key).__name__} key>]"
+    return f".{key}"
 
 
 def _keyed_items(value: Any) -> Iterable[tuple[Any, Any]] | None:
@@ -270,13 +435,87 @@ def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
         for key, item in changed.items():
             assign(new, key, item)
     except Exception as error:
-        raise TypeError(f"cannot rebuild a {kind.__qualname__} with its tensors replaced "
-                        f"({type(error).__name__}: {error})") from error
+        raise Unmappable(kind.__qualname__, f"it cannot be rebuilt with its tensors replaced "
+                                            f"({type(error).__name__}: {error})") from error
     return new
 
 
 def _set_item(mapping: Any, key: Any, item: Any) -> None:
     mapping[key] = item
+
+
+# -- state put back -----------------------------------------------------------------------------------------------
+
+
+def saved_state(value: Any) -> list[tuple[Any, Any]]:
+    """What the mutable parts of a call value hold now, for `restore_state`: the items of every ``list`` and
+    ``dict`` in it and the attributes of every dataclass instance and every object `map_tensors` opens with
+    ``objects=True``, each part once (nesting beyond ``MAX_DEPTH`` is not opened).
+
+    A call's stand-ins share what holds no tensor with the caller's values (an empty cache layer, a list of flags
+    beside a copied layer's tensors); the forward may fill them, and putting them back keeps the caller's values
+    exactly as they were."""
+    saved: list[tuple[Any, Any]] = []
+    _save(value, saved, set(), 0)
+    return saved
+
+
+def _save(value: Any, saved: list[tuple[Any, Any]], seen: set[int], depth: int) -> None:
+    if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or id(value) in seen or depth >= MAX_DEPTH:
+        return
+    seen.add(id(value))
+    kind = type(value)
+    items = container_items(value)
+    if kind is list or kind is dict:
+        saved.append((value, kind(value)))
+    elif items is None or _is_dataclass_instance(value):
+        attributes = object_attributes(value) if items is None else None
+        if items is None and attributes is None:
+            return
+        own = _instance_dict(value)
+        saved.append((value, (None if own is None else dict(own), _slot_values(value))))
+        items = items if attributes is None else [item for _, item in attributes]
+    for item in items or ():
+        _save(item, saved, seen, depth + 1)
+
+
+def restore_state(saved: list[tuple[Any, Any]]) -> None:
+    """Put back what `saved_state` saved, where the part changed since: list items, dict items, an object's
+    ``__dict__`` (written directly, past the class's ``__setattr__``) and its slots."""
+    for value, before in saved:
+        kind = type(value)
+        if kind is list:
+            if _changed(value, before):
+                value[:] = before
+        elif kind is dict:
+            if _changed(value, before) or _changed(value.values(), before.values()):
+                value.clear()
+                value.update(before)
+        else:
+            _restore_attributes(value, *before)
+
+
+def _restore_attributes(value: Any, own_before: dict[str, Any] | None, slots_before: dict[str, Any]) -> None:
+    own = _instance_dict(value)
+    if own is not None and own_before is not None and (
+            _changed(own, own_before) or _changed(own.values(), own_before.values())):
+        own.clear()
+        own.update(own_before)
+    slots = _slot_values(value)
+    for name in slots.keys() - slots_before.keys():
+        object.__delattr__(value, name)
+    for name, item in slots_before.items():
+        if slots.get(name, _UNSET) is not item:
+            object.__setattr__(value, name, item)
+
+
+_UNSET = object()
+
+
+def _changed(now: Iterable[Any], before: Iterable[Any]) -> bool:
+    """Whether two sequences differ in length or in the identity of an item (keys, values)."""
+    now, before = list(now), list(before)
+    return len(now) != len(before) or any(item is not old for item, old in zip(now, before, strict=True))
 
 
 # -- keys ----------------------------------------------------------------------------------------------------------

@@ -22,14 +22,15 @@ from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
 
 __all__ = [
-    "ROOT_PATH", "AnalysisMode", "AttentionKernel", "AutocastRegion", "BreakdownPart", "BufferStatistics", "CallFlops", "CallKey",
-    "CallMetadata", "CallReference", "Context", "ContextWarning", "CountedOperator", "CustomModule", "Diagnostic",
-    "ElidedValue", "Execution", "FailedValue", "FirstStep", "IgnoredOperator", "KVCache", "KeyedValue", "LayerBuffers",
+    "ROOT_PATH", "AnalysisMode", "AttentionKernel", "AutocastRegion", "BreakdownPart", "BufferStatistics",
+    "CallFlops", "CallKey", "CallMetadata", "CallReference", "Context", "ContextWarning", "CountedOperator",
+    "CustomModule", "Diagnostic", "ElidedValue", "Execution", "FailedValue", "FirstStep", "IgnoredOperator",
+    "KVCache", "KeyedValue", "LayerBuffers",
     "LayerMemory", "LayerMetrics", "LayerParameters", "LayerRecord", "Loss", "MappingValue", "Memory", "MemoryAtPeak",
-    "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue", "NestedTensorValue",
-    "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership", "ParameterStatistics", "PeakAt",
-    "Phase", "Precision", "ResidentAtStart",
-    "PriorTraining", "Report", "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
+    "MetaKernels", "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue",
+    "NestedTensorValue", "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership",
+    "ParameterStatistics", "PeakAt", "Phase", "Precision", "PriorTraining", "Report", "ResidentAtStart",
+    "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
     "Totals", "TracedMemoryMethod", "Training", "TrainingLayer", "TrainingMemory", "TrainingMemoryAtPeak",
     "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
 ]
@@ -43,6 +44,8 @@ MetricName: TypeAlias = Literal[
 #: What a handler-supplied field covers: this call's own work, or the call with everything under it.
 Ownership: TypeAlias = Literal["module_call", "subtree"]
 AnalysisMode: TypeAlias = Literal["full", "structure"]
+#: ``context.meta_kernels``: the attention kernels of an analysis on meta (`torchscan.calls.meta_kernels`).
+MetaKernels: TypeAlias = Literal["accelerator", "math"]
 #: The method of every traced-memory section.
 TracedMemoryMethod: TypeAlias = Literal["traced_live_tensor_bytes"]
 
@@ -386,6 +389,7 @@ class Context(TypedDict):
     custom_formulas: list[str]
     warnings: NotRequired[list[ContextWarning]]
     stand_ins: NotRequired[StandIns]
+    meta_kernels: NotRequired[MetaKernels]
 
 
 # -- memory (``memory=True``) --------------------------------------------------------------------------------------

@@ -158,14 +158,19 @@ def test_the_traced_forward_peak_of_a_small_gpt2_is_within_one_percent_and_names
     assert memory["attention_kernel"]["name"] == "flash"  # CPU's fused kernel: no score matrix
 
 
-def test_on_meta_attention_takes_the_math_path_and_the_report_says_so():
+def test_on_meta_with_meta_kernels_math_attention_takes_the_math_path_and_the_report_says_so():
     library = import_transformers()
     with torch.device("meta"):
         model = library.GPT2LMHeadModel(library.GPT2Config(vocab_size=1000, n_positions=64, n_embd=128, n_layer=1,
                                                            n_head=4)).eval()
-    report = crawl_module(model, args=(torch.zeros(2, 64, dtype=torch.long, device="meta"),), memory=True)
+    tokens = torch.zeros(2, 64, dtype=torch.long, device="meta")
+    report = crawl_module(model, args=(tokens,), memory=True, meta_kernels="math")
     assert report["memory"]["attention_kernel"]["name"] == "math"
-    assert "score matrix is materialized" in report["memory"]["attention_kernel"]["reason"]
+    assert "score matrix is materialized, as asked (meta_kernels='math'" in report["memory"]["attention_kernel"][
+        "reason"]
+    default = crawl_module(model, args=(tokens,), memory=True)  # float32: CUDA's memory-efficient kernel
+    assert default["memory"]["attention_kernel"]["name"] == "efficient"
+    assert "assumed on meta (meta_kernels='accelerator'" in default["memory"]["attention_kernel"]["reason"]
 
 
 def test_an_attention_kernel_name_lists_every_kernel_seen_in_its_reason():
@@ -229,7 +234,7 @@ def test_a_llama_2_7b_config_on_meta_reports_its_bfloat16_parameters_exactly():
     report = crawl_module(model, args=(torch.zeros(1, 16, dtype=torch.long, device="meta"),), memory=True)
     memory = report["memory"]
     assert value(memory["at_peak"]["parameters"]) == llama_parameters(2) * 2
-    assert memory["device"] == "meta" and memory["attention_kernel"]["name"] == "math"
+    assert memory["device"] == "meta" and memory["attention_kernel"]["name"] == "flash"  # CUDA's, for bfloat16
 
 
 class WithHelper(nn.Module):

@@ -102,7 +102,7 @@ def test_the_catalog_shows_memory_columns_with_their_meaning(registry: Registry,
     assert trained.training_peak.status == "complete" and plain.training_peak.text == "—"
     page = catalog_markdown(catalog, "models/", "reports/", site=True)
     header = next(line for line in page.splitlines() if line.startswith("| Model |"))
-    assert ">Forward peak</span>" in header and ">Activations</span>" in header and ">Training peak</span>" in header
+    assert ">Forward peak</span>" in header and ">Activations</span>" in header and ">Training peak (steady state)</span>" in header
     assert "parameters, buffers and inputs excluded" in header  # the tooltip says what the peak leaves out
     assert "kB = 10³, MB = 10⁶, GB = 10⁹ (never KiB)" in page
     row = next(line for line in page.splitlines() if line.startswith("| [trained]"))
@@ -137,10 +137,14 @@ def test_the_memory_chart_stacks_each_peak_by_category(reports: dict[str, dict])
     assert [chart.key for chart in memory_charts(view.memory)] == ["memory", "memory-outputs", "memory-saved"]
     chart = memory_chart(view.memory)
     assert chart.key == "memory" and chart.svg.startswith("<svg")
-    peaks = {row[0] for row in chart.rows}
-    assert peaks == {"Forward peak", "Training step peak (optimizer)"}
-    assert ("Training step peak (optimizer)", "Optimizer state") in {row[:2] for row in chart.rows}
+    peaks = [row[0] for row in chart.rows]
+    steady, first = "Training step peak, steady state (optimizer)", "First training step peak (backward)"
+    assert list(dict.fromkeys(peaks)) == ["Forward peak", steady, first]  # the first step peaks lower, apart
+    assert (steady, "Optimizer state") in {row[:2] for row in chart.rows}
+    assert (first, "Optimizer state", "0B") in {row[:3] for row in chart.rows}
     assert "Gradients" in chart.svg and "Created during the forward" in chart.svg  # the legend names each category
+    assert steady in chart.svg and first in chart.svg  # bar labels drawn whole
+    assert "at the training step's peak, steady state (" in chart.summary and "the first step's peak" in chart.summary
 
 
 def test_the_legend_leaves_out_categories_of_zero_bytes_at_every_peak(reports: dict[str, dict]) -> None:
@@ -350,7 +354,7 @@ def test_a_built_site_with_memory_fits_1280_px_light_and_dark(chromium: object, 
                     assert_fits(table, f"{page.name} ({scheme})")
         assert tab.errors == []
         tab.page.context.close()
-    assert ">Training peak</span>" in (output / "index.html").read_text(encoding="utf-8")
+    assert ">Training peak (steady state)</span>" in (output / "index.html").read_text(encoding="utf-8")
 
 
 def test_a_catalog_review_with_memory_rows_fits_1280_px(chromium: object, memory_build: Path,

@@ -70,7 +70,8 @@ def test_the_worker_analyzes_on_stand_ins_the_forward_and_the_training_step(fold
     assert standing_in["context"]["stand_ins"] == {"kind": "fake_tensors", "device": "cpu", "model_devices": ["meta"]}
     assert standing_in["memory"]["attention_kernel"]["name"] == "flash"
     assert standing_in["training"]["memory"]["stand_ins"]["device"] == "cpu"
-    assert "stand_ins" not in on_meta["context"] and on_meta["memory"]["attention_kernel"]["name"] == "math"
+    assert "stand_ins" not in on_meta["context"] and on_meta["context"]["meta_kernels"] == "accelerator"
+    assert on_meta["memory"]["attention_kernel"]["name"] == "efficient"  # float32 on meta: CUDA's choice
 
 
 def test_cuda_stand_ins_ask_a_cluster_for_a_gpu(folder: Path) -> None:

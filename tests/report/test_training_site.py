@@ -135,7 +135,8 @@ def test_the_catalog_and_the_model_page_show_the_training_step(folder: Path) -> 
     page = entry_markdown(catalog.entries[0], "../reports/", site=True)
     assert "## Training step" in page and "| of which: Layer calls |" in page
     assert page.index("| Backward |") < page.index("| of which: Layer calls |") < page.index("| Optimizer step |")
-    assert "| Optimizer step |" in page and "adamw (torch.optim.adamw.AdamW)" in page
+    assert "| Optimizer step |" in page and "adamw (torch.optim.adamw.AdamW, single_tensor)" in page
+    assert "; precision: float32; loss:" in page  # CPU's default implementation, one dtype throughout
     assert "counted by `crawl_training_step` as it runs on the cpu device: optimizer" in page
     top = trained.training.top_layers if trained.training else []
     assert "Layer calls with the most backward FLOPs" in page  # the site draws the ranking ...
@@ -206,7 +207,8 @@ def test_the_standalone_report_shows_the_training_step() -> None:
     page = render_report_file(step, "html")
     assert '<section id="training">' in page and '<a href="#training">Training step</a>' in page
     step_cell = metric_cell(step["training"]["totals"]["step"])
-    assert f">{step_cell.text}</td>" in page and "adam (torch.optim.adam.Adam)" in page
+    assert f">{step_cell.text}</td>" in page and "adam (torch.optim.adam.Adam, single_tensor)" in page
+    assert "precision: float32;" in page
     assert "as it runs on the cpu device:" in page and "kernels of" not in page
     assert devices_text(["cpu", "cuda", "meta"]) == "the cpu, cuda and meta devices"
     assert '<section id="training">' not in render_report_file(crawl_module(model, (8,)), "html")

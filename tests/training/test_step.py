@@ -14,6 +14,7 @@ from torchscan_testing import checked
 from zoo import llama
 
 from torchscan import IncompleteAnalysisError, crawl_module, crawl_training_step, measure_flops
+from torchscan.calls.meta_kernels import AcceleratorAttention
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -265,7 +266,10 @@ def test_a_meta_llama_step_is_complete_and_attributed() -> None:
     forward, backward = value(totals["forward"]), value(totals["backward"])
     assert 1.5 * forward < backward < 2.5 * forward
     assert value(crawl_module(model, args=args)["operator_flops"]["total"]) == forward
-    assert value(totals["step"]) == manual_step(model, args[0], torch.optim.AdamW)
+    with AcceleratorAttention():  # on meta the step's attention runs CUDA's fused kernel (meta_kernels)
+        assert value(totals["step"]) == manual_step(model, args[0], torch.optim.AdamW)
+    math = train(model, *args, optimizer="adamw", meta_kernels="math")["training"]["totals"]["step"]
+    assert value(math) == manual_step(model, args[0], torch.optim.AdamW)
 
 
 class OpaqueBackward(torch.autograd.Function):

@@ -1,5 +1,6 @@
 """Golden files of one model with an owned subtree, rendered by the terminal table, the Markdown report and the
-standalone HTML report; and a check that the three agree, cell for cell, with each other and the view model.
+standalone HTML report (also with memory sections), and of a small model's training step with memory; and a check
+that the three agree, cell for cell, with each other and the view model.
 
 Regenerate the golden files after an intended change of the output (then review the diff):
 
@@ -19,7 +20,7 @@ import torch
 from torch import nn
 from torchscan_testing import with_memory
 
-from torchscan import __version__, crawl_module
+from torchscan import __version__, crawl_module, crawl_training_step
 from torchscan.views import COLUMNS_BY_KEY, LAYER_COLUMNS, MARKDOWN_COLUMNS, ReportView, TreeItem, report_view
 from torchscan.views.text import COLUMNS as TERMINAL_KEYS
 from torchscan.views.text import render_table
@@ -95,6 +96,30 @@ def test_golden_files_with_memory(report: dict, name: str) -> None:
     ``torchscan_testing.with_memory``): memory totals, the memory section, its tables and the largest outputs."""
     text = rendered(with_memory(report))[name]
     path = GOLDEN / "memory" / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    assert path.is_file(), f"{path} is missing: run UPDATE_GOLDEN=1 python -m pytest {Path(__file__).name}"
+    assert text == path.read_text(encoding="utf-8"), f"{name} changed: review, then regenerate with UPDATE_GOLDEN=1"
+
+
+@pytest.fixture(scope="module")
+def trained_report() -> dict:
+    """A small model's report with its training step (AdamW), as the site's worker writes one, with hand-made
+    memory sections: the steady state's peak, the optimizer state resident from its start, and the first step's
+    lower peak in the backward (``torchscan_testing.with_memory``)."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    report = crawl_module(model, (4, 8))
+    report["training"] = crawl_training_step(model, (4, 8), optimizer="adamw")["training"]
+    return with_memory(report)
+
+
+@pytest.mark.parametrize("name", ["report.md", "report.html"])
+def test_golden_files_with_a_training_step(trained_report: dict, name: str) -> None:
+    """The training step's sentence (optimizer implementation, precision policy) and its memory rows: the steady
+    state's peak, what is resident from its start, and the first step's peak beside it."""
+    text = rendered(trained_report)[name]
+    path = GOLDEN / "training" / name
     if os.environ.get("UPDATE_GOLDEN") == "1":
         path.parent.mkdir(exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -119,3 +119,84 @@ def test_a_cache_the_output_keeps_alive_is_shown_beside_the_peak(report: dict) -
            "which keeps its keys and values alive: a model that returns only its logits peaks lower |")
     assert row in render_report_file(copy, "md")
     assert "<td>Of which the KV cache the output keeps alive</td>" in render_report_file(copy, "html")
+
+
+def test_the_training_peak_is_the_steady_states_with_the_first_step_beside_it(report: dict) -> None:
+    """The headline is the steady state (AdamW's state resident from the start); the first step, which peaks in the
+    backward before the state exists, is a second row; both say which step they are in every renderer."""
+    from torchscan.report.output.documents import render_report_file
+
+    training = memory_view(report).training
+    section = report["training"]["memory"]
+    state = section["resident_at_start"]["optimizer_state"]["value"]
+    assert training.describes == "steady_state" and training.zero_grad == "set_to_none"
+    assert training.peak_label == ("All live bytes at the training step's peak, steady state (optimizer state "
+                                   "resident from its start)")
+    assert [(part.key, part.bytes.sort) for part in training.resident] == [("optimizer_state", state)]
+    first = training.first_step
+    assert first is not None and first.traced and (first.phase, first.operator) == ("backward", "aten.mm")
+    assert first.peak.sort == training.peak.sort - state
+    assert sum(part.bytes.sort for part in first.parts) == first.peak.sort
+    markdown = render_report_file(report, "md")
+    rows = [f"| {training.peak_label} | {training.peak.text} | optimizer · aten.\\_foreach_addcdiv\\_ |",
+            (f"| Resident from the step's start: optimizer state | {training.resident[0].bytes.text} | "
+             f"{training.resident[0].share} of that peak |"),
+            f"| {first.label} | {first.peak.text} | backward · aten.mm |"]
+    assert all(row in markdown for row in rows), markdown
+    assert "| Training step, steady state | Optimizer state |" in markdown
+    assert "| First training step | Optimizer state | 0B | 0% |" in markdown
+    page = render_report_file(report, "html")  # the breakdown drawn as a chart, a bar per peak
+    assert f"<td>{first.label}</td>".replace("'", "&#39;") in page
+    assert {training.bar_label, first.bar_label} == {"Training step peak, steady state (optimizer)",
+                                                     "First training step peak (backward)"}
+    assert f"<td>{training.bar_label}</td>" in page and f"<td>{first.bar_label}</td>" in page
+
+
+def test_a_first_step_that_peaks_alike_is_not_repeated(report: dict) -> None:
+    section = report["training"]["memory"]
+    alike = {**section, "first_step": {**section["first_step"], "peak": section["peak"],
+                                       "phase_at_peak": section["phase_at_peak"]}}
+    view = memory_view({**report, "training": {**report["training"], "memory": alike}}).training
+    assert view.first_step is None
+
+
+def test_kept_gradients_leave_the_first_step_untraced_and_say_why() -> None:
+    """``zero_grad="zeros"``: the gradients are resident from the start too, and the first step has no figure; its
+    row says why instead of showing a number."""
+    from torchscan.report.output.documents import render_report_file
+
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    step = crawl_training_step(model, (8,), optimizer="adamw", memory=True, zero_grad="zeros")
+    training = memory_view(step).training
+    assert training.zero_grad == "zeros" and [part.key for part in training.resident] == ["optimizer_state",
+                                                                                          "gradients"]
+    assert "(optimizer state and gradients resident from its start)" in training.peak_label
+    first = training.first_step
+    assert first is not None and not first.traced and first.peak.text == "n/a" and first.parts == []
+    assert first.where == step["training"]["memory"]["first_step"]["note"]
+    assert f"| {first.label} | n/a | {first.where} |" in render_report_file(step, "md")
+
+
+def test_autocast_weight_copies_are_a_part_only_when_the_peak_holds_some(report: dict) -> None:
+    """Without autocast the category is an exact zero and no row; with copies at the peak it is a part, and the
+    shares still add up to the peak."""
+    assert "autocast_weight_copies" not in [part.key for part in memory_view(report).training.parts]
+    section = report["training"]["memory"]
+    at_peak = {**section["at_peak"]}
+    copies = at_peak["temporaries"]["value"] // 2  # the same peak, part of its temporaries now weight copies
+    at_peak["autocast_weight_copies"] = {**at_peak["temporaries"], "value": copies, "known_value": copies}
+    rest = at_peak["temporaries"]["value"] - copies
+    at_peak["temporaries"] = {**at_peak["temporaries"], "value": rest, "known_value": rest}
+    cast = {**report, "training": {**report["training"], "memory": {**section, "at_peak": at_peak}}}
+    parts = memory_view(cast).training.parts
+    assert [part.key for part in parts][:4] == ["parameters", "buffers", "autocast_weight_copies", "gradients"]
+    assert sum(part.bytes.sort for part in parts) == section["peak"]["value"]
+    assert sum(float(part.share.rstrip("%")) for part in parts) == pytest.approx(100, abs=0.3)
+
+
+def test_a_step_without_an_optimizer_holds_nothing_from_a_previous_step() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    memory = memory_view(crawl_training_step(model, (8,), memory=True))
+    assert memory is not None and memory.training is not None
+    assert memory.training.resident == [] and memory.training.first_step is None  # both steps peak alike
+    assert memory.training.peak_label.endswith("steady state (nothing left by a previous step)")

@@ -97,10 +97,11 @@ def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int
     fresh ``DynamicCache`` built from the model's configuration and filled with ``context_length`` positions, the
     new token's ``position_ids``, and the flags ``generate()`` sets (``use_cache``, ``logits_to_keep=1``,
     ``return_dict``), each only where the forward takes it; ``cache_position`` only for a forward that names it
-    (``transformers`` 5 no longer does). As in ``generate()`` for an unpadded batch, no attention mask is passed. Tensors go to ``device`` (``"meta"`` for
-    a large model), by default the model's. Analyzing the call appends one position to the cache: build a new
-    call for every analysis. Raises ``TypeError`` for a model that is not a causal language model and
-    ``ImportError`` without ``transformers``.
+    (``transformers`` 5 no longer does). As in ``generate()`` for an unpadded batch, no attention mask is passed.
+    Tensors go to ``device`` (``"meta"`` for a large model), by default the model's. Analyzing the call appends one
+    position to the cache (except on stand-ins, ``as_device``, which leave it as it was): build a new call for
+    every analysis. Raises ``TypeError`` for a model that is not a causal language model and ``ImportError``
+    without ``transformers``.
     """
     transformers = _transformers()
     _check_causal_lm(model, transformers)
@@ -150,9 +151,22 @@ def _not_plain(cache: Any) -> str | None:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
             return f"layer {index} ({kind}) holds no key/value tensors of shape (batch, heads, positions, head_dim)"
-        if keys.shape != values.shape or keys.shape[-2] != cache.get_seq_length(index):
-            return f"layer {index} ({kind}) holds keys that do not cover its {cache.get_seq_length(index)} positions"
+        length = _length(cache, index)
+        if not isinstance(length, int):
+            return f"layer {index} ({kind}) has a length that cannot be read here ({length})"
+        if keys.shape != values.shape or keys.shape[-2] != length:
+            return f"layer {index} ({kind}) holds keys that do not cover its {length} positions"
     return None if layers else "the cache has no layers"
+
+
+def _length(cache: Any, index: int) -> int | str:
+    """The number of positions layer ``index`` holds, or why it cannot be read: a static cache counts them in a
+    tensor, whose value a meta tensor does not have."""
+    try:
+        length = cache.get_seq_length(index)
+        return length if isinstance(length, int) else int(length)
+    except Exception as error:  # noqa: BLE001 -- the analysis must not fail on what it merely inspects
+        return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no value'}"
 
 
 def _uniform(values: Iterable[Any]) -> Any:

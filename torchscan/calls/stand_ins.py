@@ -5,8 +5,19 @@ path and materializes score matrices that the fused kernel of a real device neve
 (``torch._subclasses.fake_tensor``) report the device they stand for, so the operators that choose a kernel by
 device choose the one that device would run, while their storages stay on ``meta``. ``as_device="cpu"`` runs the
 analysis on such stand-ins: every parameter and buffer of the model is swapped for a fake tensor of the same
-shape, strides, dtype and ``requires_grad`` on that device for the analysis (tied tensors stay tied), the call's
-tensors are replaced the same way, and the model's own tensors are put back afterwards, untouched.
+shape, strides, dtype and ``requires_grad`` on that device for the analysis (tied tensors stay tied), and the
+model's own tensors are put back afterwards, untouched.
+
+The call's tensors are replaced the same way (`StandIns.call`), in its containers and inside objects whose
+attributes hold tensors: a decode step's ``transformers`` KV cache and its layers become shallow copies holding
+stand-ins (`torchscan.values.map_tensors` with ``objects=True``), so the step runs the device's fused attention over
+its cache, and the forward's changes (the cache appending the new position) land on the copies. What the copies
+share with the caller's values because it holds no tensor (the layers of an empty cache) is put back afterwards
+(`torchscan.values.restore_state`): the caller's values end exactly as they began. A tensor that cannot get a
+stand-in (a subclass, a sparse tensor, one inside an object that cannot be copied) is refused before the forward
+with one paragraph naming where it sits in the call and the way out. A tensor that stand-ins cannot see (a plain
+tensor attribute of a module) meets them in the forward: PyTorch's device mismatch error then gets a note naming
+the module attributes that hold tensors.
 
 Only a device whose kernel choice this torch build can make is accepted: ``cpu`` always, ``cuda`` when this build
 has a usable CUDA device (a CPU-only build has no CUDA kernel selection compiled in, so fake ``cuda`` tensors would
@@ -27,7 +38,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorDeviceMismatchEr
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..values import map_tensors
+from ..values import TENSOR_TYPES, Unmappable, map_tensors, restore_state, saved_state, tensors_in
 from .inputs import require_available
 
 #: The device types whose kernel choices stand-ins keep (a CUDA one only on a build and machine that have it).
@@ -71,11 +82,13 @@ def _require_cuda_kernel_choice(device: torch.device) -> None:
 
 @dataclass
 class StandIns:
-    """The stand-ins of one analysis: the fake-tensor mode, the device they stand for, the model's own devices."""
+    """The stand-ins of one analysis: the fake-tensor mode, the device they stand for, the model's own devices, and
+    the stand-in of each of the model's parameters and buffers (by ``id`` of the original, which the model holds)."""
 
     device: torch.device
     model_devices: list[str]
     mode: FakeTensorMode = field(default_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
+    model_tensors: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """The report's ``stand_ins`` field: what the analysis ran on, and the devices of the model's own tensors."""
@@ -90,9 +103,54 @@ class StandIns:
             return nn.Parameter(fake, requires_grad=tensor.requires_grad)
         return fake.requires_grad_() if tensor.requires_grad else fake
 
-    def value(self, value: Any) -> Any:
-        """``value`` with every tensor inside it replaced by its stand-in (`torchscan.values.map_tensors`)."""
-        return map_tensors(value, self.tensor)
+    def call_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The stand-in of a tensor of the call: the model's stand-in for one of its parameters or buffers, else a new
+        `tensor`. Raises `Unmappable` for a tensor no fake tensor can stand in for: a subclass (its own dispatch
+        would not run) and a sparse or nested tensor (no strides to copy).
+
+        Nothing here keeps a call's stand-in alive: the call holds it, and when the forward drops it (a KV cache
+        layer replacing its keys by longer ones) the memory trace sees it freed, as on the device."""
+        known = self.model_tensors.get(id(tensor))
+        if known is not None:
+            return known
+        if type(tensor) not in TENSOR_TYPES:
+            raise Unmappable(type(tensor).__qualname__, "a tensor subclass, whose own behaviour a plain fake tensor "
+                                                        "would drop")
+        if tensor.layout is not torch.strided or tensor.is_nested:
+            kind = "nested" if tensor.is_nested else str(tensor.layout).removeprefix("torch.")
+            raise Unmappable(type(tensor).__qualname__, f"a {kind} tensor, which has no strides for a fake tensor to "
+                                                        "copy")
+        return self.tensor(tensor)
+
+    @contextmanager
+    def call(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[tuple, dict[str, Any]]]:
+        """The call's stand-ins for the block, the caller's values exactly as they were afterwards.
+
+        Every tensor of the call is replaced, also inside objects such as a KV cache and its layers, which become
+        copies (`torchscan.values.map_tensors` with ``objects=True``), so the forward's changes (the cache appending
+        the new position) land on the copies. What the copies share with the caller's values because it holds no
+        tensor (a cache layer not filled yet, a list of flags) is put back after the block
+        (`torchscan.values.restore_state`), also when it raises. A tensor that cannot be replaced is refused before
+        the forward runs, with a one-paragraph ``TypeError`` naming where it sits and the way out.
+        """
+        saved = saved_state((args, kwargs))
+        try:
+            try:
+                stand_in_args, stand_in_kwargs = map_tensors((args, kwargs), self.call_tensor, objects=True)
+            except Unmappable as error:
+                raise self._refusal(error) from None
+            yield stand_in_args, stand_in_kwargs
+        finally:
+            restore_state(saved)
+
+    def _refusal(self, error: Unmappable) -> TypeError:
+        """The one-paragraph error for a value of the call that cannot get stand-ins, named from ``args``/``kwargs``."""
+        root = "args" if error.steps.pop() == "[0]" else "kwargs"  # the outermost step enters the (args, kwargs) pair
+        return TypeError(
+            f"as_device={str(self.device)!r}: {error.place(root)} ({error.kind}) cannot get fake-tensor stand-ins: "
+            f"{error.reason}. Left as it is, it would keep its own device and meet the stand-ins in the forward. Pass "
+            "its tensors as tensors of the call (in tuples, lists, dicts, dataclasses or objects that can be copied), "
+            "register them as buffers of the model, or analyze without as_device.")
 
     def kernel_note(self) -> str:
         """What a memory section's attention-kernel reason adds when the trace ran on these stand-ins."""
@@ -130,7 +188,8 @@ class DeviceQueries(TorchDispatchMode):
 @contextmanager
 def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
     """Swap the model's parameters and buffers for stand-ins on ``device`` and enter the fake-tensor mode for the
-    block; the model's own tensors are put back afterwards, also when the block raises."""
+    block; the model's own tensors are put back afterwards, also when the block raises. A device mismatch in the
+    block (a tensor nothing replaced met the stand-ins) gets a note naming the tensors that stand-ins cannot reach."""
     _refuse_lazy(model)
     _load_fake_kernels()
     model_devices = sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())})
@@ -140,20 +199,44 @@ def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
         with stand_ins.mode:
             yield stand_ins
     except FakeTensorDeviceMismatchError as error:
-        error.add_note(f"as_device={str(device)!r}: a tensor that is neither a parameter, a buffer nor in the call's "
-                       "tuples, lists and dicts (a plain tensor attribute, the tensors inside a KV cache object) keeps "
-                       "its own device and met the stand-ins; register it as a buffer, pass it as a tensor of the "
-                       "call, or analyze without as_device")
+        error.add_note(_mismatch_note(model, device))
         raise
     finally:
         for store, name, tensor in reversed(swapped):
             store[name] = tensor
 
 
+def _mismatch_note(model: nn.Module, device: torch.device) -> str:
+    """One paragraph for a device mismatch on stand-ins: which tensors stand-ins replace, the module attributes
+    holding tensors that they do not (the usual culprits), and the way out."""
+    attributes = _plain_tensor_attributes(model)
+    culprits = (f" This model holds tensors in plain module attributes: {', '.join(attributes)}." if attributes
+                else "")
+    return (f"as_device={str(device)!r}: a tensor that stand-ins do not replace kept its own device and met the "
+            f"{device.type} stand-ins. Stand-ins replace the model's parameters and buffers and the tensors of the "
+            "call, inside containers and inside objects such as KV caches; a plain tensor attribute of a module, or "
+            f"a tensor inside an object TorchScan cannot look into (a C-extension object, a closure), is left as it "
+            f"is.{culprits} Register such a tensor as a buffer, pass it as a tensor of the call, or analyze without "
+            "as_device.")
+
+
+#: The attributes every module has (parameters, buffers, submodules, hooks, flags): not the model's own state.
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+
+
+def _plain_tensor_attributes(model: nn.Module) -> list[str]:
+    """``path.name (Type)`` of each module attribute that holds tensors outside the parameters and buffers."""
+    found = []
+    for path, module in model.named_modules():
+        for name, item in vars(module).items():
+            if name not in _MODULE_INTERNALS and tensors_in(item):
+                found.append(f"{f'{path}.' if path else ''}{name} ({type(module).__name__})")
+    return found
+
+
 def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any], str, torch.Tensor]]:
     """Put a stand-in in every parameter and buffer slot (a tensor in several slots gets one stand-in); returns
     ``(slots, name, original)`` for each swap."""
-    made: dict[int, torch.Tensor] = {}
     swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
     for module in model.modules():
         stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
@@ -161,10 +244,11 @@ def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any]
             for name, tensor in store.items():
                 if tensor is None:
                     continue
-                if id(tensor) not in made:
-                    made[id(tensor)] = stand_ins.tensor(tensor)
                 swapped.append((store, name, tensor))
+    made = stand_ins.model_tensors
     for store, name, tensor in swapped:
+        if id(tensor) not in made:
+            made[id(tensor)] = stand_ins.tensor(tensor)
         store[name] = made[id(tensor)]
     return swapped
 

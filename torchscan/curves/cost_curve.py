@@ -104,34 +104,45 @@ def cost_curve(
     custom_modules: Mapping[type, Any] | None = None,
     custom_mapping: Mapping[Any, Any] | None = None,
     as_device: Any = None,
+    meta_kernels: str = "accelerator",
 ) -> dict[str, Any]:
     """Analyze ``model`` at every size and return the versioned, JSON-serializable curve of its totals.
 
     ``inputs(size)`` returns the call's ``(args, kwargs)`` at that size. ``device``, when given, is where the
     call's tensors go (those nested in tuples, lists and dicts too; other objects, such as a KV cache, are passed
-    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules``, ``custom_mapping``
-    and ``as_device`` (fake-tensor stand-ins on that device) are `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given),
-    ``points`` (one ``{"size", "totals"}`` per size, each a full report's totals, plus ``kv_cache``, the report's
+    as they are: build them there); the model stays where it is. ``mode``, ``custom_modules``, ``custom_mapping``,
+    ``as_device`` (fake-tensor stand-ins on that device) and ``meta_kernels`` (the attention kernels on meta) are
+    `torchscan.crawl_module`'s. The result holds ``schema_version``, ``sizes`` (as given), ``points`` (one
+    ``{"size", "totals"}`` per size, each a full report's totals, plus ``kv_cache``, the report's
     ``inputs.kv_cache``, for a call with a KV cache) and ``curves`` (`fit_curves` of the totals, and of the
     KV-cache bytes under ``kv_cache``).
     """
     from ..calls.inputs import normalize_device
-    from ..calls.stand_ins import stand_in_device
     from ..crawler import crawl_module
 
     sizes = _check_sizes(sizes)
-    stand_in_device(as_device)  # checked once, before the first size runs
-    if not callable(inputs):
-        raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
+    _check_options(inputs, as_device, meta_kernels)
     target = normalize_device(device)
     points = []
     for size in sizes:
         args, kwargs = _moved(_call_of(inputs, size), target)
         report = crawl_module(model, args=args, kwargs=kwargs, mode=mode,  # type: ignore[arg-type]
-                              custom_modules=custom_modules, custom_mapping=custom_mapping, as_device=as_device)
+                              custom_modules=custom_modules, custom_mapping=custom_mapping, as_device=as_device,
+                              meta_kernels=meta_kernels)
         points.append(_point(size, report))
     return {"schema_version": CURVE_SCHEMA_VERSION, "sizes": sizes, "points": points,
             "curves": fit_curves(sizes, [_fitted_counts(point) for point in points])}
+
+
+def _check_options(inputs: Any, as_device: Any, meta_kernels: Any) -> None:
+    """The options every size shares, checked once before the first size runs (errors name the argument)."""
+    from ..calls.meta_kernels import check_meta_kernels
+    from ..calls.stand_ins import stand_in_device
+
+    stand_in_device(as_device)
+    check_meta_kernels(meta_kernels)
+    if not callable(inputs):
+        raise TypeError(f"inputs must be a callable size -> (args, kwargs), got {type(inputs).__name__}")
 
 
 def _point(size: int, report: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..calls.meta_kernels import kernel_reason
 from ..diagnostics import Diagnostic, diagnostic
 from ..operators import OperatorRecorder
 from ..results import MODEL, MODULE_CALL, MetricResult, Scope, complete, lower_bound, unavailable
@@ -136,10 +137,12 @@ def tensor_bytes(value: Any) -> int:
 class ForwardMemory:
     """The traced memory of one forward, attributed to the layer calls that the tracer's ``stack`` holds open."""
 
-    def __init__(self, stack: list[Frame], device: torch.device, stand_ins: StandIns | None = None) -> None:
+    def __init__(self, stack: list[Frame], device: torch.device, stand_ins: StandIns | None = None,
+                 meta_kernels: str | None = None) -> None:
         self.timeline = MemoryTimeline(None)
         self.device = device
         self.stand_ins = stand_ins  # the trace runs on fake-tensor stand-ins (its sections say so)
+        self.meta_kernels = meta_kernels  # on meta: the attention kernels asked for (`torchscan.calls.meta_kernels`)
         self.stack = stack  # the tracer's open frames (their ``record`` names the call)
         self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
         self.activations = 0
@@ -184,8 +187,13 @@ class ForwardMemory:
             self.kernels.append(kernel)
 
     def attention_kernel(self) -> dict[str, str]:
-        """The report's ``attention_kernel`` for the kernels this forward ran (on stand-ins, its reason says so)."""
+        """The report's ``attention_kernel`` for the kernels this forward ran (on stand-ins, and on meta with
+        ``meta_kernels``, its reason says so)."""
         reasons = {NATIVE_MHA: native_attention_reason(self.device.type, self.native_scores)}
+        for name in self.kernels:
+            meta_reason = kernel_reason(self.meta_kernels, name)
+            if meta_reason is not None:
+                reasons[name] = meta_reason
         kernel = attention_kernel(self.kernels, reasons)
         if self.stand_ins is not None:
             kernel["reason"] += self.stand_ins.kernel_note()
@@ -309,12 +317,14 @@ def _load_meta_kernels() -> None:
 
 @contextmanager
 def traced_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], tracer: CallTracer,
-                   recorder: OperatorRecorder | None, stand_ins: StandIns | None) -> Iterator[ForwardMemory]:
+                   recorder: OperatorRecorder | None, stand_ins: StandIns | None,
+                   meta_kernels: str | None = None) -> Iterator[ForwardMemory]:
     """Trace the memory of the forward run inside the block: the probe follows the parameters, buffers and inputs,
     subscribes to the tracer's calls, and is fed by ``recorder`` (a full
     analysis) or by a dispatch mode of its own (``mode="structure"``, which has no recorder). The probe's timeline
-    stays open: its owner closes it (a training step continues it through the backward)."""
-    probe = ForwardMemory(tracer.stack, trace_device(model, args, kwargs), stand_ins)
+    stays open: its owner closes it (a training step continues it through the backward). ``meta_kernels`` is the
+    analysis's choice of attention kernels on meta (None elsewhere), which the attention kernel's reason names."""
+    probe = ForwardMemory(tracer.stack, trace_device(model, args, kwargs), stand_ins, meta_kernels)
     if probe.device.type == "meta":
         _load_meta_kernels()
     probe.adopt(model.parameters(), PARAMETERS)

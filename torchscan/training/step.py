@@ -64,7 +64,7 @@ def crawl_training_step(
     strict: bool = False,
     keep_modes: bool = False,
     memory: bool = False,
-    as_device: torch.device | str | None = None,
+    as_device: torch.device | str | None = None, meta_kernels: str = "accelerator",
 ) -> dict[str, Any]:
     """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step) as it runs inside a
     training loop.
@@ -90,7 +90,7 @@ def crawl_training_step(
     step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
                            zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
-                       memory=memory, as_device=as_device, step=step)
+                       memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
     report["training"] = training_section(report, phases, analysis.mapping, optimizer)
     if step.memory is not None:
@@ -279,7 +279,8 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
                       make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
                       formulas: Mapping[Any, Any], foreach: bool = False) -> Phases:
     """Run the loss, the backward and the optimizer step under a recorder of their own (the backward and the
-    optimizer outside the caller's autocast); the output and the loss live until the step ends, as in a loop."""
+    optimizer outside the caller's autocast); as in a loop that keeps the loss, the output is dropped once the loss
+    is computed and the loss lives until the step ends."""
     phases = Phases(new_recorder(formulas))
     recorder = phases.recorder
     phases.loss_default = loss is None
@@ -294,6 +295,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         recorder.leave()
         end_forward_region(step.autocast)
         graph.claim(LOSS, value, step.output)
+        step.output = None  # a loop keeps the loss, not the output (what autograd saved of it lives on)
         _hook_nodes(step.graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:
@@ -309,7 +311,6 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
     if make_optimizer is not None:
         with outside_autocast(step.autocast):
             _optimizer_step(model, make_optimizer, phases, memory, step.device_queries, foreach)
-    step.output = None
     return phases
 
 

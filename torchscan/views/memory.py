@@ -20,9 +20,20 @@ from .formatting import format_percent
 FORWARD_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("inputs", "Inputs"),
                  ("activations", "Created during the forward"))
 #: What is live at the training step's peak: key, label.
-TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"), ("gradients", "Gradients"),
+TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"),
+                  ("autocast_weight_copies", "Autocast weight copies"), ("gradients", "Gradients"),
                   ("optimizer_state", "Optimizer state"), ("saved_activations", "Activations saved for backward"),
                   ("temporaries", "Temporaries"), ("inputs", "Inputs"))
+#: Categories a peak shows only when they hold bytes: a step without autocast has no weight copies, and a row of
+#: zeros in every such report would say nothing (the shares still add up: an exact zero is 0% of the peak).
+SHOWN_WHEN_PRESENT = frozenset({"autocast_weight_copies"})
+#: The steps a training memory section may describe, in words.
+DESCRIBED_STEPS = {"steady_state": "steady state"}
+#: What a training step may find resident at its start, left by the step before: key, label.
+RESIDENT_PARTS = (("optimizer_state", "Resident from the step's start: optimizer state"),
+                  ("gradients", "Resident from the step's start: gradients (zero_grad='zeros' keeps them)"))
+#: The same, in a phrase: key, words.
+RESIDENT_WORDS = {"optimizer_state": "optimizer state", "gradients": "gradients"}
 #: Where a peak is when no operator ran (an empty forward): nothing to name.
 NO_OPERATOR = "no operator ran"
 #: How many layer calls the largest-outputs and largest-saved lists name.
@@ -52,8 +63,44 @@ class MemoryCall:
 
 
 @dataclass(frozen=True)
+class FirstStepMemory:
+    """The first step of a training loop, where the optimizer creates its state: its peak, phase, operator and
+    breakdown, or (``traced`` false) the peak's ``n/a`` cell and the note that says why it was not traced."""
+
+    peak: Cell
+    #: ``forward``, ``backward`` or ``optimizer``; empty when the first step was not traced.
+    phase: str
+    operator: str
+    parts: list[MemoryPart]
+    note: str
+
+    @property
+    def traced(self) -> bool:
+        return bool(self.phase)
+
+    @property
+    def label(self) -> str:
+        """The row beside the steady state's peak."""
+        return "All live bytes at the first training step's peak (the optimizer creates its state)"
+
+    @property
+    def where(self) -> str:
+        """``backward · aten.mm``; the note when the first step was not traced."""
+        return f"{self.phase} · {self.operator}" if self.traced else self.note
+
+    @property
+    def bar_label(self) -> str:
+        """The chart's bar: ``First training step peak (backward)``."""
+        return f"First training step peak ({self.phase})"
+
+
+@dataclass(frozen=True)
 class TrainingMemory:
-    """The training step's peak (forward, backward and optimizer step), broken down at the peak."""
+    """The training step's peak (forward, backward and optimizer step), broken down at the peak.
+
+    The peak is the steady state's (``describes``): the step as it runs inside a loop, with what the step before
+    left (the optimizer's state, gradients kept by ``zero_grad='zeros'``) resident from its start. The first step
+    is a second figure, kept only where it tells something: when its peak or phase differs, or it was not traced."""
 
     device: str
     kernel: str
@@ -62,6 +109,36 @@ class TrainingMemory:
     operator: str
     parts: list[MemoryPart]
     top_saved: list[MemoryCall]
+    #: Which step the peak fields describe (``steady_state``).
+    describes: str
+    #: ``set_to_none`` or ``zeros``: whether the gradients are kept between steps.
+    zero_grad: str
+    #: What is resident at the step's start (optimizer state, kept gradients), each with its share of the peak;
+    #: exact zeros left out.
+    resident: list[MemoryPart]
+    #: The first step, when it peaks otherwise than the steady state or was not traced; else None.
+    first_step: FirstStepMemory | None
+
+    @property
+    def step(self) -> str:
+        """The step the peak describes, in words: ``steady state``."""
+        return DESCRIBED_STEPS[self.describes]
+
+    @property
+    def resident_words(self) -> str:
+        """``optimizer state and gradients``: what the steady state holds from its start, in words."""
+        return " and ".join(RESIDENT_WORDS[part.key] for part in self.resident)
+
+    @property
+    def peak_label(self) -> str:
+        """The row of the headline peak: which step it describes, so that no reader takes it for the first."""
+        held = f"{self.resident_words} resident from its start" if self.resident else "nothing left by a previous step"
+        return f"All live bytes at the training step's peak, {self.step} ({held})"
+
+    @property
+    def bar_label(self) -> str:
+        """The chart's bar of the headline peak: ``Training step peak, steady state (optimizer)``."""
+        return f"Training step peak, {self.step} ({self.phase})"
 
 
 @dataclass(frozen=True)
@@ -172,14 +249,15 @@ def kernel_text(kernel: dict[str, str]) -> str:
     return f"{kernel['name']} ({kernel['reason']})" if kernel.get("reason") else kernel["name"]
 
 
-def memory_parts(at_peak: dict[str, Any], peak: dict[str, Any], parts: tuple[tuple[str, str], ...]
-                 ) -> list[MemoryPart]:
-    """The categories live at the peak, each with its share of the peak (``—`` when either is not exact)."""
+def memory_parts(at_peak: dict[str, Any], peak: dict[str, Any], parts: tuple[tuple[str, str], ...],
+                 shown_when_present: frozenset[str] = frozenset()) -> list[MemoryPart]:
+    """The categories live at the peak, each with its share of the peak (``—`` when either is not exact); those in
+    ``shown_when_present`` are left out when they are an exact zero."""
     whole = peak["value"] if peak["status"] == "complete" else None
     rows = []
     for key, label in parts:
         result = at_peak.get(key)
-        if result is None:
+        if result is None or (key in shown_when_present and _exact_zero(result)):
             continue
         exact = whole and result["status"] == "complete"
         rows.append(MemoryPart(key, label, metric_cell(result),
@@ -198,7 +276,8 @@ def top_outputs(layers: list[dict[str, Any]], limit: int = TOP_MEMORY_CALLS) -> 
 
 def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]],
                     limit: int = TOP_MEMORY_CALLS) -> TrainingMemory | None:
-    """The training step's peak breakdown and the calls that saved the most for backward, or None without one."""
+    """The training step's peak breakdown (the steady state's), what is resident at its start, the first step where
+    it differs, and the calls that saved the most for backward; None without a traced step."""
     if section is None:
         return None
     types = {call_key(layer): layer["type"].rpartition(".")[2] for layer in layers}
@@ -208,10 +287,38 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
         device=section["device"], kernel=kernel_text(section["attention_kernel"]),
         peak=metric_cell(section["peak"]), phase=section["phase_at_peak"],
         operator=section["peak_operator"] or NO_OPERATOR,
-        parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS),
+        parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS, SHOWN_WHEN_PRESENT),
         top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
                               types.get(call_key(item), ""), metric_cell(item["bytes"]))
-                   for item in saved[:limit]])
+                   for item in saved[:limit]],
+        describes=section["describes"], zero_grad=section["zero_grad"],
+        resident=resident_parts(section["resident_at_start"], section["peak"]),
+        first_step=first_step_memory(section))
+
+
+def resident_parts(resident: dict[str, Any], peak: dict[str, Any]) -> list[MemoryPart]:
+    """What the step finds resident at its start, each with its share of the peak; exact zeros left out (no
+    optimizer state without an optimizer, no gradients with ``zero_grad="set_to_none"``)."""
+    return [part for part in memory_parts(resident, peak, RESIDENT_PARTS) if not _exact_zero(resident[part.key])]
+
+
+def first_step_memory(section: dict[str, Any]) -> FirstStepMemory | None:
+    """The first step's peak when it tells something the steady state's does not: a different peak or phase, or
+    no figure at all (with the note that says why); None when the two steps peak alike."""
+    first = section["first_step"]
+    traced = first["phase_at_peak"] is not None
+    if traced and first["peak"] == section["peak"] and first["phase_at_peak"] == section["phase_at_peak"]:
+        return None
+    return FirstStepMemory(
+        peak=metric_cell(first["peak"]), phase=first["phase_at_peak"] or "",
+        operator=(first["peak_operator"] or NO_OPERATOR) if traced else "",
+        parts=memory_parts(first["at_peak"], first["peak"], TRAINING_PARTS, SHOWN_WHEN_PRESENT) if traced else [],
+        note=first["note"])
+
+
+def _exact_zero(result: dict[str, Any]) -> bool:
+    """Whether a MetricResult is exactly zero (a lower bound or an unknown is never left out as one)."""
+    return result["status"] == "complete" and result["value"] == 0
 
 
 def _known(result: dict[str, Any] | None) -> float:

@@ -52,10 +52,14 @@ class TrainingLayer:
 
 @dataclass(frozen=True)
 class TrainingView:
+    #: ``adamw (torch.optim.adamw.AdamW, foreach)``: the optimizer, its class and the implementation that ran.
     optimizer: str
     loss: str
     #: Where the step's operators ran: ``the meta device``.
     devices: str
+    #: The precision policy in words: ``float32``, ``pure bfloat16``, ``autocast bfloat16 on cpu, float32
+    #: parameters, gradients and optimizer state``.
+    precision: str
     parts: list[TrainingPart]
     top_layers: list[TrainingLayer]
 
@@ -67,10 +71,59 @@ def training_view(report: dict[str, Any]) -> TrainingView | None:
         return None
     totals = section["totals"]
     parts = [TrainingPart(key, label, metric_cell(totals[key]), part) for key, label, part in TRAINING_PARTS]
-    optimizer = section["optimizer"]
-    return TrainingView(optimizer="none" if optimizer is None else f"{optimizer['name']} ({optimizer['type']})",
-                        loss=section["loss"]["description"], devices=devices_text(section["devices"]),
+    return TrainingView(optimizer=optimizer_text(section["optimizer"]), loss=section["loss"]["description"],
+                        devices=devices_text(section["devices"]), precision=precision_text(section["precision"]),
                         parts=parts, top_layers=top_backward_layers(report["layers"], section["layers"]))
+
+
+def optimizer_text(optimizer: dict[str, Any] | None) -> str:
+    """``adamw (torch.optim.adamw.AdamW, foreach)``: the optimizer, its class and the implementation that ran
+    (``foreach + single_tensor`` when param groups differ), or ``none``."""
+    if optimizer is None:
+        return "none"
+    implementation = " + ".join(optimizer["implementation"].split("+"))
+    return f"{optimizer['name']} ({optimizer['type']}, {implementation})"
+
+
+#: The dtypes a precision policy names, in the order a sentence names them: key, words.
+PRECISION_ROLES = (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer_state", "optimizer state"))
+
+
+def precision_text(precision: dict[str, Any]) -> str:
+    """The step's precision policy in words: ``float32`` (one dtype throughout), ``pure bfloat16``, ``autocast
+    bfloat16 on cpu, float32 parameters, gradients and optimizer state``, ``mixed parameter dtypes: bfloat16/float32
+    parameters and gradients, float32 optimizer state``."""
+    roles = dtype_roles(precision)
+    single = roles[0][0] if len(roles) == 1 and "/" not in roles[0][0] else None
+    policy = precision["policy"]
+    if policy == "autocast":
+        regions = " and ".join(f"{region['dtype']} on {region['device_type']}" for region in precision["autocast"])
+        return f"autocast {regions}, {roles_text(roles)}" if roles else f"autocast {regions}"
+    if policy == "pure_low_precision":
+        return f"pure {single}" if single else f"pure low precision: {roles_text(roles)}"
+    if policy == "mixed_parameters":
+        return f"mixed parameter dtypes: {roles_text(roles)}"
+    return single or roles_text(roles) or "no floating-point tensors trained"
+
+
+def dtype_roles(precision: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """The dtypes (``bfloat16/float32`` where a role holds several) with the roles that hold them, in the order of
+    `PRECISION_ROLES`: ``[("float32", ["parameters", "gradients", "optimizer state"])]``; empty roles left out."""
+    grouped: dict[str, list[str]] = {}
+    for key, words in PRECISION_ROLES:
+        if precision[key]:
+            grouped.setdefault("/".join(precision[key]), []).append(words)
+    return list(grouped.items())
+
+
+def roles_text(roles: list[tuple[str, list[str]]]) -> str:
+    """``bfloat16 parameters and gradients, float32 optimizer state``."""
+    return ", ".join(f"{dtypes} {_and(words)}" for dtypes, words in roles)
+
+
+def _and(words: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def devices_text(devices: list[str]) -> str:

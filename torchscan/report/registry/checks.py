@@ -20,6 +20,8 @@ DTYPE_NAMES = frozenset({
 #: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps
 #: (`torchscan.calls.stand_ins`).
 AS_DEVICES = ("cpu", "cuda")
+#: ``meta_kernels``: the attention kernels of an analysis on meta (`torchscan.calls.meta_kernels`).
+META_KERNELS = ("accelerator", "math")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
@@ -46,6 +48,17 @@ class Checker:
         if value is not None and value not in AS_DEVICES:
             self.problem(f"{where}: as_device", f"expected one of {', '.join(map(repr, AS_DEVICES))} (analyze on "
                          f"fake-tensor stand-ins of that device, keeping its kernel choices), got {describe(value)}")
+            return None
+        return value
+
+    def meta_kernels(self, where: str, item: dict[str, Any]) -> str | None:
+        """The entry's ``meta_kernels`` (None without one): on meta, an accelerator's attention kernel or meta's
+        own math path."""
+        value = item.get("meta_kernels")
+        if value is not None and value not in META_KERNELS:
+            self.problem(f"{where}: meta_kernels", f"expected one of {', '.join(map(repr, META_KERNELS))} (on meta, "
+                         f"the attention kernel an accelerator would run, the default, or meta's own math path), got "
+                         f"{describe(value)}")
             return None
         return value
 

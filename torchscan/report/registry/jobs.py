@@ -52,6 +52,7 @@ class Run:
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
     as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
+    meta_kernels: str | None = None  # on meta, the attention kernels (`torchscan.calls.meta_kernels`); None: default
     timeout: float | None = None  # seconds the run may take (the entry's ``timeout``; None: build --timeout)
 
     def to_job(self, folder: Path) -> dict[str, Any]:
@@ -66,6 +67,8 @@ class Run:
             job["training"] = dict(self.training)
         if self.as_device is not None:  # likewise
             job["as_device"] = self.as_device
+        if self.meta_kernels is not None:  # likewise
+            job["meta_kernels"] = self.meta_kernels
         if self.timeout is not None:  # how long the run may take: not part of the cache key (a cluster task reads it)
             job["timeout"] = self.timeout
         return job

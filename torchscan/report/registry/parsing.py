@@ -22,8 +22,8 @@ TOP_KEYS = ("catalog", "site", "models")
 CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "as_device",
-              "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules", "custom_mapping",
-              "training", "timeout")
+              "meta_kernels", "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules",
+              "custom_mapping", "training", "timeout")
 
 
 class RegistryError(ValueError):
@@ -147,7 +147,8 @@ def _entry(check: Checker, index: int, item: dict[str, Any]) -> Entry:
     common = {"entry": name, "factory": factory, "device": device, "strict": strict,
               "memory": check.memory(f"{where}: memory", item.get("memory")),
               "timeout": check.timeout(f"{where}: timeout", item.get("timeout")),
-              "extensions": check.extensions(where, item), "as_device": check.as_device(where, item)}
+              "extensions": check.extensions(where, item), "as_device": check.as_device(where, item),
+              "meta_kernels": check.meta_kernels(where, item)}
     sweep = _sweep(check, where, item)
     if sweep is not None:
         runs = sweep_runs(check, where, common, base, sweep)

@@ -70,7 +70,8 @@ class RunSummary:
     forward_peak: Cell = NO_MEMORY
     #: The activation count in fvcore's convention (a count, not bytes).
     activations: Cell = NO_MEMORY
-    #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations).
+    #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations): the
+    #: steady state's (``totals.training_peak_bytes``), the optimizer state resident from the step's start.
     training_peak: Cell = NO_TRAINING
     training: TrainingView | None = None
     status: str = "failed"

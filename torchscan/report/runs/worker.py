@@ -75,6 +75,8 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
             call = _call(job, inputs_callable)
             if "as_device" in job:  # the analysis runs on fake-tensor stand-ins of that device
                 call["as_device"] = job["as_device"]
+            if "meta_kernels" in job:  # on meta, the attention kernels the entry asks for
+                call["meta_kernels"] = job["meta_kernels"]
             stage = "analysis"
             report = analyze_model(model, call, extensions, job.get("training"))
         except BaseException as error:

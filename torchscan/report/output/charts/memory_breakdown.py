@@ -1,6 +1,7 @@
 """The memory charts of a report: what is live at the peak, one stacked bar per peak (the forward's and, when the
-report has one, the training step's), each segment a category (parameters, activations, gradients, ...); and the
-layer calls with the largest outputs and those that saved the most for backward, as rankings.
+report has one, the training step's steady state, then its first step where that peaks otherwise), each segment a
+category (parameters, activations, gradients, ...); and the layer calls with the largest outputs and those that saved
+the most for backward, as rankings.
 
 Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
 view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
@@ -23,7 +24,7 @@ from .svg_output import draw
 #: One colour per category, the same in both bars (parameters and inputs are the same tensors in both).
 CATEGORY_COLOURS = {"parameters": PALETTE[0], "buffers": PALETTE[5], "inputs": NEUTRAL, "activations": PALETTE[1],
                     "gradients": PALETTE[4], "optimizer_state": PALETTE[3], "saved_activations": PALETTE[2],
-                    "temporaries": PALETTE[6]}
+                    "temporaries": PALETTE[6], "autocast_weight_copies": PALETTE[7]}
 #: Legend entries per row (the legend wraps under the title).
 LEGEND_ROW = 4
 MEMORY_CHART_KEY = "memory"
@@ -68,7 +69,10 @@ def memory_chart(memory: MemoryView) -> Chart:
     """The peaks as stacked bars of their categories, with the categories' bytes and shares as the numbers."""
     peaks = [] if memory.forward is None else [("Forward peak", memory.forward.parts)]
     if memory.training is not None:
-        peaks.append((f"Training step peak ({memory.training.phase})", memory.training.parts))
+        peaks.append((memory.training.bar_label, memory.training.parts))
+        first = memory.training.first_step
+        if first is not None and first.traced:
+            peaks.append((first.bar_label, first.parts))
     bars = [stacked_bar(label, parts) for label, parts in peaks]
     rows = [(label, part.label, part.bytes.text, part.share) for label, parts in peaks for part in parts]
     notes = [f"n/a (not drawn, never zero): {part.label} at the {label.lower()}" for label, parts in peaks
@@ -79,17 +83,35 @@ def memory_chart(memory: MemoryView) -> Chart:
 
 
 def memory_summary(memory: MemoryView) -> str:
-    """The caption: each peak, where it is, and the definition of the bytes."""
-    peaks = []
+    """The caption: each peak, where it is, and the definition of the bytes; a first training step without a figure
+    says why in a sentence of its own."""
+    phrases = peak_phrases(memory)
+    listed = phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+    caption = ("All live tensor bytes " + listed + ", by category: traced tensor bytes, without the allocator's "
+               "caching or kernel workspaces.")
+    first = None if memory.training is None else memory.training.first_step
+    if first is not None and not first.traced:
+        caption += f" The first step's peak is n/a ({first.note})."
+    return caption
+
+
+def peak_phrases(memory: MemoryView) -> list[str]:
+    """``at the forward's peak (12kB, at layer call 0, operator aten.addmm (operator #3))``, one per drawn peak."""
+    phrases = []
     if memory.forward is not None:
         forward = memory.forward
-        peaks.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
-                     f"{forward.peak_operator})")
-    if memory.training is not None:
-        peaks.append(f"at the training step's peak ({memory.training.peak.text}, in the {memory.training.phase}, "
-                     f"operator {memory.training.operator})")
-    return ("All live tensor bytes " + " and ".join(peaks) + ", by category: traced tensor bytes, without the "
-            "allocator's caching or kernel workspaces.")
+        phrases.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
+                       f"{forward.peak_operator})")
+    step = memory.training
+    if step is not None:
+        held = f"{step.resident_words} resident from its start" if step.resident else "nothing left by a previous step"
+        phrases.append(f"at the training step's peak, {step.step} ({step.peak.text}, in the {step.phase}, operator "
+                       f"{step.operator}; {held})")
+        first = step.first_step
+        if first is not None and first.traced:
+            phrases.append(f"at the first step's peak ({first.peak.text}, in the {first.phase}, operator "
+                           f"{first.operator}; the optimizer creates its state)")
+    return phrases
 
 
 def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:

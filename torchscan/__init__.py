@@ -27,6 +27,7 @@ _EXPORTS = {
     "decode_step_inputs": "calls.decode",
     "evaluate_piece": "curves.cost_curve",
     "fit_curves": "curves.cost_curve",
+    "fit_devices": "parallel.fit",
     "measure_flops": "operators",
     "measure_peak_memory": "memory.measured",
     "summary": "text",
@@ -47,6 +48,7 @@ __all__ = [
     "decode_step_inputs",
     "evaluate_piece",
     "fit_curves",
+    "fit_devices",
     "measure_flops",
     "measure_peak_memory",
     "summary",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from .memory.measured import measure_peak_memory
     from .memory.timeline import trace_memory
     from .operators import measure_flops
+    from .parallel.fit import fit_devices
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary

@@ -380,24 +380,36 @@ class _TensorMap:
         for name, item in attributes:
             if type(item) is torch.device and item in self.devices and name not in changed:
                 changed[name] = self.devices[item]
-        kind = type(value).__qualname__
-        try:
-            new = copy.copy(value)
-        except Exception as error:  # any failure of the class's copy protocol is one refusal
-            raise Unmappable(kind, f"copying it failed ({type(error).__name__}: {error})") from error
-        own = _instance_dict(new)
-        if new is value or type(new) is not type(value) or (own is not None and own is _instance_dict(value)):
-            raise Unmappable(kind, "its copy is not a separate object of its type")
-        for name, item in changed.items():
-            try:
-                if own is not None and name in own:
-                    own[name] = item
-                else:
-                    object.__setattr__(new, name, item)
-            except Exception as error:  # a read-only attribute, a C type's slot
-                raise Unmappable(kind, f"its attribute {name!r} cannot be set on a copy "
-                                       f"({type(error).__name__}: {error})") from error
+        new = _separate_copy(value)
+        _set_attributes(new, changed, type(value).__qualname__)
         return new
+
+
+def _separate_copy(value: Any) -> Any:
+    """``copy.copy(value)``, refused (`Unmappable`) when it fails or is not a separate object of the same type."""
+    kind = type(value).__qualname__
+    try:
+        new = copy.copy(value)
+    except Exception as error:  # any failure of the class's copy protocol is one refusal
+        raise Unmappable(kind, f"copying it failed ({type(error).__name__}: {error})") from error
+    own = _instance_dict(new)
+    if new is value or type(new) is not type(value) or (own is not None and own is _instance_dict(value)):
+        raise Unmappable(kind, "its copy is not a separate object of its type")
+    return new
+
+
+def _set_attributes(new: Any, changed: dict[str, Any], kind: str) -> None:
+    """Set ``changed`` on the copy ``new``, past its class's ``__setattr__``; refused when one cannot be set."""
+    own = _instance_dict(new)
+    for name, item in changed.items():
+        try:
+            if own is not None and name in own:
+                own[name] = item
+            else:
+                object.__setattr__(new, name, item)
+        except Exception as error:  # a read-only attribute, a C type's slot
+            raise Unmappable(kind, f"its attribute {name!r} cannot be set on a copy "
+                                   f"({type(error).__name__}: {error})") from error
 
 
 def _step(value: Any, key: Any) -> str:
@@ -464,19 +476,32 @@ def _save(value: Any, saved: list[tuple[Any, Any]], seen: set[int], depth: int) 
     if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or id(value) in seen or depth >= MAX_DEPTH:
         return
     seen.add(id(value))
+    children = _snapshot(value, saved)
+    for item in children:
+        _save(item, saved, seen, depth + 1)
+
+
+def _snapshot(value: Any, saved: list[tuple[Any, Any]]) -> Iterable[Any]:
+    """Save what can be put back of ``value`` (a list's or dict's items, an object's attributes) and return what to
+    look inside next."""
     kind = type(value)
     items = container_items(value)
     if kind is list or kind is dict:
         saved.append((value, kind(value)))
-    elif items is None or _is_dataclass_instance(value):
-        attributes = object_attributes(value) if items is None else None
-        if items is None and attributes is None:
-            return
-        own = _instance_dict(value)
-        saved.append((value, (None if own is None else dict(own), _slot_values(value))))
-        items = items if attributes is None else [item for _, item in attributes]
-    for item in items or ():
-        _save(item, saved, seen, depth + 1)
+        return items or ()
+    if items is not None and not _is_dataclass_instance(value):
+        return items
+    attributes = object_attributes(value) if items is None else None
+    if items is None and attributes is None:
+        return ()
+    saved.append((value, _attribute_state(value)))
+    return (items or ()) if attributes is None else [item for _, item in attributes]
+
+
+def _attribute_state(value: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """An object's ``__dict__`` (copied) and slot values, as `restore_state` puts them back."""
+    own = _instance_dict(value)
+    return None if own is None else dict(own), _slot_values(value)
 
 
 def restore_state(saved: list[tuple[Any, Any]]) -> None:

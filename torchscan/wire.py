@@ -22,17 +22,85 @@ from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
 
 __all__ = [
-    "ROOT_PATH", "AnalysisMode", "AttentionKernel", "AutocastRegion", "BreakdownPart", "BufferStatistics",
-    "CallFlops", "CallKey", "CallMetadata", "CallReference", "Context", "ContextWarning", "CountedOperator",
-    "CustomModule", "Diagnostic", "ElidedValue", "Execution", "FailedValue", "FirstStep", "IgnoredOperator",
-    "KVCache", "KeyedValue", "LayerBuffers",
-    "LayerMemory", "LayerMetrics", "LayerParameters", "LayerRecord", "Loss", "MappingValue", "Memory", "MemoryAtPeak",
-    "MetaKernels", "MetricName", "MetricOwners", "MetricOwnership", "MetricResult", "NamedTupleValue",
-    "NestedTensorValue", "NoneValue", "ObjectValue", "OperatorFlops", "Optimizer", "OutputCache", "Ownership",
-    "ParameterStatistics", "PeakAt", "Phase", "Precision", "PriorTraining", "Report", "ResidentAtStart",
-    "SavedByLayer", "ScalarValue", "SequenceValue", "Severity", "StandIns", "TensorValue",
-    "Totals", "TracedMemoryMethod", "Training", "TrainingLayer", "TrainingMemory", "TrainingMemoryAtPeak",
-    "TrainingTotals", "UncountedOperator", "ValueDescription", "call_key", "index_by_call", "positions_by_call",
+    "ROOT_PATH",
+    "AnalysisMode",
+    "AttentionKernel",
+    "AutocastRegion",
+    "BreakdownPart",
+    "BufferStatistics",
+    "CallFlops",
+    "CallKey",
+    "CallMetadata",
+    "CallReference",
+    "CollectiveBytes",
+    "CollectiveKinds",
+    "Collectives",
+    "Context",
+    "ContextWarning",
+    "CountedOperator",
+    "CustomModule",
+    "Diagnostic",
+    "ElidedValue",
+    "Execution",
+    "FailedValue",
+    "FirstStep",
+    "IgnoredOperator",
+    "KVCache",
+    "KeyedValue",
+    "LayerBuffers",
+    "LayerMemory",
+    "LayerMetrics",
+    "LayerParameters",
+    "LayerRecord",
+    "Loss",
+    "MappingValue",
+    "Memory",
+    "MemoryAtPeak",
+    "MetaKernels",
+    "MetricName",
+    "MetricOwners",
+    "MetricOwnership",
+    "MetricResult",
+    "NamedTupleValue",
+    "NestedTensorValue",
+    "NoneValue",
+    "ObjectValue",
+    "OperatorFlops",
+    "Optimizer",
+    "OutputCache",
+    "Ownership",
+    "Parallel",
+    "ParallelCategories",
+    "ParallelPlanRecord",
+    "ParallelStep",
+    "ParameterStatistics",
+    "PeakAt",
+    "PerDevice",
+    "Phase",
+    "Precision",
+    "PriorTraining",
+    "Report",
+    "ResidentAtStart",
+    "SavedByLayer",
+    "ScalarValue",
+    "SequenceValue",
+    "Severity",
+    "ShardingPrecision",
+    "ShardingUnits",
+    "StandIns",
+    "TensorValue",
+    "Totals",
+    "TracedMemoryMethod",
+    "Training",
+    "TrainingLayer",
+    "TrainingMemory",
+    "TrainingMemoryAtPeak",
+    "TrainingTotals",
+    "UncountedOperator",
+    "ValueDescription",
+    "call_key",
+    "index_by_call",
+    "positions_by_call",
 ]
 
 #: A layer call's identity: ``(path, call_index)``.
@@ -543,6 +611,101 @@ class TrainingMemory(TypedDict):
     stand_ins: NotRequired[StandIns]
 
 
+class ParallelCategories(TypedDict):
+    """Bytes live on one device by category (`torchscan.parallel.memory`)."""
+
+    sharded_parameters: MetricResult
+    unsharded_parameters: MetricResult
+    all_gather_buffers: MetricResult
+    gradient_shards: MetricResult
+    unsharded_gradients: MetricResult
+    reduce_scatter_buffers: MetricResult
+    optimizer_state: MetricResult
+    saved_activations: MetricResult
+    temporaries: MetricResult
+    inputs: MetricResult
+    buffers: MetricResult
+
+
+class ParallelStep(TypedDict):
+    """One traced step on one device."""
+
+    peak: MetricResult
+    peak_above_start: MetricResult
+    at_start: ParallelCategories
+    at_peak: ParallelCategories
+    phase_at_peak: Phase | None
+    peak_operator: str | None
+    operators: int
+    untracked_outputs: int
+
+
+class PerDevice(ParallelStep):
+    """The steady-state step on one device, and the first step."""
+
+    first_step: ParallelStep
+
+
+class ShardingPrecision(TypedDict):
+    param_dtype: str | None
+    reduce_dtype: str | None
+    output_dtype: str | None
+
+
+class ParallelPlanRecord(TypedDict):
+    strategy: Literal["ddp", "fsdp", "fsdp_no_reshard", "hsdp"]
+    world_size: int
+    shard_group_size: int | None
+    shard_size: int
+    replicate_size: int
+    reshard_after_forward: bool
+    mixed_precision: ShardingPrecision
+    units: list[str] | None
+    activation_checkpointing: bool
+
+
+class ShardingUnits(TypedDict):
+    count: int
+    types: list[str]
+
+
+class CollectiveBytes(TypedDict):
+    count: int
+    bytes: int
+    ring_bytes_sent_per_rank: int
+
+
+class CollectiveKinds(TypedDict):
+    all_gather: CollectiveBytes
+    reduce_scatter: CollectiveBytes
+    all_reduce: CollectiveBytes
+
+
+class Collectives(TypedDict):
+    convention: str
+    unit: Literal["bytes"]
+    observed: CollectiveKinds
+    formula: CollectiveKinds
+    matches: bool
+
+
+class Parallel(TypedDict):
+    """``training.parallel``: the step sharded by FSDP2 over a fake process group (`torchscan.parallel.step`)."""
+
+    method: TracedMemoryMethod
+    plan: ParallelPlanRecord
+    rank: int
+    stand_ins: StandIns
+    units: ShardingUnits
+    activation_checkpointing: bool
+    optimizer: str
+    optimizer_implementation: str
+    describes: Literal["steady_state"]
+    per_device: PerDevice
+    collectives: Collectives
+    not_modelled: str
+
+
 class Training(TypedDict):
     """The ``training`` section, versioned on its own."""
 
@@ -556,6 +719,7 @@ class Training(TypedDict):
     operator_flops: OperatorFlops
     diagnostics: list[Diagnostic]
     memory: NotRequired[TrainingMemory]
+    parallel: NotRequired[Parallel]
 
 
 # -- the report ----------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 STRATEGIES = ("ddp", "fsdp", "fsdp_no_reshard", "hsdp")
-KEYS = ("strategy", "world_size", "shard_group_size", "mixed_precision", "units")
+KEYS = ("strategy", "world_size", "shard_group_size", "mixed_precision", "units", "activation_checkpointing")
 PRECISION_KEYS = ("param_dtype", "reduce_dtype", "output_dtype")
 #: The dtype names a plan may use (``torch.`` in front is accepted too); mixed precision is about floating point.
 DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -59,6 +59,7 @@ class ParallelPlan:
     reduce_dtype: torch.dtype | None = None
     output_dtype: torch.dtype | None = None
     units: tuple[type | str, ...] | None = None
+    activation_checkpointing: bool = False  # each unit's forward is recomputed in the backward
 
     @property
     def shard_size(self) -> int:
@@ -98,7 +99,8 @@ class ParallelPlan:
                                     for key, dtype in (("param_dtype", self.param_dtype),
                                                        ("reduce_dtype", self.reduce_dtype),
                                                        ("output_dtype", self.output_dtype))},
-                "units": None if self.units is None else [_unit_name(unit) for unit in self.units]}
+                "units": None if self.units is None else [_unit_name(unit) for unit in self.units],
+                "activation_checkpointing": self.activation_checkpointing}
 
 
 def parse_plan(spec: Mapping[str, Any] | ParallelPlan) -> ParallelPlan:
@@ -107,7 +109,8 @@ def parse_plan(spec: Mapping[str, Any] | ParallelPlan) -> ParallelPlan:
     Keys: ``strategy`` (one of `STRATEGIES`), ``world_size`` (an int >= 1), ``shard_group_size`` (hsdp only, and
     required there: an int >= 1 that divides ``world_size``), ``mixed_precision`` (a mapping of ``param_dtype``,
     ``reduce_dtype``, ``output_dtype`` to floating dtypes or their names, or a ``MixedPrecisionPolicy``) and
-    ``units`` (a non-empty list of ``nn.Module`` subclasses or class names).
+    ``units`` (a non-empty list of ``nn.Module`` subclasses or class names), ``activation_checkpointing`` (a bool:
+    each unit's forward is recomputed in the backward).
     """
     if isinstance(spec, ParallelPlan):
         return spec
@@ -120,7 +123,11 @@ def parse_plan(spec: Mapping[str, Any] | ParallelPlan) -> ParallelPlan:
     world_size = _positive_int("world_size", spec.get("world_size"))
     group = _shard_group_size(strategy, world_size, spec.get("shard_group_size"))
     precision = _mixed_precision(spec.get("mixed_precision"))
-    return ParallelPlan(strategy, world_size, group, units=_units(spec.get("units")), **precision)
+    checkpointing = spec.get("activation_checkpointing", False)
+    if not isinstance(checkpointing, bool):
+        raise TypeError(f"parallel plan: 'activation_checkpointing' must be a bool, got {type(checkpointing).__name__}")
+    return ParallelPlan(strategy, world_size, group, precision.get("param_dtype"), precision.get("reduce_dtype"),
+                        precision.get("output_dtype"), _units(spec.get("units")), checkpointing)
 
 
 def _strategy(value: Any) -> str:

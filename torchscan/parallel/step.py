@@ -25,7 +25,7 @@ from torch import nn
 from ..calls.stand_ins import StandIns
 from ..memory.forward import traced_bytes
 from ..memory.timeline import METHOD, TraceMode, operator_label
-from ..training.step import OPTIMIZERS, compute_loss
+from ..training.loop import FOREACH_DEVICE_TYPES, compute_loss, optimizer_factory, settle_implementation
 from ..values import tensors_in
 from .collectives import CollectiveLog, collective_formula, collectives_section
 from .fake_world import FakeWorld, fake_world
@@ -47,7 +47,7 @@ FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 STAND_IN_DEVICE = torch.device("cpu")
 NOT_MODELLED = ("the communication library's own buffers (NCCL channels and its workspace), allocator caching and "
                 "fragmentation, kernel workspaces, CUDA context; tensor, pipeline, context and expert parallelism")
-Optimizer = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+Optimizer = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
 
 
 class StepObserver:
@@ -68,13 +68,13 @@ def loop_step(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], loss: Ca
               optimizer: torch.optim.Optimizer, observer: StepObserver | None = None) -> None:
     """One iteration of a training loop: forward, loss, backward, optimizer step, ``zero_grad()`` (set to None).
 
-    The output and the loss live until the iteration ends, as they do in a loop's body. ``loss(output)`` returns a
-    scalar (default: the sum of every floating output tensor), as in `torchscan.crawl_training_step`.
+    As in `torchscan.crawl_training_step`, the output is dropped once the loss is computed and the loss lives until
+    the iteration ends (a loop that keeps the loss). ``loss(output)`` returns a scalar (default: the sum of every
+    floating output tensor).
     """
     observer = observer or StepObserver()
     observer.phase(FORWARD)
-    output = model(*args, **kwargs)
-    value = compute_loss(loss, output)
+    value = compute_loss(loss, model(*args, **kwargs))
     observer.phase(BACKWARD)
     value.backward()
     observer.backward_ended()
@@ -186,7 +186,11 @@ def sharded_step(model: nn.Module, args: tuple | list = (), kwargs: Mapping[str,
     model, the process-group state and the default device are as they were afterwards, also after an error.
     """
     checked = parse_plan(_required_plan(plan))
-    factory = _optimizer_factory(make_optimizer)
+    activation_checkpointing = activation_checkpointing or checked.activation_checkpointing
+    factory = optimizer_factory(make_optimizer)
+    if factory is None:
+        raise ValueError("a sharded step needs an optimizer: 'sgd', 'adam', 'adamw' or a callable params -> "
+                         "torch.optim.Optimizer")
     call_kwargs = dict(kwargs or {})
     formula = collective_formula(model, checked)
     with torch.random.fork_rng(devices=[]), fake_world(checked, rank) as world:
@@ -195,22 +199,30 @@ def sharded_step(model: nn.Module, args: tuple | list = (), kwargs: Mapping[str,
         copy = stand_in_copy(model, stand_ins).train()
         with stand_ins.mode:
             first, steady, units = _run(copy, world, stand_ins, tuple(args), call_kwargs, loss, factory,
-                                        activation_checkpointing)
+                                        activation_checkpointing, _accelerator(model))
     return _section(world, stand_ins, first, steady, units, formula, activation_checkpointing)
 
 
 def _run(model: nn.Module, world: FakeWorld, stand_ins: StandIns, args: tuple, kwargs: dict[str, Any],
-         loss: Callable[[Any], Any] | None, factory: Optimizer, activation_checkpointing: bool
+         loss: Callable[[Any], Any] | None, factory: Optimizer, activation_checkpointing: bool, foreach: bool
          ) -> tuple[RankStep, RankStep, list[str]]:
     """Shard the stand-in model, build the optimizer, and trace the first and the steady-state step."""
     units = shard(model, world, activation_checkpointing)
-    optimizer = factory(trainable(model))
+    parameters: list[torch.Tensor] = list(trainable(model))
+    optimizer = factory(parameters)
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"make_optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    batch, named = stand_ins.value(args), stand_ins.value(kwargs)
-    first = traced_step(model, batch, named, loss, optimizer, stand_ins)
-    steady = traced_step(model, batch, named, loss, optimizer, stand_ins)
+    settle_implementation(optimizer, foreach)
+    with stand_ins.call(args, kwargs) as (batch, named):
+        first = traced_step(model, batch, named, loss, optimizer, stand_ins)
+        steady = traced_step(model, batch, named, loss, optimizer, stand_ins)
     return first, steady, units
+
+
+def _accelerator(model: nn.Module) -> bool:
+    """Whether the model stands for an accelerator run (on meta or on an accelerator): its named optimizer then runs
+    the ``foreach`` implementation, the accelerator's default (`torchscan.training.step.settle_implementation`)."""
+    return any(parameter.device.type in ("meta", *FOREACH_DEVICE_TYPES) for parameter in model.parameters())
 
 
 def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: RankStep, units: list[str],
@@ -224,6 +236,7 @@ def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: Ran
         "units": {"count": len(units), "types": sorted(set(units))},
         "activation_checkpointing": activation_checkpointing,
         "optimizer": f"{optimizer.__module__}.{optimizer.__qualname__}",
+        "optimizer_implementation": settle_implementation(steady.optimizer, False),
         "describes": "steady_state",
         "per_device": {**peak_section(steady), "first_step": peak_section(first)},
         "collectives": collectives_section(steady.collectives, formula, world.plan),
@@ -236,12 +249,3 @@ def _required_plan(plan: Any) -> Any:
         raise ValueError("sharded_step needs a plan: a ParallelPlan or a mapping such as "
                          "{'strategy': 'fsdp', 'world_size': 8}")
     return plan
-
-
-def _optimizer_factory(make_optimizer: Any) -> Optimizer:
-    if callable(make_optimizer):
-        return make_optimizer
-    if isinstance(make_optimizer, str) and make_optimizer in OPTIMIZERS:
-        return OPTIMIZERS[make_optimizer]  # type: ignore[return-value]
-    raise ValueError(f"make_optimizer must be one of {sorted(OPTIMIZERS)} or a callable params -> "
-                     f"torch.optim.Optimizer, got {make_optimizer!r}")

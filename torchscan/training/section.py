@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..crawler import IncompleteAnalysisError
+from ..memory.training_step import StepMemory, add_step_memory
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
 from ..results import DIRECT, INCLUSIVE, MODEL, OPERATOR_DISPATCH, ROOT_LABEL, MetricResult, add_results, not_requested
 from ..wire import call_key, positions_by_call
@@ -44,13 +45,14 @@ class Phases:
         return self.backward.setdefault(owner, OperatorScope())
 
 
-def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any
-                     ) -> dict[str, Any]:
-    """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices."""
+def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any,
+                     memory: StepMemory | None = None) -> dict[str, Any]:
+    """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices, precision
+    and, when traced, the step's memory."""
     layers = report["layers"]
     section_layers = _layer_backward(layers, phases)
     operators, diagnostics = operator_report(phases.recorder.totals(), mapping, phases.recorder)
-    return {
+    section = {
         "version": TRAINING_VERSION,
         "devices": list(report["context"]["devices"]),
         "loss": {"source": "default" if phases.loss_default else "callable",
@@ -62,6 +64,9 @@ def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[An
         "operator_flops": operators,
         "diagnostics": diagnostics,
     }
+    if memory is not None:
+        add_step_memory(section, memory)
+    return section
 
 
 def _optimizer_entry(optimizer: Any, phases: Phases) -> dict[str, Any] | None:

@@ -28,22 +28,16 @@ from torch import nn
 from ..calls.stand_ins import StandIns
 from ..crawler import Analysis, ForwardStep, analyze, check_flags, raise_if_incomplete, request, running
 from ..memory.forward import ForwardMemory
-from ..memory.training_step import StepMemory, add_step_memory
+from ..memory.training_step import StepMemory
 from ..operators import build_formula_table, new_recorder
+from ..parallel.plan import ParallelPlan, parse_plan
+from ..parallel.step import sharded_step
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
+from .loop import FOREACH_DEVICE_TYPES, compute_loss, optimizer_factory, settle_implementation
 from .precision import Autocast, WeightCopies, caller_autocast, end_forward_region, outside_autocast, precision_section
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
-#: The named optimizers; each leaves ``foreach`` unset, so that the implementation is the device's default.
-OPTIMIZERS: dict[str, Callable[[list[torch.Tensor]], torch.optim.Optimizer]] = {
-    "sgd": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9),
-    "adam": lambda params: torch.optim.Adam(params),
-    "adamw": lambda params: torch.optim.AdamW(params),
-}
-#: Device types with foreach kernels, where ``torch.optim`` defaults to ``foreach`` (its
-#: ``_default_to_fused_or_foreach`` asks ``torch.utils._foreach_utils._get_foreach_kernels_supported_devices``).
-FOREACH_DEVICE_TYPES = ("cuda", "xpu", "mtia")
 #: How the loop clears gradients between steps: ``optimizer.zero_grad(set_to_none=...)``.
 ZERO_GRAD = ("set_to_none", "zeros")
 
@@ -65,36 +59,25 @@ def crawl_training_step(
     keep_modes: bool = False,
     memory: bool = False,
     as_device: torch.device | str | None = None, meta_kernels: str = "accelerator",
+    parallel: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Analyze one training step of ``model`` (forward, loss, backward, optional optimizer step) as it runs inside a
-    training loop.
+    """One step of ``model``'s training loop: ``crawl_module``'s report of the (train-mode) forward plus ``training``.
 
-    Returns ``crawl_module``'s report of the forward (run in train mode with gradients on; ``keep_modes=True`` keeps
-    every module's own mode) plus a ``training`` section: backward operator FLOPs per layer call and totals for
-    forward, loss, backward, engine and optimizer. ``loss(output)`` must return a scalar tensor (default: the sum of
-    every floating output tensor); ``optimizer`` is ``"sgd"`` (momentum 0.9), ``"adam"``, ``"adamw"`` (each in the
-    implementation the device picks by default: ``foreach`` on an accelerator, single-tensor on CPU) or a callable
-    ``params -> torch.optim.Optimizer``. ``zero_grad`` says how the loop clears gradients between steps:
-    ``"set_to_none"`` (PyTorch's default) or ``"zeros"`` (``zero_grad(set_to_none=False)``: the gradients stay
-    resident). ``memory=True`` adds ``crawl_module``'s memory sections and ``training.memory``: the peak of live
-    tensor bytes of the steady-state step (the optimizer's state, and kept gradients, resident from its start) and of
-    the first step, broken down. Called inside ``torch.autocast(...)``, the forward and the loss run under autocast
-    and the backward and the optimizer step outside it (PyTorch's recipe); ``training.precision`` states the policy.
-    ``as_device`` is `crawl_module`'s.
+    ``optimizer``: ``"sgd"``, ``"adam"``, ``"adamw"`` (the device's implementation) or ``params -> Optimizer``;
+    ``zero_grad``: ``"set_to_none"`` or ``"zeros"``; ``memory=True``: the steady-state and first step's memory;
+    ``parallel``: the step sharded by FSDP2 per device. The module docstring and docs/api.md say the rest.
     """
     check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
-    _check_loss(loss)
-    if zero_grad not in ZERO_GRAD:
-        raise ValueError(f"zero_grad must be one of {', '.join(map(repr, ZERO_GRAD))}, got {zero_grad!r}")
-    make_optimizer = _optimizer_factory(optimizer)
+    make_optimizer, plan = _checked(loss, optimizer, zero_grad, parallel)
     step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
                            zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
                        memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
-    report["training"] = training_section(report, phases, analysis.mapping, optimizer)
-    if step.memory is not None:
-        add_step_memory(report["training"], step.memory)
+    report["training"] = training_section(report, phases, analysis.mapping, optimizer, step.memory)
+    if plan is not None and make_optimizer is not None:  # `_checked` requires the optimizer with a plan
+        report["training"]["parallel"] = sharded_step(model, analysis.args, analysis.kwargs, loss, make_optimizer,
+                                                      plan)
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
@@ -144,20 +127,22 @@ def default_foreach(analysis: Analysis) -> bool:
     return device.type in FOREACH_DEVICE_TYPES
 
 
-def _check_loss(loss: Any) -> None:
-    """``loss`` is None or a callable (else a ``TypeError`` naming the argument)."""
+def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
+             ) -> tuple[Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None, ParallelPlan | None]:
+    """The step's arguments checked before anything runs (errors name the argument): the optimizer to build and the
+    parallel plan."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
+    if zero_grad not in ZERO_GRAD:
+        raise ValueError(f"zero_grad must be one of {', '.join(map(repr, ZERO_GRAD))}, got {zero_grad!r}")
+    make_optimizer = optimizer_factory(optimizer)
+    plan = None if parallel is None else parse_plan(parallel)
+    if plan is not None and make_optimizer is None:
+        raise ValueError("parallel needs an optimizer: pass optimizer='adamw' (or 'sgd', 'adam', or a callable)")
+    return make_optimizer, plan
 
 
-def _optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None:
-    """The optimizer to build, checked: None, a known name, or a callable ``params -> Optimizer``."""
-    if optimizer is None or callable(optimizer):
-        return optimizer
-    if isinstance(optimizer, str) and optimizer in OPTIMIZERS:
-        return OPTIMIZERS[optimizer]
-    raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)} or a callable params -> torch.optim.Optimizer, "
-                     f"got {optimizer!r}")
+
 
 
 # -- the forward: train mode, gradients on, graph ownership ------------------------------------------------------------
@@ -328,26 +313,6 @@ class Recomputation:
         self.phases.recorder.leave()
 
 
-def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:
-    """The caller's loss of the output, checked, or the default: the sum of every floating output tensor that
-    requires grad."""
-    if loss is None:
-        floats = [t for t in tensors_in(output) if t.is_floating_point() and t.requires_grad]
-        if not floats:
-            raise ValueError("the default loss found no floating-point output tensor that requires grad; pass "
-                             "loss=callable(output) -> scalar tensor")
-        value = floats[0].sum()
-        for tensor in floats[1:]:
-            value = value + tensor.sum()
-        return value
-    value = loss(output)
-    if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
-        raise TypeError("loss must return a one-element tensor that requires grad, got "
-                        f"{type(value).__name__}" + (f" of shape {tuple(value.shape)}" if isinstance(
-                            value, torch.Tensor) else ""))
-    return value
-
-
 def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
     """Each claimed node enters its owner's backward scope while it runs (the hooks die with the graph)."""
     recorder = phases.recorder
@@ -389,22 +354,6 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
         if memory is not None:
             memory.optimizer_ended(optimizer, first)
     phases.state = [tensor for state in optimizer.state.values() for tensor in tensors_in(state)]
-
-
-def settle_implementation(optimizer: torch.optim.Optimizer, foreach: bool) -> str:
-    """The implementation the optimizer runs: where the caller left ``foreach`` unset, the device's default, as
-    ``torch.optim`` decides it on the device (the stand-ins are on meta, where it would pick single-tensor)."""
-    chosen = set()
-    for group in optimizer.param_groups:
-        if group.get("fused"):
-            chosen.add("fused")
-        elif "foreach" in group:
-            if group["foreach"] is None:
-                group["foreach"] = foreach
-            chosen.add("foreach" if group["foreach"] else "single_tensor")
-        else:
-            chosen.add("single_tensor")
-    return "+".join(sorted(chosen)) or "single_tensor"
 
 
 # -- state -----------------------------------------------------------------------------------------------------------

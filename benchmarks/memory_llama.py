@@ -38,7 +38,7 @@ def tokens(length: int) -> torch.Tensor:
     return torch.zeros(1, length, dtype=torch.long, device="meta")
 
 
-def FOREACH_ADAMW(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:  # noqa: N802 (a constant)
+def foreach_adamw(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
     """AdamW in the implementation a GPU runs by default (CPU stand-ins would pick the single-tensor one)."""
     return torch.optim.AdamW(parameters, foreach=True)
 
@@ -47,7 +47,7 @@ def FOREACH_ADAMW(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:  # n
 SETTINGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("meta, an accelerator's attention kernel (the default)", {}),
     ("meta, meta_kernels='math'", {"meta_kernels": "math"}),
-    ("as_device='cpu', foreach AdamW (a GPU's default)", {"as_device": "cpu", "optimizer": FOREACH_ADAMW}),
+    ("as_device='cpu', foreach AdamW (a GPU's default)", {"as_device": "cpu", "optimizer": foreach_adamw}),
 )
 
 

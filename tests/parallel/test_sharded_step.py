@@ -109,14 +109,22 @@ def test_the_section_breaks_the_peak_down_and_holds_the_first_step() -> None:
 
 
 def test_a_meta_model_is_analyzed_like_the_real_one() -> None:
+    """With the same optimizer implementation; a named one runs CPU's single-tensor AdamW for a CPU model and an
+    accelerator's ``foreach`` for a meta one (which sizes an accelerator run)."""
     args, kwargs, loss = mlp_call()
     plan = {"strategy": "fsdp", "world_size": 4}
-    real = sharded_step(mlp(), args, kwargs, loss, adamw, plan)
+
+    def single_tensor(parameters: list[torch.Tensor]) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(parameters, foreach=False)
+
+    real = sharded_step(mlp(), args, kwargs, loss, single_tensor, plan)
     with torch.device("meta"):
         meta = mlp()
-    analyzed = sharded_step(meta, args, kwargs, loss, adamw, plan)
+    analyzed = sharded_step(meta, args, kwargs, loss, single_tensor, plan)
     assert analyzed["per_device"] == real["per_device"]
     assert analyzed["stand_ins"]["model_devices"] == ["meta"]
+    assert sharded_step(meta, args, kwargs, loss, "adamw", plan)["optimizer_implementation"] == "foreach"
+    assert real["optimizer_implementation"] == "single_tensor"
 
 
 class Uneven(torch.nn.Module):
@@ -190,7 +198,7 @@ def test_a_live_process_group_is_refused_and_left_alone() -> None:
 
 def test_the_optimizer_and_plan_are_checked() -> None:
     args, kwargs, loss = mlp_call()
-    with pytest.raises(ValueError, match="make_optimizer must be one of"):
+    with pytest.raises(ValueError, match="optimizer must be one of"):
         sharded_step(mlp(), args, kwargs, loss, "lion", {"strategy": "fsdp", "world_size": 2})
     with pytest.raises(ValueError, match="needs a plan"):
         sharded_step(mlp(), args, kwargs, loss, "adamw", None)

@@ -4,8 +4,8 @@ bfloat16 autocast, ``crawl_training_step``'s steady-state and first-step peaks a
 the third and first steps of a real loop (`torchscan_testing.measured_step_peaks`) and against PyTorch's
 ``MemTracker`` on the same steps.
 
-Each configuration's loop runs once (three steps, measured and tracked together); ResNet-18 under bfloat16 autocast
-takes about half the file's time (an AVX2 CPU has no bfloat16 convolution kernel: PyTorch's generic one runs).
+Each configuration's loop runs once: three steps, the first and the third measured and tracked together
+(`benchmarks/steady_state_reference.py` measures every step: the second already equals the third).
 """
 
 from __future__ import annotations
@@ -42,8 +42,7 @@ def test_the_steady_and_first_step_peaks_are_those_of_a_real_loop(name: str, pre
     with onednn_enabled(False), (torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()):
         memory = crawl_training_step(model, args=args, kwargs=kwargs, loss=loss, optimizer="adamw",
                                      memory=True)["training"]["memory"]
-    peaks = measured_step_peaks(model, args, kwargs, loss, adamw, autocast_dtype=dtype)
-    assert peaks.measured[1] == peaks.measured[2]  # the loop's steady state starts at its second step
+    peaks = measured_step_peaks(model, args, kwargs, loss, adamw, autocast_dtype=dtype, measured=(0, 2))
     steady, first = memory["peak"]["value"], memory["first_step"]["peak"]["value"]
     assert steady == pytest.approx(peaks.measured[2], rel=TOLERANCE)
     assert first == pytest.approx(peaks.measured[0], rel=TOLERANCE)

@@ -53,7 +53,7 @@ from selection import selected  # noqa: E402
 from zoo import bert, resnet  # noqa: E402
 
 from torchscan import crawl_training_step  # noqa: E402
-from torchscan.training.step import OPTIMIZERS  # noqa: E402
+from torchscan.training.loop import OPTIMIZERS  # noqa: E402
 
 RATIO_TARGET = 1.5
 LLAMA = "llama2_70b_meta"

@@ -346,6 +346,9 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     phases.optimizer_implementation = settle_implementation(optimizer, foreach)
     recorder = phases.recorder
     for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
+        if first and memory is None:  # only its memory is reported: it just creates the state, unobserved
+            optimizer.step()
+            continue
         timeline = None if memory is None else memory.optimizer_timeline(optimizer, first)
         with recorder, device_queries(), recorder.listening(timeline):
             recorder.enter(scope)

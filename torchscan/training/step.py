@@ -35,6 +35,7 @@ from ..parallel.step import sharded_step
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .loop import FOREACH_DEVICE_TYPES, compute_loss, optimizer_factory, settle_implementation
+from .meta_inplace import MetaInPlace
 from .precision import Autocast, WeightCopies, caller_autocast, end_forward_region, outside_autocast, precision_section
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
@@ -347,10 +348,11 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     recorder = phases.recorder
     for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
         if first and memory is None:  # only its memory is reported: it just creates the state, unobserved
-            optimizer.step()
+            with MetaInPlace():
+                optimizer.step()
             continue
         timeline = None if memory is None else memory.optimizer_timeline(optimizer, first)
-        with recorder, device_queries(), recorder.listening(timeline):
+        with MetaInPlace(), recorder, device_queries(), recorder.listening(timeline):
             recorder.enter(scope)
             optimizer.step()
             recorder.leave()

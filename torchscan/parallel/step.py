@@ -25,7 +25,7 @@ from torch import nn
 from ..calls.stand_ins import StandIns
 from ..memory.forward import traced_bytes
 from ..memory.timeline import METHOD, TraceMode, operator_label
-from ..training.loop import FOREACH_DEVICE_TYPES, compute_loss, optimizer_factory, settle_implementation
+from ..training.loop import compute_loss, device_picks_foreach, implementation, optimizer_factory, settle_implementation
 from ..values import tensors_in
 from .collectives import CollectiveLog, collective_formula, collectives_section
 from .fake_world import FakeWorld, fake_world
@@ -221,8 +221,8 @@ def _run(model: nn.Module, world: FakeWorld, stand_ins: StandIns, args: tuple, k
 
 def _accelerator(model: nn.Module) -> bool:
     """Whether the model stands for an accelerator run (on meta or on an accelerator): its named optimizer then runs
-    the ``foreach`` implementation, the accelerator's default (`torchscan.training.step.settle_implementation`)."""
-    return any(parameter.device.type in ("meta", *FOREACH_DEVICE_TYPES) for parameter in model.parameters())
+    the ``foreach`` implementation (`torchscan.training.loop.device_picks_foreach`)."""
+    return any(device_picks_foreach(parameter.device) for parameter in model.parameters())
 
 
 def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: RankStep, units: list[str],
@@ -236,7 +236,7 @@ def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: Ran
         "units": {"count": len(units), "types": sorted(set(units))},
         "activation_checkpointing": activation_checkpointing,
         "optimizer": f"{optimizer.__module__}.{optimizer.__qualname__}",
-        "optimizer_implementation": settle_implementation(steady.optimizer, False),
+        "optimizer_implementation": implementation(steady.optimizer),
         "describes": "steady_state",
         "per_device": {**peak_section(steady), "first_step": peak_section(first)},
         "collectives": collectives_section(steady.collectives, formula, world.plan),

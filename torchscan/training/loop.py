@@ -34,19 +34,28 @@ def optimizer_factory(optimizer: Any) -> Callable[[list[torch.Tensor]], torch.op
                      f"got {optimizer!r}")
 
 
+def device_picks_foreach(device: torch.device, meta_kernels: str | None = "accelerator") -> bool:
+    """Whether ``torch.optim`` runs the ``foreach`` implementation by default on ``device``: on devices with foreach
+    kernels it does, on CPU it does not, and meta stands for an accelerator run when the analysis takes an
+    accelerator's kernels there (``meta_kernels="accelerator"``, `torchscan.calls.meta_kernels`)."""
+    if device.type == "meta":
+        return meta_kernels == "accelerator"
+    return device.type in FOREACH_DEVICE_TYPES
+
+
 def settle_implementation(optimizer: torch.optim.Optimizer, foreach: bool) -> str:
-    """The implementation the optimizer runs: where the caller left ``foreach`` unset, the device's default, as
-    ``torch.optim`` decides it on the device (the stand-ins are on meta, where it would pick single-tensor)."""
-    chosen = set()
+    """Where the caller left ``foreach`` unset, set the device's default, as ``torch.optim`` decides it on the device
+    (the stand-ins are on meta, where it would pick single-tensor); returns the `implementation` that runs."""
     for group in optimizer.param_groups:
-        if group.get("fused"):
-            chosen.add("fused")
-        elif "foreach" in group:
-            if group["foreach"] is None:
-                group["foreach"] = foreach
-            chosen.add("foreach" if group["foreach"] else "single_tensor")
-        else:
-            chosen.add("single_tensor")
+        if not group.get("fused") and "foreach" in group and group["foreach"] is None:
+            group["foreach"] = foreach
+    return implementation(optimizer)
+
+
+def implementation(optimizer: torch.optim.Optimizer) -> str:
+    """``fused``, ``foreach`` or ``single_tensor``, joined by ``+`` when param groups differ."""
+    chosen = {"fused" if group.get("fused") else "foreach" if group.get("foreach") else "single_tensor"
+              for group in optimizer.param_groups}
     return "+".join(sorted(chosen)) or "single_tensor"
 
 

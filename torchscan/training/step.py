@@ -34,7 +34,7 @@ from ..parallel.plan import ParallelPlan, parse_plan
 from ..parallel.step import sharded_step
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
-from .loop import FOREACH_DEVICE_TYPES, compute_loss, optimizer_factory, settle_implementation
+from .loop import compute_loss, device_picks_foreach, optimizer_factory, settle_implementation
 from .meta_inplace import MetaInPlace
 from .precision import Autocast, WeightCopies, caller_autocast, end_forward_region, outside_autocast, precision_section
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
@@ -119,13 +119,10 @@ def _zero_gradients(model: nn.Module) -> None:
 
 
 def default_foreach(analysis: Analysis) -> bool:
-    """Whether the device the analysis stands for runs PyTorch's ``foreach`` optimizers by default: an accelerator
-    does (``torch.optim``'s default picks ``foreach`` on devices with foreach kernels), CPU does not, and an
-    analysis on meta sizes an accelerator run (`torchscan.calls.meta_kernels`)."""
+    """Whether the device the analysis stands for runs PyTorch's ``foreach`` optimizers by default
+    (`torchscan.training.loop.device_picks_foreach`): its stand-ins' device, else the model's."""
     device = analysis.as_device or next((t.device for t in analysis.model.parameters()), torch.device("cpu"))
-    if device.type == "meta":
-        return getattr(analysis, "meta_kernels", "accelerator") == "accelerator"
-    return device.type in FOREACH_DEVICE_TYPES
+    return device_picks_foreach(device, analysis.meta_kernels)
 
 
 def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any

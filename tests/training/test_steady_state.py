@@ -178,18 +178,18 @@ def test_pure_low_precision_is_named():
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
-def test_answering_in_place_operators_on_meta_changes_no_number(device: str, monkeypatch: pytest.MonkeyPatch):
-    """`MetaInPlace` skips the meta kernels of the optimizer's in-place element-wise operators (single-tensor AdamW
+def test_answering_element_wise_operators_on_meta_changes_no_number(device: str, monkeypatch: pytest.MonkeyPatch):
+    """`MetaElementwise` skips the meta kernels of the optimizer's element-wise operators (single-tensor AdamW
     on a CPU model, ``foreach`` on a meta one): the report is the same as with the kernels run."""
     from contextlib import nullcontext
 
     from torchscan.training import step
 
     with torch.device(device):
-        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32))
     x = torch.randn(8, 16, device=device)
     fast = crawl_training_step(model, args=(x,), optimizer="adamw", memory=True)
-    monkeypatch.setattr(step, "MetaInPlace", nullcontext)
+    monkeypatch.setattr(step, "MetaElementwise", nullcontext)
     slow = crawl_training_step(model, args=(x,), optimizer="adamw", memory=True)
     assert fast["training"] == slow["training"]
     assert fast["training"]["optimizer"]["implementation"] == ("foreach" if device == "meta" else "single_tensor")

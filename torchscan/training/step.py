@@ -35,7 +35,7 @@ from ..parallel.step import sharded_step
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .loop import compute_loss, device_picks_foreach, optimizer_factory, settle_implementation
-from .meta_inplace import MetaInPlace
+from .meta_elementwise import MetaElementwise
 from .precision import Autocast, WeightCopies, caller_autocast, end_forward_region, outside_autocast, precision_section
 from .section import LOSS, Owner, Phases, raise_if_training_incomplete, training_section
 
@@ -343,13 +343,14 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     phases.optimizer_type = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     phases.optimizer_implementation = settle_implementation(optimizer, foreach)
     recorder = phases.recorder
+    elementwise = MetaElementwise()  # one for both steps: the second repeats the first's signatures
     for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
         if first and memory is None:  # only its memory is reported: it just creates the state, unobserved
-            with MetaInPlace():
+            with elementwise:
                 optimizer.step()
             continue
         timeline = None if memory is None else memory.optimizer_timeline(optimizer, first)
-        with MetaInPlace(), recorder, device_queries(), recorder.listening(timeline):
+        with elementwise, recorder, device_queries(), recorder.listening(timeline):
             recorder.enter(scope)
             optimizer.step()
             recorder.leave()

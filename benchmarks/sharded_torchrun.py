@@ -27,10 +27,10 @@ place and keep nothing), found by reading the profiler's records with the operat
   a gloo thread (with temporaries of the division by the world size) and the clone lives on until a later
   collective, past the step's end sometimes. Each is one FSDP unit's full parameters or gradients: about 9% of the
   MLP's per-device peak, 2 to 7% of the Llama's.
-- timing: gloo runs the collective on a worker thread that holds the work, and with it FSDP2's all-gather output,
-  until it lets go of it after the caller was woken; when that is last, the buffer is freed on gloo's thread, where
-  the profiler records no free, so the measured level keeps it. Which rank, step and unit this hits changes from run
-  to run.
+- timing: gloo runs each collective on one of its worker threads, and the work it holds references FSDP2's
+  all-gather output. Sometimes (which rank, step and unit changes from run to run) the profile of the step records
+  no free of that buffer at all, neither on the main thread nor on gloo's: it stays in the measured level, up to
+  one more unit's full parameters.
 
 So after the measured third step, each rank runs ``--repeats`` more steps under the profiler and reads each
 profile twice: every allocation (as `measure_peak_memory` reads them) and without the allocations made inside a

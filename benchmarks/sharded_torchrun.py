@@ -109,34 +109,41 @@ def worker(options: argparse.Namespace) -> None:
             args, kwargs, loss = call()  # seeded: every rank gets the same batch, as the analysis's rank does
             model = build()
             shard(model, FakeWorld(plan, rank, mesh))  # the real gloo mesh: shard reads only the plan and the mesh
-
-            def step() -> None:
-                loop_step(model, args, kwargs, loss, optimizer)  # noqa: B023 (runs within this iteration)
-
-            def at_start() -> int:
-                return storage_bytes([*model.parameters(), *model.buffers(), *tensors_in((args, kwargs)),  # noqa: B023
-                                      *tensors_in(list(optimizer.state.values()))])  # noqa: B023
-
             optimizer = adamw(trainable(model))
-            for _ in range(2):
-                step()
-            dist.barrier()
-            start = at_start()
-            measured = measure_peak_memory(step, device="cpu")
-            repeats = []
-            for _ in range(options.repeats):
-                dist.barrier()
-                begin = at_start()
-                repeats.append({key: begin + value for key, value in split_collective_buffers(step).items()})
             results.append({"model": model_name, "strategy": strategy, "precision": precision, "rank": rank,
                             "backend": dist.get_backend(), "world_size": dist.get_world_size(),
-                            "at_start": start, "peak_above_start": measured["peak_bytes"],
-                            "peak": start + measured["peak_bytes"], "observed": measured["observed"],
-                            "repeats": repeats})
-            dist.barrier()
+                            **measure_rank(model, (args, kwargs, loss), optimizer, options.repeats, dist.barrier)})
     finally:
         dist.destroy_process_group()
     Path(options.out, f"rank{rank}.json").write_text(json.dumps(results, indent=1))
+
+
+def measure_rank(model: torch.nn.Module, call: Any, optimizer: torch.optim.Optimizer, repeats: int,
+                 barrier: Any) -> dict[str, Any]:
+    """Two unmeasured steps, the third measured (the bytes at its start plus `measure_peak_memory`), then
+    ``repeats`` more read by `split_collective_buffers`; ``barrier()`` lines the ranks up before each."""
+    args, kwargs, loss = call
+
+    def step() -> None:
+        loop_step(model, args, kwargs, loss, optimizer)
+
+    def at_start() -> int:
+        return storage_bytes([*model.parameters(), *model.buffers(), *tensors_in((args, kwargs)),
+                              *tensors_in(list(optimizer.state.values()))])
+
+    for _ in range(2):
+        step()
+    barrier()
+    start = at_start()
+    measured = measure_peak_memory(step, device="cpu")
+    later = []
+    for _ in range(repeats):
+        barrier()
+        begin = at_start()
+        later.append({key: begin + value for key, value in split_collective_buffers(step).items()})
+    barrier()
+    return {"at_start": start, "peak_above_start": measured["peak_bytes"], "peak": start + measured["peak_bytes"],
+            "observed": measured["observed"], "repeats": later}
 
 
 def split_collective_buffers(workload: Any) -> dict[str, int]:

@@ -141,7 +141,8 @@ def tracker_peak_fake(build: Any, call: tuple, plan: dict[str, Any]) -> int:
 def small_models(options: argparse.Namespace) -> None:
     header = (f"{'model':<6} {'plan':<20} {'TorchScan':>10} {'measured':>10} {'ratio':>6} {'FSDPMemTr':>10} "
               f"{'ratio':>6} {'DS rule':>10} {'ratio':>6} {'accel 4x':>10} {'ratio':>6}")
-    print("Per-device peak, MB (10^6 bytes); each ratio is the estimator's over the measured peak")
+    print("Per-device peak, MB (10^6 bytes); each ratio is the estimator's over the measured peak; the last column "
+          "says whether the first three are equal to the byte")
     print(header)
     print("-" * len(header))
     for model_name in options.models:
@@ -161,8 +162,9 @@ def small_models(options: argparse.Namespace) -> None:
                 accel = accelerate_adam(weights)
                 cells = " ".join(f"{value / MB:>10.3f} {value / measured:>6.3f}"
                                  for value in (tracked, rule, accel))
+                same = "TorchScan == measured == FSDPMemTracker" if ours == measured == tracked else "bytes differ"
                 print(f"{model_name:<6} {f'{strategy} x{size}':<20} {ours / MB:>10.3f} {measured / MB:>10.3f} "
-                      f"{ours / measured:>6.3f} {cells}  ({label})", flush=True)
+                      f"{ours / measured:>6.3f} {cells}  ({label}; {same})", flush=True)
 
 
 def llama7b(world_sizes: list[int]) -> None:
@@ -187,9 +189,12 @@ def llama7b(world_sizes: list[int]) -> None:
         ours_seconds = time.perf_counter() - began
         tracked = tracker_peak_fake(llama2_7b, call, plan)
         tracker_seconds = time.perf_counter() - began - ours_seconds
-        print(f"{size:>10} {section['per_device']['peak']['value'] / 1e9:>10.2f} {tracked / 1e9:>10.2f} "
+        ours = section["per_device"]["peak"]["value"]
+        print(f"{size:>10} {ours / 1e9:>10.2f} {tracked / 1e9:>10.2f} "
               f"{deepspeed_zero3(total, largest, size) / 1e9:>10.2f} {deepspeed_zero2(total, size) / 1e9:>10.2f} "
-              f"{accelerate_adam(weights) / 1e9:>10.2f} {ours_seconds:>6.1f} / {tracker_seconds:>5.1f} s", flush=True)
+              f"{accelerate_adam(weights) / 1e9:>10.2f} {ours_seconds:>6.1f} / {tracker_seconds:>5.1f} s  "
+              f"({'equal to the byte' if ours == tracked else f'TorchScan - FSDPMemTracker: {ours - tracked:,} B'})",
+              flush=True)
 
 
 def main() -> None:

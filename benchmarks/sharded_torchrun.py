@@ -29,8 +29,8 @@ place and keep nothing), found by reading the profiler's records with the operat
   fp32 MLP, 9% of its per-device peak).
 - timing: gloo runs each collective on one of its worker threads, and the work it holds references FSDP2's
   all-gather output. Sometimes (which rank, step and unit changes from run to run) the profile of the step records
-  no free of that buffer at all, neither on the main thread nor on gloo's: it stays in the measured level, up to
-  one more unit's full parameters.
+  no free of that buffer at all, neither on the main thread nor on gloo's: it stays in the measured level (one or
+  two units' gathered parameters in the runs so far).
 
 So after the measured third step, each rank runs ``--repeats`` more steps under the profiler and reads each
 profile twice: every allocation (as `measure_peak_memory` reads them) and without the allocations made inside a

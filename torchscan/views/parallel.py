@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cells import Cell, metric_cell
-from .formatting import format_bytes, format_percent
+from .formatting import format_bytes
 from .memory import MemoryPart, memory_parts
 
 #: How a plan's strategy reads.
@@ -80,7 +80,7 @@ class SizingView:
     def device_text(self) -> str:
         """``80GB (72GB usable, 10% headroom)``."""
         return (f"{format_bytes(self.device_memory)} ({format_bytes(self.usable)} usable, "
-                f"{format_percent(100 * self.headroom)} headroom)")
+                f"{100 * self.headroom:g}% headroom)")
 
     @property
     def fits_on(self) -> Cell:
@@ -99,9 +99,9 @@ class SizingView:
     def verdict(self) -> str:
         """The sizing in one sentence."""
         if self.smallest is not None:
-            return (f"The smallest analyzed world size whose devices hold the step is {self.smallest} "
-                    f"({self.smallest} × {self.device_text}).")
-        return f"None of the analyzed world sizes fits: {self.reason}."
+            return (f"On devices of {self.device_text}, the smallest analyzed world size that holds the step is "
+                    f"{self.smallest}.")
+        return f"On devices of {self.device_text}, none of the analyzed world sizes holds the step: {self.reason}."
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ TITLE = "Per-device memory against world size"
 #: One colour per category; those the single-device memory chart also has keep its colours.
 CATEGORY_COLOURS = {"sharded_parameters": PALETTE[0], "unsharded_parameters": MORE_COLOURS[1],
                     "all_gather_buffers": MORE_COLOURS[5], "gradient_shards": PALETTE[4],
-                    "unsharded_gradients": PALETTE[7], "reduce_scatter_buffers": MORE_COLOURS[4],
+                    "unsharded_gradients": PALETTE[7], "reduce_scatter_buffers": MORE_COLOURS[0],
                     "optimizer_state": PALETTE[3], "saved_activations": PALETTE[2], "temporaries": PALETTE[6],
                     "inputs": NEUTRAL, "buffers": MORE_COLOURS[2]}
 LEGEND_ROW = 4
@@ -62,7 +62,7 @@ def summary(sizing: SizingView) -> str:
             f"peak, by category (traced tensor bytes of one rank, without the communication library's buffers, the "
             f"allocator's caching or kernel workspaces). The solid line is one device's memory, "
             f"{format_bytes(sizing.device_memory)}; the dashed line what is usable with "
-            f"{_percent(sizing.headroom)} kept free, {format_bytes(sizing.usable)}. {sizing.verdict}")
+            f"{_percent(sizing.headroom)} kept free, {format_bytes(sizing.usable)}.")
 
 
 def world_label(point: SizingPoint) -> str:

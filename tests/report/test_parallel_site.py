@@ -20,7 +20,7 @@ from torchscan.parallel.fit import fit_summary
 from torchscan.report.output.documents import catalog_markdown, entry_markdown, report_html
 from torchscan.report.registry.parsing import Registry, RegistryError, load_registry
 from torchscan.report.review.budgets import check_budgets, parse_budget
-from torchscan.report.review.catalog_view import catalog_view, summarize_run
+from torchscan.report.review.catalog_view import catalog_view
 from torchscan.report.review.report_diff import diff_view
 from torchscan.report.runs.result_cache import cache_key
 from torchscan.report.runs.worker import analyze_run
@@ -243,7 +243,8 @@ def test_reviews_and_budgets_compare_the_per_device_peak(analyzed: tuple[Registr
     row = next(row for row in view.totals if row.key == "per_device_peak_bytes")
     assert row.label == "Per-device peak" and row.percent == "+100.0%"
     assert [check.status for check in view.budgets] == ["exceeded", "met"]
-    assert view.warnings == ["The sharded training steps follow different plans: before fsdp over 2 devices, after "
-                             "fsdp over 1 device. The per-device peaks compare the two plans."]
+    warning = ("The sharded training steps follow different plans: before fsdp over 2 devices, after fsdp over 1 "
+               "device. The per-device peaks compare the two plans.")
+    assert view.warnings == [warning]
     plain = analyzed[1]["single"]["report"]
     assert [check.status for check in check_budgets(budgets[:1], compare_reports(plain, before))] == ["unknown"]

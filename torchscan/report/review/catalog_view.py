@@ -11,8 +11,8 @@ from typing import Any
 
 from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from ...views.sweep import SweepView, sweep_view
 from ...views.parallel import NO_PLAN, ParallelView
+from ...views.sweep import SweepView, sweep_view
 from ...views.training import TrainingView
 from ..registry.jobs import LAST_GOOD_SUFFIX, Run
 from ..registry.parsing import Entry, Registry

@@ -14,7 +14,6 @@ from typing import Any
 
 from ...compare import compare_reports, metric_delta
 from ...views import EMPTY, Cell, layer_label, metric_cell, parameter_cell, shape_text
-from ...views.parallel import plan_text
 from ...views.formatting import (
     PARAMETER_SCALES,
     format_bytes,
@@ -24,6 +23,7 @@ from ...views.formatting import (
     format_signed,
     format_signed_bytes,
 )
+from ...views.parallel import plan_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
@@ -261,8 +261,9 @@ def plan_warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     plans = [report.get("training", {}).get("parallel", {}).get("plan") for report in (before, after)]
     if plans[0] is None or plans[1] is None or plans[0] == plans[1]:
         return []
-    return [f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
-            f"{plan_text(plans[1])}. The per-device peaks compare the two plans."]
+    warning = (f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
+               f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")
+    return [warning]
 
 
 def _budget_row(check: BudgetCheck) -> BudgetRow:

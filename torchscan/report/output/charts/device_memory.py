@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ....views.cells import Cell
 from ....views.formatting import format_bytes
@@ -139,7 +139,9 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
 
 def _device_lines(canvas: Canvas, axes: Axes, sizing: SizingView) -> None:
     """The device's memory (solid) and the usable part of it (dashed), labelled at the plot's right end."""
-    for value, style, label in ((sizing.device_memory, "-", "device memory"), (sizing.usable, "--", "usable")):
+    lines: tuple[tuple[int, Literal["-", "--"], str], ...] = ((sizing.device_memory, "-", "device memory"),
+                                                             (sizing.usable, "--", "usable"))
+    for value, style, label in lines:
         axes.hlines([value], 0, 1, transform=axes.get_yaxis_transform(), colors=INK, linewidth=1.2,
                     linestyles=style, zorder=4, clip_on=False)
         dy = 5 if value == sizing.device_memory else -5

@@ -9,6 +9,7 @@ One tiny model of two blocks is analyzed once for the module (three sharded step
 from __future__ import annotations
 
 import copy
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from torchscan import compare_reports, fit_devices
 from torchscan.parallel.fit import fit_summary
+from torchscan.report.output.charts.device_memory import device_memory_chart
 from torchscan.report.output.documents import catalog_markdown, entry_markdown, report_html
 from torchscan.report.registry.parsing import Registry, RegistryError, load_registry
 from torchscan.report.review.budgets import check_budgets, parse_budget
@@ -248,3 +250,22 @@ def test_reviews_and_budgets_compare_the_per_device_peak(analyzed: tuple[Registr
     assert view.warnings == [warning]
     plain = analyzed[1]["single"]["report"]
     assert [check.status for check in check_budgets(budgets[:1], compare_reports(plain, before))] == ["unknown"]
+
+
+def test_the_chart_draws_one_column_per_world_size_and_the_device_lines(
+        analyzed: tuple[Registry, dict[str, dict[str, Any]]]) -> None:
+    report = copy.deepcopy(sharded_report(analyzed))
+    point = report["training"]["parallel"]["fit"]["points"][2]
+    point["at_peak"]["temporaries"] = {**point["at_peak"]["temporaries"], "status": "unavailable", "value": None,
+                                       "known_value": None}
+    sizing = parallel_view(report).sizing
+    assert sizing is not None
+    chart = device_memory_chart(sizing)
+    assert [row[0] for row in chart.rows] == ["1", "2 (declared)", "4"]
+    assert [row[2] for row in chart.rows] == ["too large", "fits", "fits"]
+    assert chart.notes == ["n/a (not drawn, never zero): Temporaries at world size 4"]
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+    assert {"70kB device memory", "63kB usable", "1", "2 (declared)", "4", "world size (devices)"} <= set(labels)
+    assert [label for label in labels if label in ("All-gather buffers", "Unsharded gradients")] == [
+        "All-gather buffers", "Unsharded gradients"]  # drawn at some world size: in the legend once each
+    assert "Buffers and other persistent tensors" not in labels  # zero everywhere: no legend entry

@@ -196,8 +196,8 @@ def test_the_catalog_shows_the_per_device_peak_and_where_it_fits(analyzed: tuple
     assert sharded.fits_on.text == "2 × 70kB" and sharded.fits_on.sort == 2
     assert single.per_device_peak is NO_PLAN and single.fits_on is NO_PLAN
     page = catalog_markdown(catalog, "models/", "reports/", site=True)
-    assert ">Per-device peak</span> |" in page and ">Fits on</span> |" in page
-    assert f"{sharded.per_device_peak.text}</span> | " in page and ">2 × 70kB</span>" in page
+    assert ">Per-device peak (fits on)</span> |" in page
+    assert f"{sharded.per_device_peak.text}</span><br><small title=" in page and ">fits on 2\u00a0×\u00a070kB</small>" in page
     assert catalog.has_parallel
 
 
@@ -223,7 +223,7 @@ def test_the_model_page_and_the_report_show_the_sharded_step(analyzed: tuple[Reg
     assert view is not None and view.parallel is not None
     page = entry_markdown(entry, "reports/", site=True)
     assert "## Sharded training" in page and "[Sharded training](#sharded-training)" in page
-    assert "fsdp over 2 devices\n(FSDP2 full sharding" in page
+    assert "Plan:\nfsdp over 2 devices; FSDP2 full sharding, ZeRO-3-like" in page
     assert ("On devices of 70kB (63kB usable, 10% headroom), the smallest analyzed world size that holds the step "
             "is 2.") in page
     assert page.count('aria-label="Per-device memory against world size"') == 1

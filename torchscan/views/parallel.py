@@ -16,10 +16,10 @@ from .memory import MemoryPart, memory_parts
 
 #: How a plan's strategy reads.
 STRATEGY_WORDS = {
-    "fsdp": "FSDP2 full sharding (ZeRO-3-like: parameters gathered for the forward and again for the backward)",
-    "fsdp_no_reshard": "FSDP2 without resharding after the forward (ZeRO-2-like: parameters gathered once a step)",
-    "hsdp": "FSDP2 hybrid sharding (sharded within groups, replicated across them)",
-    "ddp": "replication (DDP: every device holds the whole model)",
+    "fsdp": "FSDP2 full sharding, ZeRO-3-like: parameters gathered for the forward and again for the backward",
+    "fsdp_no_reshard": "FSDP2 without resharding after the forward, ZeRO-2-like: parameters gathered once a step",
+    "hsdp": "FSDP2 hybrid sharding: sharded within groups, replicated across them",
+    "ddp": "replication, as DDP: every device holds the whole model",
 }
 #: The categories of a device's live bytes (`torchscan.parallel.memory.CATEGORIES`), in report order, with labels.
 DEVICE_PARTS = (

@@ -37,6 +37,8 @@ CATEGORY_COLOURS = {"sharded_parameters": PALETTE[0], "unsharded_parameters": MO
                     "inputs": NEUTRAL, "buffers": MORE_COLOURS[2]}
 LEGEND_ROW = 4
 PLOT_HEIGHT = 170.0
+#: Points a value label takes above its column (the gap and the text).
+LABEL_HEIGHT = 14.0
 #: Points below the plot: world-size labels, the axis title, and a footnote when there is one.
 BELOW = 44.0
 
@@ -125,9 +127,10 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
             statuses.append(amount.status)
             start += amount.known
     add_boxes(canvas, axes, spans, colours, statuses)
+    lines = (float(sizing.device_memory), float(sizing.usable))
     for position, (point, top) in enumerate(zip(sizing.points, tops, strict=True)):
-        canvas.text(position, top, point.peak.text, axes.transData, dy=4, anchor="middle", baseline="auto",
-                    size=FONT - 0.5, number=True)
+        canvas.text(position, clear_of(top, lines, LABEL_HEIGHT * high / PLOT_HEIGHT), point.peak.text,
+                    axes.transData, dy=4, anchor="middle", baseline="auto", size=FONT - 0.5, number=True)
         canvas.text(position, 0, world_label(point), axes.get_xaxis_transform(), dy=-5, anchor="middle",
                     baseline="hanging", size=FONT - 0.5, weight="bold" if point.declared else None)
         canvas.text(position, 0, point.fits, axes.get_xaxis_transform(), dy=-17, anchor="middle",
@@ -135,6 +138,16 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
     canvas.text(0.5, 0, "world size (devices)", axes.transAxes, dy=-31, anchor="middle", baseline="hanging",
                 size=FONT - 0.5)
     _device_lines(canvas, axes, sizing)
+
+
+def clear_of(top: float, lines: Sequence[float], height: float) -> float:
+    """Where a column's value label sits (its baseline, in bytes): on the column, or above a device line that would
+    run through it (a label over a line cannot be read)."""
+    base = top
+    for line in sorted(lines):
+        if base - height / 4 <= line <= base + height:
+            base = line + height / 8
+    return base
 
 
 def _device_lines(canvas: Canvas, axes: Axes, sizing: SizingView) -> None:

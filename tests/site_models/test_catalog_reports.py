@@ -75,19 +75,19 @@ def test_the_catalog_asks_for_the_promised_training_steps() -> None:
 
 def test_the_7b_entry_is_sized_across_world_sizes() -> None:
     """llama2_7b's sharded plan at 1, 2 and 8 devices of 80 GB: each device holds a 1/N shard of the fp32 parameters,
-    gradients and AdamW's two moments (16 bytes per parameter in all), so the per-device peak falls with N, and
-    one device is too small while two are enough."""
+    gradients and AdamW's two moments (16 bytes per parameter in all; AdamW adds a float32 step count per tensor), so
+    the per-device peak falls with N, and one device is too small while two are enough."""
     parallel = training_result("llama2_7b")["report"]["training"]["parallel"]
     fit = parallel["fit"]
     assert [point["world_size"] for point in fit["points"]] == [1, 2, 8]
     assert fit["points"][-1]["per_device_peak"] == parallel["per_device"]["peak"]  # the declared point is reused
-    parameters = 6_738_415_616
+    parameters, tensors = 6_738_415_616, 32 * 9 + 3  # 9 per decoder layer, the embedding, final norm and head
     for point in fit["points"]:
         at_peak = point["at_peak"]
         assert point["per_device_peak"]["status"] == "complete"
         shard = at_peak["sharded_parameters"]["value"]
         assert shard >= parameters * 4 // point["world_size"]  # fp32 shards (FSDP2 pads dimension 0)
-        assert at_peak["optimizer_state"]["value"] == 2 * shard
+        assert at_peak["optimizer_state"]["value"] == 2 * shard + 4 * tensors  # two moments, and a step per tensor
     peaks = [point["per_device_peak"]["value"] for point in fit["points"]]
     assert peaks == sorted(peaks, reverse=True)
     assert peaks[0] > fit["usable"] >= peaks[1] and fit["smallest_world_size"] == 2

@@ -20,6 +20,7 @@ from .amounts import Amount, amount_of, tick_text, total_of
 from .bar_plots import Bar, add_boxes, partial_legend
 from .canvas import Canvas, no_ticks
 from .chart import Chart
+from .measure import text_width
 from .style import FONT, INK, MORE_COLOURS, NEUTRAL, PALETTE, UNAVAILABLE, WIDTH
 from .svg_output import draw
 
@@ -128,9 +129,9 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
             start += amount.known
     add_boxes(canvas, axes, spans, colours, statuses)
     lines = (float(sizing.device_memory), float(sizing.usable))
+    beside = (axes.get_position().width * canvas.width / len(columns)) * 0.36 - 5  # points right of a column
     for position, (point, top) in enumerate(zip(sizing.points, tops, strict=True)):
-        canvas.text(position, clear_of(top, lines, LABEL_HEIGHT * high / PLOT_HEIGHT), point.peak.text,
-                    axes.transData, dy=4, anchor="middle", baseline="auto", size=FONT - 0.5, number=True)
+        value_label(canvas, axes, (position, top), point.peak.text, lines, (LABEL_HEIGHT * high / PLOT_HEIGHT, beside))
         canvas.text(position, 0, world_label(point), axes.get_xaxis_transform(), dy=-5, anchor="middle",
                     baseline="hanging", size=FONT - 0.5, weight="bold" if point.declared else None)
         canvas.text(position, 0, point.fits, axes.get_xaxis_transform(), dy=-17, anchor="middle",
@@ -138,6 +139,22 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
     canvas.text(0.5, 0, "world size (devices)", axes.transAxes, dy=-31, anchor="middle", baseline="hanging",
                 size=FONT - 0.5)
     _device_lines(canvas, axes, sizing)
+
+
+def value_label(canvas: Canvas, axes: Axes, at: tuple[float, float], text: str, lines: Sequence[float],
+                room: tuple[float, float]) -> None:
+    """A column's peak, written over its top; where a device line would run through it there, beside the column's
+    top when it fits there clear of the lines, else above the lines (a label crossed by a line cannot be read).
+    ``room`` is the label's height in bytes and the points free right of a column."""
+    (position, top), (height, beside) = at, room
+    style = {"size": FONT - 0.5, "number": True}
+    if clear_of(top, lines, height) == top:
+        canvas.text(position, top, text, axes.transData, dy=4, anchor="middle", baseline="auto", **style)
+    elif text_width(text, FONT - 0.5) <= beside and clear_of(top - height / 2, lines, height) == top - height / 2:
+        canvas.text(position + 0.32, top, text, axes.transData, dx=3, dy=-5, **style)
+    else:
+        canvas.text(position, clear_of(top, lines, height), text, axes.transData, dy=4, anchor="middle",
+                    baseline="auto", **style)
 
 
 def clear_of(top: float, lines: Sequence[float], height: float) -> float:

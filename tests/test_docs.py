@@ -269,10 +269,11 @@ def test_the_cli_page_documents_every_command_and_option() -> None:
 
 
 def test_the_registry_page_documents_every_key() -> None:
-    from torchscan.report.registry import checks, jobs, parsing, placement
+    from torchscan.report.registry import checks, jobs, parallel, parsing, placement
 
     page = (DOCS / "registry.md").read_text(encoding="utf-8")
-    for key in (*parsing.CATALOG_KEYS, *parsing.SITE_KEYS, *parsing.ENTRY_KEYS, *jobs.VARIANT_KEYS):
+    for key in (*parsing.CATALOG_KEYS, *parsing.SITE_KEYS, *parsing.ENTRY_KEYS, *jobs.VARIANT_KEYS,
+                *parallel.PARALLEL_KEYS):
         assert f"| `{key}` |" in page, f"registry.md does not document the key {key}"
     for name in (*checks.DTYPE_NAMES, *placement.DEVICES):
         assert f"`{name}`" in page or f'`"{name}"`' in page, f"registry.md does not mention {name}"

@@ -19,6 +19,9 @@ COMPARED_TOTALS = (*SUMMABLE_METRICS, "operator_flops")
 #: ``totals``, the training step's in ``training.totals``. A side without one reads as not requested.
 MEMORY_TOTALS = ("forward_peak_bytes", "activations")
 TRAINING_MEMORY_TOTALS = ("training_peak_bytes",)
+#: The sharded step's per-device peak (``training.parallel.per_device.peak``, the steady state on one device of the
+#: plan's world size), compared when either report has a ``training.parallel`` section.
+PARALLEL_MEMORY_TOTALS = ("per_device_peak_bytes",)
 #: The fields that say what a total measures; two totals that differ in one of them are not comparable.
 MEASURE_KEYS = ("unit", "scope", "method")
 
@@ -26,7 +29,8 @@ MEASURE_KEYS = ("unit", "scope", "method")
 
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Totals with deltas and statuses, and layer calls that were added, removed or changed. Memory totals
-    (``forward_peak_bytes``, ``activations``, ``training_peak_bytes``) are compared when either side has them.
+    (``forward_peak_bytes``, ``activations``, ``training_peak_bytes``, and ``per_device_peak_bytes`` of a sharded
+    step) are compared when either side has them.
 
     Raises ``TypeError`` when a side is not a report, and ``ValueError`` naming the first incompatibility: a
     schema version this version does not read, two layer records with one ``(path, call_index)``, or a total
@@ -49,17 +53,28 @@ def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, 
 
 def _compare_memory(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """The memory totals either side has, each compared (a side that did not trace memory has none: ``None``)."""
-    sides = [(report["totals"], report.get("training", {}).get("totals", {})) for report in (before, after)]
+    sides = [memory_totals(report) for report in (before, after)]
     compared = {}
-    for name in (*MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS):
-        where = 0 if name in MEMORY_TOTALS else 1
-        old, new = (side[where].get(name) for side in sides)
+    for name in (*MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS, *PARALLEL_MEMORY_TOTALS):
+        old, new = (side.get(name) for side in sides)
         if old is None and new is None:
             continue
         if old is not None and new is not None:
             _check_same_measure(name, old, new)
         compared[name] = _compare_metric(old, new)
     return compared
+
+
+def memory_totals(report: dict[str, Any]) -> dict[str, Any]:
+    """A report's memory totals by name: the forward's (``totals``), the training step's (``training.totals``) and
+    the sharded step's per-device peak (``training.parallel.per_device.peak``), those it has."""
+    training = report.get("training", {})
+    found = {name: report["totals"][name] for name in MEMORY_TOTALS if name in report["totals"]}
+    found.update((name, training["totals"][name]) for name in TRAINING_MEMORY_TOTALS
+                 if name in training.get("totals", {}))
+    if "parallel" in training:
+        found["per_device_peak_bytes"] = training["parallel"]["per_device"]["peak"]
+    return found
 
 
 def _checked_layers(name: str, report: Any) -> dict[CallKey, dict[str, Any]]:

@@ -71,6 +71,8 @@ __all__ = [
     "Ownership",
     "Parallel",
     "ParallelCategories",
+    "ParallelFit",
+    "ParallelFitPoint",
     "ParallelPlanRecord",
     "ParallelStep",
     "ParameterStatistics",
@@ -689,6 +691,26 @@ class Collectives(TypedDict):
     matches: bool
 
 
+class ParallelFitPoint(TypedDict):
+    """One world size of a sizing (`torchscan.parallel.fit.fit_point`)."""
+
+    world_size: int
+    per_device_peak: MetricResult
+    at_peak: ParallelCategories
+    phase_at_peak: Phase | None
+
+
+class ParallelFit(TypedDict):
+    """``training.parallel.fit``: the plan at each of a registry entry's world sizes (`torchscan.fit_devices`)."""
+
+    points: list[ParallelFitPoint]
+    smallest_world_size: int | None
+    reason: str | None
+    device_memory: int
+    headroom: float
+    usable: int
+
+
 class Parallel(TypedDict):
     """``training.parallel``: the step sharded by FSDP2 over a fake process group (`torchscan.parallel.step`)."""
 
@@ -704,6 +726,7 @@ class Parallel(TypedDict):
     per_device: PerDevice
     collectives: Collectives
     not_modelled: str
+    fit: NotRequired[ParallelFit]
 
 
 class Training(TypedDict):

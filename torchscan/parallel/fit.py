@@ -39,21 +39,30 @@ def fit_devices(model: nn.Module, input_shape: Any = None, dtype: Any = None, *,
     `torchscan.crawl_training_step`; ``parallel`` is a plan (its ``world_size`` is replaced by each of
     ``world_sizes``); ``device_memory`` is bytes (an int) or a size such as ``"80GB"`` or ``"80GiB"``; ``headroom``
     is the fraction of it kept free (0.1: a peak fits in 90%). Returns ``points`` (one ``{"world_size",
-    "per_device_peak"}`` each, the peak a MetricResult in bytes), ``smallest_world_size`` (None, with a ``reason``,
+    "per_device_peak", "at_peak", "phase_at_peak"}`` each: the peak a MetricResult in bytes, what is live at it by
+    category as in ``per_device.at_peak``, the phase it is reached in), ``smallest_world_size`` (None, with a ``reason``,
     when no world size given fits), ``device_memory`` and ``usable`` in bytes, and ``headroom``.
     """
     sizes = _world_sizes(world_sizes)
     capacity = device_bytes(device_memory)
-    if not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
-        raise ValueError(f"headroom must be a fraction in [0, 1), got {headroom!r}")
+    _check_headroom(headroom)
     spec = dict(parallel) if isinstance(parallel, Mapping) else parallel
     parse_plan({**spec, "world_size": sizes[0]})  # the plan's errors before anything runs
     call_args, call_kwargs, _ = resolve_call(model, input_shape, dtype, args, kwargs, device)
+    sections = {size: sharded_step(model, call_args, call_kwargs, loss, optimizer, {**spec, "world_size": size})
+                for size in sizes}
+    return fit_summary(sections, capacity, headroom)
+
+
+def fit_summary(sections: Mapping[int, Mapping[str, Any]], device_memory: int | str, headroom: float = 0.1
+                ) -> dict[str, Any]:
+    """`fit_devices`'s result from sharded steps already run: ``sections`` maps each world size to its
+    ``training.parallel`` section (`torchscan.parallel.step.sharded_step`). A registry build uses it to size the
+    other world sizes beside the declared one, which its training step has already analyzed."""
+    capacity = device_bytes(device_memory)
+    _check_headroom(headroom)
     usable = int(capacity * (1 - headroom))
-    points = []
-    for size in sizes:
-        section = sharded_step(model, call_args, call_kwargs, loss, optimizer, {**spec, "world_size": size})
-        points.append({"world_size": size, "per_device_peak": section["per_device"]["peak"]})
+    points = [fit_point(size, sections[size]) for size in sorted(sections)]
     fitting = [point["world_size"] for point in points if _fits(point["per_device_peak"], usable)]
     return {
         "points": points,
@@ -63,6 +72,20 @@ def fit_devices(model: nn.Module, input_shape: Any = None, dtype: Any = None, *,
         "headroom": headroom,
         "usable": usable,
     }
+
+
+def fit_point(world_size: int, section: Mapping[str, Any]) -> dict[str, Any]:
+    """One world size's point: the steady-state per-device peak, what is live at it by category, and the phase it
+    is reached in (the chart of a model page stacks the categories against the world size)."""
+    device = section["per_device"]
+    return {"world_size": world_size, "per_device_peak": dict(device["peak"]),
+            "at_peak": {name: dict(result) for name, result in device["at_peak"].items()},
+            "phase_at_peak": device["phase_at_peak"]}
+
+
+def _check_headroom(headroom: Any) -> None:
+    if isinstance(headroom, bool) or not (isinstance(headroom, (int, float)) and 0 <= headroom < 1):
+        raise ValueError(f"headroom must be a fraction in [0, 1), got {headroom!r}")
 
 
 def device_bytes(value: int | str) -> int:

@@ -35,16 +35,10 @@ from typing import Any
 import torch
 from torch import nn
 
-STRATEGIES = ("ddp", "fsdp", "fsdp_no_reshard", "hsdp")
-KEYS = ("strategy", "world_size", "shard_group_size", "mixed_precision", "units", "activation_checkpointing")
-PRECISION_KEYS = ("param_dtype", "reduce_dtype", "output_dtype")
+from .plan_keys import DTYPE_ALIASES, KEYS, PRECISION_KEYS, STRATEGIES
+
 #: The dtype names a plan may use (``torch.`` in front is accepted too); mixed precision is about floating point.
-DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "float64": torch.float64, "fp64": torch.float64, "double": torch.float64,
-}
+DTYPE_NAMES: dict[str, torch.dtype] = {alias: getattr(torch, name) for alias, name in DTYPE_ALIASES.items()}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from .cells import PART_STATUS, Cell, cell_markers, legend, metric_cell, paramet
 from .formatting import exact_count, format_bytes, format_count, format_parameters
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .memory import MemoryView, memory_view
+from .parallel import ParallelView, parallel_view
 from .training import TrainingView, training_view
 from .values import value_text
 
@@ -109,6 +110,8 @@ class ReportView:
     training: TrainingView | None = None
     #: The memory sections (``crawl_module(..., memory=True)``), else None (memory was not asked for).
     memory: MemoryView | None = None
+    #: The sharded training step (``crawl_training_step(..., parallel=...)``) and its sizing, else None.
+    parallel: ParallelView | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -173,6 +176,7 @@ def report_view(report: dict[str, Any], title: str = "", description: str = "") 
         incomplete=incomplete_summary(report),
         training=training_view(report),
         memory=memory_view(report),
+        parallel=parallel_view(report),
     )
 
 

@@ -25,8 +25,9 @@ META_KERNELS = ("accelerator", "math")
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
-#: ``training = { optimizer = ... }``: the keys of the table and the optimizers ``crawl_training_step`` knows by name.
-TRAINING_KEYS = ("optimizer",)
+#: ``training = { optimizer = ... }``: the keys of the table and the optimizers ``crawl_training_step`` knows by name
+#: (``parallel``, the sharded plan, is read by `torchscan.report.registry.parallel`).
+TRAINING_KEYS = ("optimizer", "parallel")
 TRAINING_OPTIMIZERS = ("sgd", "adam", "adamw")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
 SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
@@ -67,9 +68,10 @@ class Checker:
         return {key: self.callable_path(f"{where}: {key}", item[key], required=True, what=name)
                 for key, name in EXTENSION_KEYS.items() if key in item}
 
-    def training(self, where: str, value: Any) -> dict[str, str] | None:
+    def training(self, where: str, value: Any) -> dict[str, Any] | None:
         """``training = { optimizer = "adamw" }`` (the optimizer optional; ``false`` in a variant turns the entry's
-        off): the options of the run's training step, or None when the run analyzes the forward only."""
+        off): the options of the run's training step, or None when the run analyzes the forward only. Its
+        ``parallel`` table is left to `torchscan.report.registry.parallel`."""
         if value is None or value is False:
             return None
         if not isinstance(value, dict):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .checks import Checker, describe
+from .parallel import parse_parallel
 from .sweeps import Sweep, point_spec
 
 VARIANT_KEYS = ("name", "description", "kwargs", "input_shape", "dtype", "inputs_kwargs", "training")
@@ -48,7 +49,9 @@ class Run:
     description: str = ""
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
     extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
-    training: dict[str, str] | None = None  # crawl_training_step's options (``optimizer``), or None: forward only
+    #: crawl_training_step's options (``optimizer``, and ``parallel``: the sharded plan and its sizing, see
+    #: `torchscan.report.registry.parallel`), or None: forward only
+    training: dict[str, Any] | None = None
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
     as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
@@ -64,7 +67,7 @@ class Run:
         if self.memory is not None:
             job["memory"] = self.memory
         if self.training is not None:  # only then: runs without training keep their jobs (and cache keys)
-            job["training"] = dict(self.training)
+            job["training"] = dict(self.training)  # (a parallel plan's tables are plain TOML values, never changed)
         if self.as_device is not None:  # likewise
             job["as_device"] = self.as_device
         if self.meta_kernels is not None:  # likewise
@@ -135,9 +138,22 @@ def make_run(check: Checker, where: str, common: dict[str, Any], spec: dict[str,
              description: str) -> Run:
     kwargs = check.plain_table(f"{where}.kwargs" if variant else f"{where}: kwargs", spec.get("kwargs", {}))
     return Run(variant=variant, stem=stem, kwargs=kwargs, inputs=_inputs(check, where, spec), description=description,
-               training=check.training(f"{where}.training" if variant else f"{where}: training",
-                                       spec.get("training")),
+               training=_training(check, f"{where}.training" if variant else f"{where}: training",
+                                  spec.get("training")),
                **common)
+
+
+def _training(check: Checker, where: str, value: Any) -> dict[str, Any] | None:
+    """The run's training options, with its sharded plan (``parallel``) checked; a plan needs the optimizer it
+    shards."""
+    training = check.training(where, value)
+    if training is None or not isinstance(value, dict) or "parallel" not in value:
+        return training
+    parallel = parse_parallel(check, f"{where}.parallel", value["parallel"])
+    if "optimizer" not in value:
+        check.problem(f"{where}.parallel", "needs training.optimizer (\"sgd\", \"adam\" or \"adamw\"): a sharded "
+                      "step shards the optimizer's state and runs its step")
+    return training if parallel is None else {**training, "parallel": parallel}
 
 
 def _inputs(check: Checker, where: str, spec: dict[str, Any]) -> InputSpec:

@@ -1,7 +1,8 @@
 """Change budgets for before/after reviews: ``torchscan-report diff --fail-if "macs>+5%"``.
 
 A budget is ``METRIC OP LIMIT``: a total of the comparison (``parameters``, ``macs``, ``module_flops``, ``dmas``,
-``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes``), one of
+``operator_flops``, and the memory totals ``forward_peak_bytes``, ``activations``, ``training_peak_bytes`` and
+``per_device_peak_bytes``, the sharded training step's peak on one device of its plan), one of
 ``>``, ``>=``, ``<``, ``<=``, and a signed limit on the change ``after - before``,
 either absolute in the metric's unit or relative to ``before`` (``+5%``). An absolute limit reads numbers as every
 view writes them (`torchscan.views.formatting`): ``1.5M``, ``8.97k`` (or ``8.97K``), ``1.81G``, ``2T``, and for parameters
@@ -23,12 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...compare import COMPARED_TOTALS, MEMORY_TOTALS, TRAINING_MEMORY_TOTALS
+from ...compare import COMPARED_TOTALS, MEMORY_TOTALS, PARALLEL_MEMORY_TOTALS, TRAINING_MEMORY_TOTALS
 from ...views.formatting import PARAMETER_SCALES, SCALES
 
-METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS)
+METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS, *PARALLEL_MEMORY_TOTALS)
 #: The totals counted in bytes: only they take byte suffixes (``MB``), and a bare ``B`` means bytes there.
-BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes")
+BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
 #: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``; ``B``

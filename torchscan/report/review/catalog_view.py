@@ -11,6 +11,7 @@ from typing import Any
 
 from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
+from ...views.parallel import NO_PLAN, ParallelView
 from ...views.sweep import SweepView, sweep_view
 from ...views.training import TrainingView
 from ..registry.jobs import LAST_GOOD_SUFFIX, Run
@@ -73,6 +74,10 @@ class RunSummary:
     #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations): the
     #: steady state's (``totals.training_peak_bytes``), the optimizer state resident from the step's start.
     training_peak: Cell = NO_TRAINING
+    #: A sharded plan's steady-state peak on one device at the declared world size (``training.parallel``), and the
+    #: smallest analyzed world size whose devices hold it (``training.parallel.fit``); "—" without a plan.
+    per_device_peak: Cell = NO_PLAN
+    fits_on: Cell = NO_PLAN
     training: TrainingView | None = None
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
@@ -221,6 +226,11 @@ class CatalogView:
         return any(run.run.training is not None for run in self.runs)
 
     @property
+    def has_parallel(self) -> bool:
+        """Whether some run has a sharded plan: only then does the site's catalog show the per-device columns."""
+        return any(run.per_device_peak is not NO_PLAN for run in self.runs)
+
+    @property
     def has_memory(self) -> bool:
         """Whether some run's report traced memory: only then does the site's catalog show the memory columns."""
         return any(run.forward_peak is not NO_MEMORY for run in self.runs)
@@ -286,6 +296,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.training = summary.view.training
+    summarize_parallel(summary, summary.view.parallel)
     summary.view.extra["notices"] = summary.notices
     if summary.strict_failed:
         summary.status = "incomplete (strict)"
@@ -303,6 +314,15 @@ def summarize_memory(summary: RunSummary, report: dict[str, Any]) -> None:
         summary.training_peak = metric_cell(training["training_peak_bytes"])
     elif "training" in report:
         summary.training_peak = Cell("—", "not_requested", "memory was not traced for this training step")
+
+
+def summarize_parallel(summary: RunSummary, parallel: ParallelView | None) -> None:
+    """The per-device cells of a run with a sharded plan (the others keep their "—" cells)."""
+    if parallel is None:
+        return
+    summary.per_device_peak = parallel.per_device_peak
+    if parallel.sizing is not None:
+        summary.fits_on = parallel.sizing.fits_on
 
 
 def incomplete_training(report: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from ...views.formatting import (
     format_signed,
     format_signed_bytes,
 )
+from ...views.parallel import plan_text
 from .budgets import Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
@@ -39,9 +40,10 @@ LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", 
                        "effective_stride": "stride", "effective_padding": "padding"}
 #: The memory totals a review compares when either report traced memory (`torchscan.compare.MEMORY_TOTALS`).
 MEMORY_LABELS = (("forward_peak_bytes", "Forward peak", "memory"), ("activations", "Activations", "memory"),
-                 ("training_peak_bytes", "Training peak", "memory"))
+                 ("training_peak_bytes", "Training peak", "memory"),
+                 ("per_device_peak_bytes", "Per-device peak", "memory, sharded"))
 #: The totals counted in bytes: their numbers and changes are written with ``B`` (``+1.2MB``).
-BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes")
+BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in (*TOTAL_LABELS, *MEMORY_LABELS)}
 BUDGET_VERDICTS = {"met": "met", "exceeded": "exceeded", "unknown": "cannot be checked"}
 #: By `DiffView.verdict_status`: the first words of a review's verdict line, the status class that colours them and
@@ -231,7 +233,7 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
                              _details(item["changes"])) for item in layers["changed"]],
         cost_deltas={name: _cost_deltas(layers, name) for name in ("macs", "module_flops")},
         models=models,
-        warnings=_warnings(*models),
+        warnings=_warnings(*models) + plan_warnings(before, after),
         budgets=[_budget_row(check) for check in check_budgets(budgets, comparison)],
     )
 
@@ -251,6 +253,17 @@ def _warnings(before: str, after: str) -> list[str]:
         return []
     return [(f"The two reports are of different models: before is {before or 'unknown'}, after is "
              f"{after or 'unknown'}. The deltas compare two models, not two versions of one model.")]
+
+
+def plan_warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """A warning when both reports have a sharded step but of different plans: their per-device peaks then compare
+    two plans (8 devices against 16, say), not two versions of one model on the same devices."""
+    plans = [report.get("training", {}).get("parallel", {}).get("plan") for report in (before, after)]
+    if plans[0] is None or plans[1] is None or plans[0] == plans[1]:
+        return []
+    warning = (f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
+               f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")
+    return [warning]
 
 
 def _budget_row(check: BudgetCheck) -> BudgetRow:

@@ -49,7 +49,9 @@ from ...handlers import validate_handler_map  # noqa: E402
 from ...operators import validate_custom_mapping  # noqa: E402
 from ...training.step import crawl_training_step  # noqa: E402
 from ...values import map_tensors  # noqa: E402
+from ..registry.parallel import plan_of  # noqa: E402
 from ..registry.placement import require_device  # noqa: E402
+from .sizing import sized_plan  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).
 TRACEBACK_FRAMES = 12
@@ -98,12 +100,19 @@ def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
     mean the same for every entry: a training step's forward runs in train mode, where batch normalization
     computes batch statistics and dropout runs. Its own forward total is kept in ``training.totals.forward``.
     Both trace memory (``memory=True``): the forward's memory section is the report's ``memory``, the step's comes
-    with its section as ``training.memory``, so the catalog, the model pages and the reviews show both peaks.
+    with its section as ``training.memory``, so the catalog, the model pages and the reviews show both peaks. A
+    sharded plan (``training["parallel"]``) adds ``training.parallel`` at the declared world size and its ``fit``
+    across the entry's world sizes (`torchscan.report.runs.sizing`).
     """
     report = crawl_module(model, **call, **extensions, memory=True)
     if training is not None:
-        step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"), memory=True)
+        parallel = training.get("parallel")
+        step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"), memory=True,
+                                   parallel=None if parallel is None else plan_of(parallel))
         report["training"] = step["training"]
+        if parallel is not None:
+            report["training"]["parallel"]["fit"] = sized_plan(model, call, training["optimizer"], parallel,
+                                                               report["training"]["parallel"])
     return report
 
 

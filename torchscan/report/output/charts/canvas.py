@@ -173,6 +173,9 @@ def swatch(kind: str, colour: str, x: float, y: float) -> str:
     if kind in ("triangle", "triangle-open"):
         fill = 'fill="none" stroke-width="1"' if kind == "triangle-open" else f'fill="{colour}"'
         return f'<path d="M{x:.2f} {top + 8:.2f}h8l-4 -8z" {fill} stroke="{colour}"/>'
+    if kind in ("line", "dashed"):  # a reference line of the plot (a device's memory, say)
+        dashes = ' stroke-dasharray="3 2"' if kind == "dashed" else ""
+        return f'<path d="M{x:.2f} {y:.2f}h9" stroke="{colour}" stroke-width="1.4"{dashes}/>'
     if kind == "cross":
         return (f'<path d="M{x:.2f} {top:.2f}l8 8M{x + 8:.2f} {top:.2f}l-8 8" stroke="{colour}" '
                 'stroke-width="1.4"/>')

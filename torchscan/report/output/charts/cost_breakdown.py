@@ -22,6 +22,7 @@ from .bar_plots import (
 )
 from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
+from .device_memory import device_memory_chart
 from .memory_breakdown import memory_charts
 from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
 from .svg_output import draw
@@ -39,13 +40,16 @@ PROFILE_BARS = 200  # the profile's largest number of bars: more calls are summe
 def report_charts(view: ReportView) -> list[Chart]:
     """Cost and parameters by layer type, the most expensive calls, the profile along execution order and, for a
     report that traced memory, what is live at the peak and the calls with the most bytes (keys ``memory...``: the
-    page shows them in its memory section)."""
+    page shows them in its memory section) and, for a sized sharded step, per-device memory against world size (the
+    page shows it in its sharded-training section)."""
     metric = cost_metric(view.layers)
     calls = [row for row in view.layers if metric in row.own]
     colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])
     charts = [draw(*by_type_chart(view, calls, metric)), draw(*top_calls_chart(view, calls, metric, colours)),
               draw(*profile_chart(view, calls, metric))]
-    return charts + (memory_charts(view.memory) if view.memory is not None else [])
+    charts += memory_charts(view.memory) if view.memory is not None else []
+    sizing = view.parallel.sizing if view.parallel is not None else None
+    return charts + ([device_memory_chart(sizing)] if sizing is not None else [])
 
 
 def cost_metric(rows: Sequence[LayerRow]) -> str:

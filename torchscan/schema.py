@@ -16,7 +16,7 @@ SCHEMA_FILE = "report.schema.json"
 #: The units of the optional memory totals (``crawl_module(..., memory=True)``), which are not estimate fields.
 MEMORY_UNITS = {"forward_peak_bytes": "bytes", "activations": "activations"}
 #: The unit each MetricResult field must have (operator FLOPs and anything else not listed: ``FLOPs``).
-_UNITS = {**METRIC_UNITS, **MEMORY_UNITS, "kv_cache": "bytes"}
+_UNITS = {**METRIC_UNITS, **MEMORY_UNITS, "kv_cache": "bytes", "operator_bytes": "bytes"}
 
 
 @cache
@@ -56,6 +56,12 @@ def _metric_results(report: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]
     if "kv_cache" in report["inputs"]:
         yield "inputs.kv_cache.bytes", "kv_cache", report["inputs"]["kv_cache"]["bytes"]
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
+    if "operator_bytes" in report:
+        yield "operator_bytes.total", "operator_bytes", report["operator_bytes"]["total"]
+        for row in report["operator_bytes"]["by_operator"]:
+            where = f"operator_bytes.by_operator[{row['operator']}, {row['dtype']}]"
+            yield f"{where}.flops", "operator_flops", row["flops"]
+            yield f"{where}.bytes", "operator_bytes", row["bytes"]
     yield from _memory_results(report.get("memory"))
     for layer in report["layers"]:
         where = f"layers[{layer['path'] or ROOT_LABEL}, {layer['call_index']}]"
@@ -63,6 +69,8 @@ def _metric_results(report: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]
             yield f"{where}.metrics.{name}", name, result
         for name, result in layer["operator_flops"].items():
             yield f"{where}.operator_flops.{name}", "operator_flops", result
+        for name, result in layer.get("operator_bytes", {}).items():
+            yield f"{where}.operator_bytes.{name}", "operator_bytes", result
         for name, result in layer.get("memory", {}).items():
             yield f"{where}.memory.{name}", "forward_peak_bytes", result
         for index, part in enumerate(layer.get("breakdown", [])):

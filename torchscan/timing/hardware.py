@@ -110,36 +110,38 @@ def hardware_names() -> list[str]:
 # -- this machine ---------------------------------------------------------------------------------------------------
 
 
-def measure_hardware(device: Any = "cpu") -> Hardware:
+def measure_hardware(device: Any = "cpu", *, repeats: int = 5) -> Hardware:
     """Measure ``device`` (``"cpu"`` or a CUDA device) on the spot and return it as a `Hardware` entry.
 
     Matrix-multiply FLOP/s per dtype (float32 always; bfloat16 where the CPU has bfloat16 instructions, and bfloat16
     and float16 on CUDA), the streaming bandwidth of a copy between two buffers at least four times the last-level
     cache (bytes read plus written per second), and the last-level cache size, read from sysfs,
-    ``os.sysconf`` or ``lscpu`` (``measurement.cache_source`` says which). Each figure is the best of a few
-    repeats: a peak, not a typical rate. Takes a few seconds; the torch thread count, grad mode, default dtype and
+    ``os.sysconf`` or ``lscpu`` (``measurement.cache_source`` says which). Each figure is the best of ``repeats``
+    runs after a warm-up: a peak, not a typical rate. Takes a few seconds; the torch thread count, grad mode, default dtype and
     random generators are left as they were (inputs are filled, never drawn).
     """
     import torch
 
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
     target = torch.device(device)
     if target.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or a CUDA device, got {device!r}")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: this machine has no CUDA device")
     with torch.no_grad():
-        return _measure_cuda(target) if target.type == "cuda" else _measure_cpu(target)
+        return _measure_cuda(target, repeats) if target.type == "cuda" else _measure_cpu(target, repeats)
 
 
-def _measure_cpu(device: Any) -> Hardware:
+def _measure_cpu(device: Any, repeats: int) -> Hardware:
     import torch
 
     cache, cache_source = cpu_last_level_cache()
     dtypes = [torch.float32] + ([torch.bfloat16] if _cpu_has_bfloat16() else [])
-    size, repeats = 1024, 5
+    size = 1024
     peaks = {_key(dtype): _matmul_rate(dtype, device, size, repeats, _no_sync) for dtype in dtypes}
     copy_bytes, bandwidth = _copy_rate(device, cache, repeats, _no_sync)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else None
+    memory = _physical_memory()
     return {"name": f"this machine: {cpu_model()}", "kind": "cpu", "peak_flops": peaks,
             "memory_bandwidth": bandwidth, "memory_bytes": memory, "last_level_cache_bytes": cache,
             "source": "measured",
@@ -149,12 +151,19 @@ def _measure_cpu(device: Any) -> Hardware:
                             "threads": torch.get_num_threads(), "cache_source": cache_source}}
 
 
-def _measure_cuda(device: Any) -> Hardware:
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # a platform without these names
+        return None
+
+
+def _measure_cuda(device: Any, repeats: int) -> Hardware:
     import torch
 
     properties = torch.cuda.get_device_properties(device)
     cache = int(getattr(properties, "L2_cache_size", 0)) or None
-    size, repeats = 4096, 10
+    size = 4096
 
     def sync() -> None:
         torch.cuda.synchronize(device)

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torchscan_testing import analyze, analyze_call
 
 from torchscan.operator_bytes import BytePlan, compute_dtype
-from torchscan_testing import analyze, analyze_call
 
 aten = torch.ops.aten
 F32 = 4  # bytes per float32 element

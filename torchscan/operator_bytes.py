@@ -75,13 +75,8 @@ class BytePlan:
         self.roles = tuple(_role(argument, packet) for argument in arguments)
         self.keyword_roles = {argument.name: role for argument, role in zip(arguments, self.roles, strict=True)}
         self.fresh_returns = tuple(ret.alias_info is None for ret in schema.returns)
-        views = bool(schema.returns) and all(ret.alias_info is not None and not ret.alias_info.is_write
-                                             for ret in schema.returns)
-        self.free = (ZERO_WORK_OPERATORS.get(packet) in BYTE_FREE_REASONS or packet in UNINITIALIZED
-                     or (views and not any(role != READ for role in self.roles)))
-        self.rule = ("write_only" if packet in WRITE_ONLY else "gather" if packet in GATHERS
-                     else "scatter" if packet in SCATTERS else "accumulate" if packet in ACCUMULATING_SCATTERS
-                     else None)
+        self.free = _moves_nothing(schema, packet, self.roles)
+        self.rule = _family_rule(packet)
 
     def bytes(self, args: tuple, kwargs: dict[str, Any], out: Any) -> int | None:
         """The bytes one call reads and writes (`UNKNOWN` when a tensor has no plain size)."""
@@ -93,25 +88,14 @@ class BytePlan:
             return UNKNOWN
 
     def _bytes(self, args: tuple, kwargs: dict[str, Any], out: Any) -> int:
-        rule = self.rule
         written = 0
         if self.fresh_returns:
             returned = out if isinstance(out, tuple) and len(self.fresh_returns) > 1 else (out,)
             written = sum(_size(value) for fresh, value in zip(self.fresh_returns, returned, strict=False) if fresh)
-        if rule == "write_only":
-            return written + sum(_size(value) for role, value in self._arguments(args, kwargs) if role != READ)
-        if rule == "gather":  # the source (first argument) as far as the output; indices in full
-            arguments = list(self._arguments(args, kwargs))
-            return written * 2 + sum(_size(value) for _, value in arguments[1:])
-        if rule in ("scatter", "accumulate"):  # the target (first argument) where the values land
-            arguments = [value for _, value in self._arguments(args, kwargs)]
-            target, others = arguments[0], arguments[1:]
-            values = _scattered(target, others)
-            return sum(map(_size, others)) + values * (2 if rule == "accumulate" else 1)
-        total = written
-        for role, value in self._arguments(args, kwargs):
-            total += _size(value) * (2 if role == READ_WRITE else 1)
-        return total
+        arguments = list(self._arguments(args, kwargs))
+        if self.rule is None:
+            return written + sum(_size(value) * (2 if role == READ_WRITE else 1) for role, value in arguments)
+        return _RULES[self.rule](written, arguments)
 
     def _arguments(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[int, Any]]:
         """``(role, tensor)`` of every tensor argument (inside lists too), positional then keyword."""
@@ -121,6 +105,45 @@ class BytePlan:
             yield from _tensors(role, value)
         for name, value in kwargs.items():
             yield from _tensors(self.keyword_roles.get(name, READ), value)
+
+
+def _moves_nothing(schema: Any, packet: Any, roles: tuple[int, ...]) -> bool:
+    """A view (every tensor return aliases an argument it does not write), a metadata query, an uninitialized
+    allocation."""
+    views = bool(schema.returns) and all(ret.alias_info is not None and not ret.alias_info.is_write
+                                         for ret in schema.returns)
+    return (ZERO_WORK_OPERATORS.get(packet) in BYTE_FREE_REASONS or packet in UNINITIALIZED
+            or (views and all(role == READ for role in roles)))
+
+
+def _family_rule(packet: Any) -> str | None:
+    """The family rule that replaces the generic one, if any."""
+    for rule, family in (("write_only", WRITE_ONLY), ("gather", GATHERS), ("scatter", SCATTERS),
+                         ("accumulate", ACCUMULATING_SCATTERS)):
+        if packet in family:
+            return rule
+    return None
+
+
+def _write_only(written: int, arguments: list[tuple[int, Any]]) -> int:
+    """Fills: what is created or overwritten, nothing read."""
+    return written + sum(_size(value) for role, value in arguments if role != READ)
+
+
+def _gather(written: int, arguments: list[tuple[int, Any]]) -> int:
+    """The source (first argument) read as far as the output; the indices in full; the output written."""
+    return written * 2 + sum(_size(value) for _, value in arguments[1:])
+
+
+def _scatter(written: int, arguments: list[tuple[int, Any]], reads_target: bool = False) -> int:
+    """The target (first argument) written where the values land (and read there too when accumulating); indices
+    and values read."""
+    target, others = arguments[0][1], [value for _, value in arguments[1:]]
+    return sum(map(_size, others)) + _scattered(target, others) * (2 if reads_target else 1)
+
+
+_RULES: dict[str, Any] = {"write_only": _write_only, "gather": _gather, "scatter": _scatter,
+                          "accumulate": lambda written, arguments: _scatter(written, arguments, reads_target=True)}
 
 
 def _role(argument: Any, packet: Any) -> int:

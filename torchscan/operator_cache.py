@@ -24,8 +24,8 @@ import torch
 from torch.utils import flop_counter
 
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
-from .operator_bytes import BytePlan, compute_dtype
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
+from .operator_bytes import BytePlan, compute_dtype
 from .results import is_count
 from .values import Unkeyable, call_key
 
@@ -167,7 +167,7 @@ class FormulaCache:
         if plan.formula is None:
             return plan.kind, 0
         try:
-            flops = plan.formula(*args, **kwargs, out_val=out)  # type: ignore[misc]
+            flops = plan.formula(*args, **kwargs, out_val=out)
             if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
                 raise ValueError("a FLOP formula must return a finite non-negative number or None")
         except Exception as error:  # noqa: BLE001 -- a broken formula must not break the model's forward

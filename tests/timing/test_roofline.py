@@ -7,9 +7,9 @@ import pytest
 import torch
 from integrations.third_party_models import import_transformers
 from torch import nn
+from torchscan_testing import analyze, analyze_call, checked
 
 from torchscan import HARDWARE, cost_curve, crawl_module, decode_step_inputs, roofline, roofline_curve
-from torchscan_testing import analyze, analyze_call, checked
 
 F32 = 4
 

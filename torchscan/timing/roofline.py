@@ -106,7 +106,7 @@ def resolve_hardware(hardware: Any) -> Hardware:
     if not _positive(bandwidth):
         raise ValueError(f"hardware['memory_bandwidth'] must be a positive number of bytes/s, got {bandwidth!r}")
     if not isinstance(hardware.get("name"), str):
-        raise ValueError("hardware['name'] must be a string")
+        raise TypeError("hardware['name'] must be a string")
     return hardware  # type: ignore[return-value]
 
 
@@ -165,13 +165,7 @@ def roofline(report: Mapping[str, Any], hardware: Any, *, tf32: bool = False) ->
     `torchscan.measure_hardware` result): per operator row, per layer call and for the model. See the module
     docstring for the formulas and docs/time.md for what the bound means."""
     device = resolve_hardware(hardware)
-    if not isinstance(report, Mapping) or "operator_bytes" not in report or "layers" not in report:
-        raise ValueError("report must be a crawl_module report with operator bytes (TorchScan's operator_bytes "
-                         "section: analyze in mode='full' with this version)")
-    section = report["operator_bytes"]
-    if section["total"]["status"] == "not_requested":
-        raise ValueError("report was analyzed with mode='structure': it has no operator FLOPs or bytes to bound; "
-                         "analyze in mode='full'")
+    section = _operator_bytes(report)
     peaks, bandwidth = device["peak_flops"], device["memory_bandwidth"]
     operators = [_operator(row, peaks, bandwidth, tf32) for row in section["by_operator"]]
     compute = [(row["compute_seconds"], row["flops"]) for row in operators]
@@ -184,6 +178,18 @@ def roofline(report: Mapping[str, Any], hardware: Any, *, tf32: bool = False) ->
             "ridge_points": {key: peak / bandwidth for key, peak in peaks.items()}, "model": model,
             "layers": list(_layers(report["layers"], peaks, bandwidth, tf32, report.get("context", {}))),
             "operators": operators}
+
+
+def _operator_bytes(report: Any) -> Mapping[str, Any]:
+    """The report's ``operator_bytes`` section; errors name the ``report`` argument and say what is missing."""
+    if not isinstance(report, Mapping) or "operator_bytes" not in report or "layers" not in report:
+        raise ValueError("report must be a crawl_module report with operator bytes (TorchScan's operator_bytes "
+                         "section: analyze in mode='full' with this version)")
+    section = report["operator_bytes"]
+    if section["total"]["status"] == "not_requested":
+        raise ValueError("report was analyzed with mode='structure': it has no operator FLOPs or bytes to bound; "
+                         "analyze in mode='full'")
+    return section
 
 
 def _compute(flops: MetricResult, peak: float | None) -> tuple[float | None, bool]:
@@ -202,7 +208,7 @@ def _operator(row: Mapping[str, Any], peaks: Mapping[str, float], bandwidth: flo
     seconds, known = _compute(row["flops"], peak)
     point = bound_point(row["flops"], row["bytes"], seconds, known, bandwidth, MODEL)
     return {"operator": row["operator"], "dtype": row["dtype"], "calls": row["calls"], "peak_flops": peak,
-            **point}  # type: ignore[typeddict-item]
+            **point}
 
 
 def _layers(layers: list[Mapping[str, Any]], peaks: Mapping[str, float], bandwidth: float, tf32: bool,
@@ -305,7 +311,7 @@ def roofline_curve(curve: Mapping[str, Any], hardware: Any, *, dtype: str, tf32:
                             device["memory_bandwidth"], MODEL)
         size = point["size"]
         exact = all(_covers(curves[name], size) for name in ("operator_flops", "operator_bytes"))
-        points.append({"size": size, "exact": exact, **bound})  # type: ignore[typeddict-item]
+        points.append({"size": size, "exact": exact, **bound})
     return {"method": METHOD, "hardware": device, "dtype": dtype, "tf32": tf32, "peak_flops": peak,
             "points": points, "curves": {name: curves[name] for name in ("operator_flops", "operator_bytes")}}
 

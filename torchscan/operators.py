@@ -85,6 +85,9 @@ class CallOperators(NamedTuple):
     bytes: dict[str, MetricResult]
 
 
+_NEW_TUPLE = tuple.__new__
+
+
 class OperatorScope:
     """The operator FLOPs and bytes of one module call (or of everything outside any call): counted FLOPs and bytes,
     and whether some operator went uncounted or had unknown bytes (either figure is then a lower bound), of the
@@ -128,10 +131,11 @@ class OperatorScope:
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
             parent.inclusive_bytes += inclusive_bytes
             parent.inclusive_bytes_unknown = parent.inclusive_bytes_unknown or bytes_unknown
-        return CallOperators({DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
-                              INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)},
-                             {DIRECT: bytes_result(self.bytes, DIRECT, self.bytes_unknown),
-                              INCLUSIVE: bytes_result(inclusive_bytes, INCLUSIVE, bytes_unknown)})
+        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function (a frame per layer call)
+        return _NEW_TUPLE(CallOperators, ({DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
+                                           INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)},
+                                          {DIRECT: bytes_result(self.bytes, DIRECT, self.bytes_unknown),
+                                           INCLUSIVE: bytes_result(inclusive_bytes, INCLUSIVE, bytes_unknown)}))
 
 
 class OperatorCount(NamedTuple):

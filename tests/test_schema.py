@@ -67,14 +67,15 @@ def test_the_report_has_the_designed_sections(report):
     import torchscan
 
     assert list(report) == ["schema_version", "context", "inputs", "layers", "totals", "operator_flops",
-                            "diagnostics"]
+                            "operator_bytes", "diagnostics"]
     context = report["context"]
     assert (context["torchscan"], context["torch"], context["python"]) == (
         torchscan.__version__, torch.__version__, platform.python_version())
     assert context["model_type"] == "torch.nn.modules.container.Sequential"
     assert context["analysis_mode"] == "full" and context["execution"]["mode"] == "eval"
     assert context["devices"] == ["cpu"] and context["dtypes"] == ["float32"]
-    assert set(report["totals"]) == {"parameters", "buffers", "module_flops", "macs", "dmas", "operator_flops"}
+    assert set(report["totals"]) == {"parameters", "buffers", "module_flops", "macs", "dmas", "operator_flops",
+                                     "operator_bytes"}
     assert set(report["operator_flops"]) >= {"total", "by_operator", "uncounted", "ignored", "custom_formulas"}
     for layer in report["layers"]:
         assert {"path", "call_index", "name", "depth", "type", "input", "output", "parameters", "buffers",

@@ -14,6 +14,7 @@ from .version import __version__ as __version__
 #: public name -> the module that defines it
 _EXPORTS = {
     "CURVE_SCHEMA_VERSION": "curves.cost_curve",
+    "HARDWARE": "timing.hardware",
     "SCHEMA_VERSION": "schema",
     "IncompleteAnalysisError": "crawler",
     "MetricResult": "results",
@@ -29,12 +30,16 @@ _EXPORTS = {
     "fit_curves": "curves.cost_curve",
     "fit_devices": "parallel.fit",
     "measure_flops": "operators",
+    "measure_hardware": "timing.hardware",
     "measure_peak_memory": "memory.measured",
+    "roofline": "timing.roofline",
+    "roofline_curve": "timing.roofline",
     "summary": "text",
     "trace_memory": "memory.timeline",
 }
 __all__ = [
     "CURVE_SCHEMA_VERSION",
+    "HARDWARE",
     "SCHEMA_VERSION",
     "IncompleteAnalysisError",
     "MetricResult",
@@ -50,7 +55,10 @@ __all__ = [
     "fit_curves",
     "fit_devices",
     "measure_flops",
+    "measure_hardware",
     "measure_peak_memory",
+    "roofline",
+    "roofline_curve",
     "summary",
     "trace_memory",
 ]
@@ -68,6 +76,8 @@ if TYPE_CHECKING:
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary
+    from .timing.hardware import HARDWARE, measure_hardware
+    from .timing.roofline import roofline, roofline_curve
     from .training.step import crawl_training_step
 
 

@@ -28,7 +28,15 @@ from .findings import incomplete_message
 from .handlers import ModuleHandler, validate_handler_map
 from .memory.forward import ForwardMemory, layer_memories, memory_section, memory_totals, traced_forward
 from .module_facts import OwnTensors, tensor_statistics
-from .operators import OperatorRecorder, build_formula_table, new_recorder, operator_report, validate_custom_mapping
+from .operators import (
+    NOT_REQUESTED_BYTES,
+    OperatorRecorder,
+    build_formula_table,
+    bytes_report,
+    new_recorder,
+    operator_report,
+    validate_custom_mapping,
+)
 from .records import CallParts, layer_record
 from .results import (
     METRIC_UNITS,
@@ -270,14 +278,18 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
     layers = _layers(tracer.calls, statistics, probe)
     diagnostics = list(tracer.diagnostics)
     if recorder is not None:
-        operators, operator_diagnostics = operator_report(recorder.totals(), mapping, recorder)
+        operator_totals = recorder.totals()
+        operators, operator_diagnostics = operator_report(operator_totals, mapping, recorder)
         diagnostics.extend(operator_diagnostics)
+        operator_bytes = bytes_report(operator_totals)
     else:
         operators = {"total": not_requested("FLOPs", MODEL), "by_operator": [], "uncounted": [], "ignored": [],
                      "custom_formulas": []}
+        operator_bytes = {**NOT_REQUESTED_BYTES, "total": not_requested("bytes", MODEL), "by_operator": []}
     totals = _totals(statistics, layers, operators["total"], full)
+    totals["operator_bytes"] = dict(operator_bytes["total"])
     if tracer.foreign_thread_calls:
-        diagnostics.append(_as_unobserved_threads(tracer.foreign_thread_calls, totals, operators))
+        diagnostics.append(_as_unobserved_threads(tracer.foreign_thread_calls, totals, operators, operator_bytes))
     memory = None if probe is None else memory_section(probe)
     if memory is not None:
         totals.update(memory_totals(memory))
@@ -288,6 +300,7 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
         "layers": layers,
         "totals": totals,
         "operator_flops": operators,
+        "operator_bytes": operator_bytes,
         "diagnostics": sorted(diagnostics, key=sort_key),
         **({} if memory is None else {"memory": memory}),
     }
@@ -307,11 +320,13 @@ def _layers(calls: list[CallParts], statistics: dict[str, OwnTensors],
     return layers
 
 
-def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[str, Any]) -> Diagnostic:
+def _as_unobserved_threads(calls: int, totals: dict[str, Any], operators: dict[str, Any],
+                           operator_bytes: dict[str, Any]) -> Diagnostic:
     """Module calls ran in other threads, unobserved: every total becomes a lower bound, and a diagnostic says why."""
-    for name in (*SUMMABLE_METRICS, "operator_flops"):
+    for name in (*SUMMABLE_METRICS, "operator_flops", "operator_bytes"):
         totals[name] = as_lower_bound(totals[name])
     operators["total"] = dict(totals["operator_flops"])
+    operator_bytes["total"] = dict(totals["operator_bytes"])
     return diagnostic("unobserved_thread", f"{calls} module call(s) ran in other threads, where neither hooks nor "
                       "dispatch observe work; every total is a lower bound")
 

@@ -25,6 +25,7 @@ from torch.utils import flop_counter
 
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
+from .operator_bytes import BytePlan, compute_dtype
 from .results import is_count
 from .values import Unkeyable, call_key
 
@@ -48,18 +49,27 @@ def signature(func: Any, args: tuple, kwargs: Mapping[str, Any], out: Any) -> tu
 
 
 class Outcome:
-    """What calls with one signature contribute: their operator's packet, how they count, and FLOPs per call.
+    """What calls with one signature contribute: their operator's packet, how they count, FLOPs and bytes per call
+    (`torchscan.operator_bytes`), and the dtype they compute in.
 
     ``key`` is the signature (``None``: priced directly); ``work`` caches the signature's functional estimate;
-    ``calls`` counts the calls with this outcome, from which the model's operator totals are read at the end."""
+    ``calls`` counts the calls with this outcome, from which the model's operator totals are read at the end.
+    ``bytes`` is 0 with ``bytes_unknown`` when some tensor has no plain size; ``incomplete`` says whether either
+    figure is a lower bound (one test per call in the recorder)."""
 
-    __slots__ = ("calls", "flops", "key", "kind", "packet", "uncounted", "work")
+    __slots__ = ("bytes", "bytes_unknown", "calls", "dtype", "flops", "incomplete", "key", "kind", "packet",
+                 "uncounted", "work")
 
-    def __init__(self, packet: Any, kind: str, flops: float = 0, key: tuple | None = None) -> None:
+    def __init__(self, packet: Any, kind: str, flops: float = 0, key: tuple | None = None,
+                 nbytes: int | None = 0, dtype: str | None = None) -> None:
         self.packet = packet
         self.kind = kind
         self.uncounted = kind == UNCOUNTED  # its calls make their scope's FLOPs a lower bound
         self.flops = flops
+        self.bytes_unknown = nbytes is None  # its calls make their scope's bytes a lower bound
+        self.bytes = 0 if nbytes is None else nbytes
+        self.incomplete = self.uncounted or self.bytes_unknown
+        self.dtype = dtype
         self.key = key
         self.calls = 0
         self.work: Any = _NOT_ESTIMATED
@@ -69,17 +79,21 @@ _NOT_ESTIMATED = object()
 
 
 class Plan:
-    """How calls of one overload are priced: a fixed outcome (no formula), or its formula, memoized or not."""
+    """How calls of one overload are priced: a fixed outcome (no formula and no bytes: a view), or per signature by
+    its formula (or its fixed kind, ``IGNORED`` or ``UNCOUNTED``, when it has none) and its `BytePlan`."""
 
-    __slots__ = ("estimator", "fixed", "formula", "func", "memoized", "packet", "run")
+    __slots__ = ("bytes", "estimator", "fixed", "formula", "func", "kind", "memoized", "packet", "run")
 
-    def __init__(self, func: Any, packet: Any, formula: Callable[..., Any] | None, fixed: Outcome | None) -> None:
+    def __init__(self, func: Any, packet: Any, formula: Callable[..., Any] | None, kind: str) -> None:
         self.func = func  # held, so that the id() in signatures stays this overload's for the memo's life
         self.run = _runner(func)
         self.packet = packet
         self.formula = formula
-        self.memoized = formula is not None and (id(formula) in _BUILTIN_FORMULAS or _shape_wrapped(formula))
-        self.fixed = fixed
+        self.kind = kind  # the kind of every call when there is no formula
+        # the byte rules read shapes and dtypes only, so calls without a formula are priced by signature too
+        self.memoized = formula is None or id(formula) in _BUILTIN_FORMULAS or _shape_wrapped(formula)
+        self.bytes = BytePlan(func, packet)
+        self.fixed: Outcome | None = None  # set by the cache for calls that need no pricing at all
         self.estimator = FUNCTIONAL_ESTIMATES.get(packet)
 
 
@@ -121,10 +135,11 @@ class FormulaCache:
         if plan is None:
             packet = func._overloadpacket
             formula = self.formulas.get(packet)
-            fixed = None
-            if formula is None:
-                fixed = self._listed(Outcome(packet, IGNORED if packet in ZERO_WORK_OPERATORS else UNCOUNTED))
-            plan = self.plans[id(func)] = Plan(func, packet, formula, fixed)
+            kind = COUNTED if formula is not None else IGNORED if packet in ZERO_WORK_OPERATORS else UNCOUNTED
+            plan = Plan(func, packet, formula, kind)
+            if formula is None and plan.bytes.free:  # a view or a metadata query: one outcome for every call
+                plan.fixed = self._listed(Outcome(packet, kind))
+            self.plans[id(func)] = plan
         return plan
 
     def outcome(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> Outcome:
@@ -137,9 +152,10 @@ class FormulaCache:
         if found is not None:
             return found
         kind, flops = self._evaluate(plan, args, kwargs, out)
+        nbytes, dtype = plan.bytes.bytes(args, kwargs, out), compute_dtype(args, kwargs, out)
         if key is None or len(self.outcomes) >= MAX_SIGNATURES:  # priced, and shared by equal results only
-            return self._intern(plan.packet, kind, flops)
-        found = self.outcomes[key] = self._listed(Outcome(plan.packet, kind, flops, key=key))
+            return self._intern(plan.packet, kind, flops, nbytes, dtype)
+        found = self.outcomes[key] = self._listed(Outcome(plan.packet, kind, flops, key, nbytes, dtype))
         return found
 
     def _listed(self, outcome: Outcome) -> Outcome:
@@ -148,8 +164,10 @@ class FormulaCache:
 
     def _evaluate(self, plan: Plan, args: tuple, kwargs: dict, out: Any) -> tuple[str, int | float]:
         # Inside __torch_dispatch__ the mode is off, so a formula's own tensor work is never counted.
+        if plan.formula is None:
+            return plan.kind, 0
         try:
-            flops = plan.formula(*args, **kwargs, out_val=out)  # type: ignore[misc]
+            flops = plan.formula(*args, **kwargs, out_val=out)
             if flops is not None and not (type(flops) is int and flops >= 0) and not is_count(flops):
                 raise ValueError("a FLOP formula must return a finite non-negative number or None")
         except Exception as error:  # noqa: BLE001 -- a broken formula must not break the model's forward
@@ -160,16 +178,17 @@ class FormulaCache:
             return UNCOUNTED, 0
         return COUNTED, flops
 
-    def _intern(self, packet: Any, kind: str, flops: float) -> Outcome:
-        key = (id(packet), kind, type(flops), flops)
+    def _intern(self, packet: Any, kind: str, flops: float, nbytes: int | None, dtype: str | None) -> Outcome:
+        key = (id(packet), kind, type(flops), flops, nbytes, dtype)
         found = self.interned.get(key)
         if found is None:
-            found = self.interned[key] = self._listed(Outcome(packet, kind, flops))
+            found = self.interned[key] = self._listed(Outcome(packet, kind, flops, None, nbytes, dtype))
         return found
 
     def uncounted(self, operator: Any) -> Outcome:
-        """The outcome of an operator that ran unobserved (a higher-order operator other than ``cond``)."""
-        return self._intern(operator, UNCOUNTED, 0)
+        """The outcome of an operator that ran unobserved (a higher-order operator other than ``cond``): neither
+        its FLOPs nor its bytes are known."""
+        return self._intern(operator, UNCOUNTED, 0, None, None)
 
     def functional_estimate(self, plan: Plan, outcome: Outcome, args: tuple, kwargs: dict, out: Any) -> Any:
         """The module-view ``(flops, macs, dmas)`` of one call (``None``: no estimate), memoized by signature.

@@ -23,6 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .diagnostics import Diagnostic, Severity, diagnostic
 from .direct_work import DirectWork
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS, operator_significance
+from .operator_bytes import METHOD as BYTES_METHOD
+from .operator_bytes import UNIT as BYTES_UNIT
 from .operator_cache import COUNTED, IGNORED, UNCOUNTED, FormulaCache, Outcome
 from .results import (
     DIRECT,
@@ -75,37 +77,65 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
     return {**flop_counter.flop_registry, **OPERATOR_FORMULAS, **caller}
 
 
-class OperatorScope:
-    """The operator FLOPs of one module call (or of everything outside any call): counted FLOPs, and whether some
-    operator went uncounted (the FLOPs are then a lower bound), of the operators run directly in the call and of
-    those run under it (its closed descendants' included). Calls by operator are counted on the outcomes, once per
-    analysis (`OperatorTotals`), not per call: a record reports only its FLOPs."""
+class CallOperators(NamedTuple):
+    """What a closed call's operators add up to: its operator FLOPs and operator bytes, each ``direct`` (the
+    operators run in the call outside any child call) and ``inclusive`` (the call and everything under it)."""
 
-    __slots__ = ("direct_work", "flops", "inclusive_flops", "inclusive_uncounted", "uncounted")
+    flops: dict[str, MetricResult]
+    bytes: dict[str, MetricResult]
+
+
+_NEW_TUPLE = tuple.__new__
+
+
+class OperatorScope:
+    """The operator FLOPs and bytes of one module call (or of everything outside any call): counted FLOPs and bytes,
+    and whether some operator went uncounted or had unknown bytes (either figure is then a lower bound), of the
+    operators run directly in the call and of those run under it (its closed descendants' included). Calls by
+    operator are counted on the outcomes, once per analysis (`OperatorTotals`), not per call: a record reports only
+    its sums."""
+
+    __slots__ = ("bytes", "bytes_unknown", "direct_work", "flops", "inclusive_bytes", "inclusive_bytes_unknown",
+                 "inclusive_flops", "inclusive_uncounted", "uncounted")
 
     def __init__(self, direct_work: DirectWork | None = None) -> None:
         self.flops: int | float = 0
         self.uncounted = False
+        self.bytes = 0
+        self.bytes_unknown = False
         self.inclusive_flops: int | float = 0  # of closed descendants, until `close` adds the direct FLOPs
         self.inclusive_uncounted = False
+        self.inclusive_bytes = 0  # the same of bytes
+        self.inclusive_bytes_unknown = False
         self.direct_work = direct_work  # a DirectWork when the module view estimates this call's own operators
 
     def add(self, outcome: Outcome) -> None:
-        """One call with ``outcome``: its FLOPs here, the call on the outcome."""
+        """One call with ``outcome``: its FLOPs and bytes here, the call on the outcome."""
         self.flops += outcome.flops
+        self.bytes += outcome.bytes
         outcome.calls += 1
-        if outcome.uncounted:
-            self.uncounted = True
+        if outcome.incomplete:
+            if outcome.uncounted:
+                self.uncounted = True
+            if outcome.bytes_unknown:
+                self.bytes_unknown = True
 
-    def close(self, parent: OperatorScope | None) -> dict[str, MetricResult]:
-        """The call's operator FLOPs, direct and inclusive; the inclusive ones also count for ``parent``."""
+    def close(self, parent: OperatorScope | None) -> CallOperators:
+        """The call's operator FLOPs and bytes, direct and inclusive; the inclusive ones also count for ``parent``."""
         inclusive = self.inclusive_flops + self.flops
         uncounted = self.inclusive_uncounted or self.uncounted
+        inclusive_bytes = self.inclusive_bytes + self.bytes
+        bytes_unknown = self.inclusive_bytes_unknown or self.bytes_unknown
         if parent is not None:
             parent.inclusive_flops += inclusive
             parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
-        return {DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
-                INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)}
+            parent.inclusive_bytes += inclusive_bytes
+            parent.inclusive_bytes_unknown = parent.inclusive_bytes_unknown or bytes_unknown
+        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function (a frame per layer call)
+        return _NEW_TUPLE(CallOperators, ({DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
+                                           INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)},
+                                          {DIRECT: bytes_result(self.bytes, DIRECT, self.bytes_unknown),
+                                           INCLUSIVE: bytes_result(inclusive_bytes, INCLUSIVE, bytes_unknown)}))
 
 
 class OperatorCount(NamedTuple):
@@ -152,10 +182,27 @@ class OperatorTotals:
     def result(self, scope: Scope) -> MetricResult:
         return flops_result(self.flops, scope, any(outcome.uncounted for outcome in self.outcomes))
 
+    def bytes_result(self, scope: Scope) -> MetricResult:
+        """The bytes every call read and wrote: a lower bound when some call's bytes are unknown."""
+        return bytes_result(sum(outcome.calls * outcome.bytes for outcome in self.outcomes), scope,
+                            any(outcome.bytes_unknown for outcome in self.outcomes))
+
+    def by_operator_and_dtype(self) -> dict[tuple[Any, str | None], list[Outcome]]:
+        """(packet, compute dtype) -> the outcomes of its calls."""
+        rows: dict[tuple[Any, str | None], list[Outcome]] = {}
+        for outcome in self.outcomes:
+            rows.setdefault((outcome.packet, outcome.dtype), []).append(outcome)
+        return rows
+
 
 def flops_result(flops: float, scope: Scope, partial: bool) -> MetricResult:
     """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
     return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, OPERATOR_DISPATCH)
+
+
+def bytes_result(nbytes: int, scope: Scope, partial: bool) -> MetricResult:
+    """Operator bytes as a result: a lower bound when ``partial`` (some operator's bytes were unknown)."""
+    return (lower_bound if partial else complete)(nbytes, BYTES_UNIT, scope, BYTES_METHOD)
 
 
 class _Pause:
@@ -294,6 +341,29 @@ def operator_report(total: OperatorTotals, custom_mapping: Mapping[Any, Any], re
     errors = {operator_name(packet): error for packet, error in recorder.cache.formula_errors.items()}
     declined = {operator_name(packet) for packet in recorder.cache.declined}
     return section, [_uncounted_diagnostic(row, errors, declined) for row in section["uncounted"]]
+
+
+def bytes_report(total: OperatorTotals) -> dict[str, Any]:
+    """The report's ``operator_bytes`` section: the unfused model's bytes (`torchscan.operator_bytes`), and one row
+    per operator and compute dtype with the calls, FLOPs and bytes of those calls (a roofline point per row), sorted
+    by operator name then dtype. Operators that moved no bytes and did no work (views) have no row."""
+    rows = []
+    for (packet, dtype), outcomes in total.by_operator_and_dtype().items():
+        flops = sum(outcome.calls * outcome.flops for outcome in outcomes)
+        nbytes = sum(outcome.calls * outcome.bytes for outcome in outcomes)
+        flops_partial = any(outcome.uncounted for outcome in outcomes)
+        bytes_partial = any(outcome.bytes_unknown for outcome in outcomes)
+        if not (flops or nbytes or flops_partial or bytes_partial):
+            continue
+        rows.append({"operator": operator_name(packet), "dtype": dtype,
+                     "calls": sum(outcome.calls for outcome in outcomes),
+                     "flops": flops_result(flops, MODEL, flops_partial),
+                     "bytes": bytes_result(nbytes, MODEL, bytes_partial)})
+    rows.sort(key=lambda row: (row["operator"], row["dtype"] or ""))
+    return {"method": BYTES_METHOD, "convention": "unfused", "total": total.bytes_result(MODEL), "by_operator": rows}
+
+
+NOT_REQUESTED_BYTES = {"method": BYTES_METHOD, "convention": "unfused", "by_operator": []}
 
 
 def _uncounted_diagnostic(row: dict[str, Any], errors: dict[str, str], declined: set[str]) -> Diagnostic:

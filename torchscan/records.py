@@ -15,22 +15,25 @@ from typing import Any
 from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .estimation import CallEstimate
+from .operator_bytes import UNIT as BYTES_UNIT
+from .operators import CallOperators
 from .results import DIRECT, INCLUSIVE, METRIC_UNITS, MODULE_CALL, is_incomplete, not_requested
 
 #: A ``mode="structure"`` record's metrics and operator FLOPs: every one explicitly not requested.
 NOT_REQUESTED_METRICS = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
 NOT_REQUESTED_OPERATOR_FLOPS = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
+NOT_REQUESTED_OPERATOR_BYTES = {DIRECT: not_requested(BYTES_UNIT, DIRECT), INCLUSIVE: not_requested(BYTES_UNIT, INCLUSIVE)}
 
 
 @dataclass(slots=True)
 class CallOutcome:
-    """A closed call's estimates and operator FLOPs (an enclosing owner may still cover fields of it until every
-    undecided owner around it has closed)."""
+    """A closed call's estimates and operator FLOPs and bytes (an enclosing owner may still cover fields of it until
+    every undecided owner around it has closed)."""
 
     index: int
     estimate: CallEstimate | None
     owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
-    operator_flops: dict[str, Any]
+    operators: CallOperators  # the call's operator FLOPs and bytes, direct and inclusive
 
     def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
         """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
@@ -92,6 +95,7 @@ def layer_record(parts: CallParts, parameters: dict[str, int], buffers: dict[str
     if outcome is None:  # each result a copy of its own
         record["metrics"] = {name: result.copy() for name, result in NOT_REQUESTED_METRICS.items()}
         record["operator_flops"] = {name: result.copy() for name, result in NOT_REQUESTED_OPERATOR_FLOPS.items()}
+        record["operator_bytes"] = {name: result.copy() for name, result in NOT_REQUESTED_OPERATOR_BYTES.items()}
     else:
         _add_outcome(record, outcome)
     if memory is not None:
@@ -110,4 +114,5 @@ def _add_outcome(record: dict[str, Any], outcome: CallOutcome) -> None:
         record["delegated_metrics"] = estimate.delegated
     if estimate and estimate.breakdown:
         record["breakdown"] = estimate.breakdown
-    record["operator_flops"] = outcome.operator_flops
+    record["operator_flops"] = outcome.operators.flops
+    record["operator_bytes"] = outcome.operators.bytes

@@ -16,7 +16,7 @@ SCHEMA_FILE = "report.schema.json"
 #: The units of the optional memory totals (``crawl_module(..., memory=True)``), which are not estimate fields.
 MEMORY_UNITS = {"forward_peak_bytes": "bytes", "activations": "activations"}
 #: The unit each MetricResult field must have (operator FLOPs and anything else not listed: ``FLOPs``).
-_UNITS = {**METRIC_UNITS, **MEMORY_UNITS, "kv_cache": "bytes"}
+_UNITS = {**METRIC_UNITS, **MEMORY_UNITS, "kv_cache": "bytes", "operator_bytes": "bytes"}
 
 
 @cache
@@ -56,19 +56,37 @@ def _metric_results(report: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]
     if "kv_cache" in report["inputs"]:
         yield "inputs.kv_cache.bytes", "kv_cache", report["inputs"]["kv_cache"]["bytes"]
     yield "operator_flops.total", "operator_flops", report["operator_flops"]["total"]
+    yield from _operator_bytes_results(report.get("operator_bytes"))
     yield from _memory_results(report.get("memory"))
     for layer in report["layers"]:
-        where = f"layers[{layer['path'] or ROOT_LABEL}, {layer['call_index']}]"
-        for name, result in layer["metrics"].items():
-            yield f"{where}.metrics.{name}", name, result
-        for name, result in layer["operator_flops"].items():
-            yield f"{where}.operator_flops.{name}", "operator_flops", result
-        for name, result in layer.get("memory", {}).items():
-            yield f"{where}.memory.{name}", "forward_peak_bytes", result
-        for index, part in enumerate(layer.get("breakdown", [])):
-            for name in SUMMABLE_METRICS:
-                if name in part:
-                    yield f"{where}.breakdown[{index}].{name}", name, part[name]
+        yield from _layer_results(layer)
+
+
+def _layer_results(layer: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """The MetricResults of one layer record: estimates, operator FLOPs and bytes, memory, breakdown parts."""
+    where = f"layers[{layer['path'] or ROOT_LABEL}, {layer['call_index']}]"
+    for name, result in layer["metrics"].items():
+        yield f"{where}.metrics.{name}", name, result
+    for field in ("operator_flops", "operator_bytes"):
+        for name, result in layer.get(field, {}).items():
+            yield f"{where}.{field}.{name}", field, result
+    for name, result in layer.get("memory", {}).items():
+        yield f"{where}.memory.{name}", "forward_peak_bytes", result
+    for index, part in enumerate(layer.get("breakdown", [])):
+        for name in SUMMABLE_METRICS:
+            if name in part:
+                yield f"{where}.breakdown[{index}].{name}", name, part[name]
+
+
+def _operator_bytes_results(section: dict[str, Any] | None) -> Iterator[tuple[str, str, Any]]:
+    """The MetricResults of an ``operator_bytes`` section: its total, and each row's FLOPs and bytes."""
+    if section is None:
+        return
+    yield "operator_bytes.total", "operator_bytes", section["total"]
+    for row in section["by_operator"]:
+        where = f"operator_bytes.by_operator[{row['operator']}, {row['dtype']}]"
+        yield f"{where}.flops", "operator_flops", row["flops"]
+        yield f"{where}.bytes", "operator_bytes", row["bytes"]
 
 
 def _memory_results(memory: dict[str, Any] | None) -> Iterator[tuple[str, str, Any]]:

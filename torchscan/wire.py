@@ -28,6 +28,7 @@ __all__ = [
     "AutocastRegion",
     "BreakdownPart",
     "BufferStatistics",
+    "CallBytes",
     "CallFlops",
     "CallKey",
     "CallMetadata",
@@ -65,6 +66,8 @@ __all__ = [
     "NestedTensorValue",
     "NoneValue",
     "ObjectValue",
+    "OperatorBytes",
+    "OperatorBytesRow",
     "OperatorFlops",
     "Optimizer",
     "OutputCache",
@@ -304,6 +307,14 @@ class CallFlops(TypedDict):
     inclusive: MetricResult
 
 
+class CallBytes(TypedDict):
+    """A call's operator bytes (``operator_bytes``): the tensors its operators read and wrote, unfused, ``direct``
+    and ``inclusive`` like `CallFlops`."""
+
+    direct: MetricResult
+    inclusive: MetricResult
+
+
 class LayerMemory(TypedDict):
     """Only with ``memory=True``."""
 
@@ -331,6 +342,7 @@ class LayerRecord(TypedDict):
     delegated_metrics: NotRequired[list[MetricName]]
     breakdown: NotRequired[list[BreakdownPart]]
     operator_flops: CallFlops
+    operator_bytes: NotRequired[CallBytes]
     memory: NotRequired[LayerMemory]
 
 
@@ -358,6 +370,7 @@ class Totals(TypedDict):
     macs: MetricResult
     dmas: MetricResult
     operator_flops: MetricResult
+    operator_bytes: NotRequired[MetricResult]
     forward_peak_bytes: NotRequired[MetricResult]
     activations: NotRequired[MetricResult]
 
@@ -389,6 +402,25 @@ class OperatorFlops(TypedDict):
     uncounted: list[UncountedOperator]
     ignored: list[IgnoredOperator]
     custom_formulas: list[str]
+
+
+class OperatorBytesRow(TypedDict):
+    """One operator in one compute dtype: its calls, and their FLOPs and bytes (scope ``model``)."""
+
+    operator: str
+    dtype: str | None
+    calls: int
+    flops: MetricResult
+    bytes: MetricResult
+
+
+class OperatorBytes(TypedDict):
+    """The report's ``operator_bytes``: the bytes the forward's operators read and wrote, in the unfused model."""
+
+    method: Literal["operator_tensor_bytes"]
+    convention: Literal["unfused"]
+    total: MetricResult
+    by_operator: list[OperatorBytesRow]
 
 
 class Diagnostic(TypedDict):
@@ -757,6 +789,7 @@ class Report(TypedDict):
     layers: list[LayerRecord]
     totals: Totals
     operator_flops: OperatorFlops
+    operator_bytes: NotRequired[OperatorBytes]
     diagnostics: list[Diagnostic]
     training: NotRequired[Training]
     memory: NotRequired[Memory]

@@ -41,6 +41,7 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
+from .timing.profiled import time_forward, time_request, timed_device_of
 from .tracing import CallTracer
 from .values import call_metadata
 from .version import __version__
@@ -71,6 +72,7 @@ def crawl_module(
     memory: bool = False,
     as_device: torch.device | str | None = None,
     meta_kernels: str = ACCELERATOR,
+    time: bool | Mapping[str, int] = False,
 ) -> dict[str, Any]:
     """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
 
@@ -83,14 +85,22 @@ def crawl_module(
     On ``meta`` (without ``as_device``), ``meta_kernels="accelerator"`` (the default) runs each
     ``scaled_dot_product_attention`` as the fused kernel CUDA would pick for it, never materializing the score
     matrices; ``meta_kernels="math"`` keeps meta's own math path (`torchscan.calls.meta_kernels`).
+    ``time=True`` (or ``{"warmup": 2, "repeats": 5}``) then times the forward on the model's own device, in runs
+    apart from the analysis, and adds the ``time`` section: the measured total with its spread and the kernel time
+    of every layer call and operator (`torchscan.timing.profiled`; not on meta or stand-ins).
     """
     check_flags(model, strict=strict, memory=memory)
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
+    timing = time_request(time)
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
                        mode=mode, memory=memory, as_device=as_device, meta_kernels=meta_kernels)
+    timed_on = None if timing is None else timed_device_of(model, analysis.args, analysis.kwargs, as_device)
     with running(analysis) as run:
         report = analyze(run)
+    if timing is not None and timed_on is not None:  # a run of its own: the analysis's overhead is in no time
+        report["time"] = time_forward(model, analysis.args, analysis.kwargs, analysis.step, timed_on, timing,
+                                      layer_keys(report))
     if strict:
         raise_if_incomplete(report)
     return report
@@ -366,6 +376,11 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         **({} if analysis.stand_ins is None else {"stand_ins": analysis.stand_ins.record()}),
         **({} if analysis.meta_kernels is None else {"meta_kernels": analysis.meta_kernels}),
     }
+
+
+def layer_keys(report: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The ``(path, call_index)`` of every layer record, in order: what a timed run's calls must match."""
+    return [(layer["path"], layer["call_index"]) for layer in report["layers"]]
 
 
 def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None:

@@ -26,12 +26,22 @@ import torch
 from torch import nn
 
 from ..calls.stand_ins import StandIns
-from ..crawler import Analysis, ForwardStep, analyze, check_flags, raise_if_incomplete, request, running
+from ..crawler import (
+    Analysis,
+    ForwardStep,
+    analyze,
+    check_flags,
+    layer_keys,
+    raise_if_incomplete,
+    request,
+    running,
+)
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory
 from ..operators import build_formula_table, new_recorder
 from ..parallel.plan import ParallelPlan, parse_plan
 from ..parallel.step import sharded_step
+from ..timing.profiled import time_request, time_training_step, timed_device_of
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .loop import compute_loss, device_picks_foreach, optimizer_factory, settle_implementation
@@ -61,24 +71,31 @@ def crawl_training_step(
     memory: bool = False,
     as_device: torch.device | str | None = None, meta_kernels: str = "accelerator",
     parallel: Mapping[str, Any] | None = None,
+    time: bool | Mapping[str, int] = False,
 ) -> dict[str, Any]:
     """One step of ``model``'s training loop: ``crawl_module``'s report of the (train-mode) forward plus ``training``.
 
     ``optimizer``: ``"sgd"``, ``"adam"``, ``"adamw"`` (the device's implementation) or ``params -> Optimizer``;
     ``zero_grad``: ``"set_to_none"`` or ``"zeros"``; ``memory=True``: the steady-state and first step's memory;
-    ``parallel``: the step sharded by FSDP2 per device. The module docstring and docs/api.md say the rest.
+    ``parallel``: the step sharded by FSDP2 per device; ``time=True``: the step timed on the model's device, per
+    layer call, phase and operator (`torchscan.timing.profiled`). The module docstring and docs/api.md say the rest.
     """
     check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
     make_optimizer, plan = _checked(loss, optimizer, zero_grad, parallel)
+    timing = time_request(time)
     step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
                            zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
                        memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels)
+    timed_on = None if timing is None else timed_device_of(model, analysis.args, analysis.kwargs, as_device)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
     report["training"] = training_section(report, phases, analysis.mapping, optimizer, step.memory)
     if plan is not None and make_optimizer is not None:  # `_checked` requires the optimizer with a plan
         report["training"]["parallel"] = sharded_step(model, analysis.args, analysis.kwargs, loss, make_optimizer,
                                                       plan)
+    if timing is not None and timed_on is not None:  # runs of its own, after the analysis
+        report["time"] = time_training_step(model, analysis.args, analysis.kwargs, loss, make_optimizer, zero_grad,
+                                            step, timed_on, timing, layer_keys(report))
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)

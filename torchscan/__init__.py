@@ -30,6 +30,7 @@ _EXPORTS = {
     "fit_devices": "parallel.fit",
     "measure_flops": "operators",
     "measure_peak_memory": "memory.measured",
+    "measure_time": "timing.measured",
     "summary": "text",
     "trace_memory": "memory.timeline",
 }
@@ -51,6 +52,7 @@ __all__ = [
     "fit_devices",
     "measure_flops",
     "measure_peak_memory",
+    "measure_time",
     "summary",
     "trace_memory",
 ]
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from .results import MetricResult
     from .schema import SCHEMA_VERSION
     from .text import summary
+    from .timing.measured import measure_time
     from .training.step import crawl_training_step
 
 

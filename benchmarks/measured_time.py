@@ -19,6 +19,10 @@ follows once a peak is joined. Inputs: one 224x224 image, one 128-token row.
 
     python benchmarks/measured_time.py [--models resnet50,mobilenet_v2,bert_base,gpt2,vit_b_16]
                                        [--training resnet50,bert_base] [--repeats 5] [--warmup 2] [--threads N]
+                                       [--device cuda]
+
+``--device cuda`` (or another accelerator) moves each model and its inputs there first: the same checks, with the
+kernel time of the device's kernels (``time.kernel_clock`` ``device_kernel_time``).
 
 A quick check that it runs: ``python benchmarks/measured_time.py --models mobilenet_v2 --training none
 --repeats 1 --warmup 0``. Run it on a quiet machine: the load average is printed with the results.
@@ -100,8 +104,15 @@ def spread_text(statistics: dict[str, float]) -> str:
             f"min-max {statistics['min'] * 1e3:.1f}-{statistics['max'] * 1e3:.1f} ms)")
 
 
-def forward_row(name: str, options: dict[str, int]) -> None:
-    model, args, kwargs = MODELS[name]()
+def on(case: Case, device: str) -> Case:
+    """The model and its inputs on ``device``."""
+    model, args, kwargs = case
+    return (model.to(device), tuple(arg.to(device) for arg in args),
+            {key: value.to(device) for key, value in kwargs.items()})
+
+
+def forward_row(name: str, options: dict[str, int], device: str) -> None:
+    model, args, kwargs = on(MODELS[name](), device)
     report = crawl_module(model, args=args, kwargs=kwargs, time=options)
     time = report["time"]
     attributed = sum(median(row["self"]) for row in time["layers"]) + median(time["outside_layer_calls"])
@@ -113,8 +124,8 @@ def forward_row(name: str, options: dict[str, int]) -> None:
           f"{flops / measured / 1e9:6.1f} GFLOP/s ({report['operator_flops']['total']['status']})", flush=True)
 
 
-def training_row(name: str, options: dict[str, int]) -> None:
-    model, args, kwargs = MODELS[name]()
+def training_row(name: str, options: dict[str, int], device: str) -> None:
+    model, args, kwargs = on(MODELS[name](), device)
     report = crawl_training_step(model, args=args, kwargs=kwargs, optimizer="adamw", time=options)
     time = report["time"]
     attributed = (sum(median(row["self"]) + median(row["backward_self"]) for row in time["layers"])
@@ -144,16 +155,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed iterations of each run")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations before them")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="where the models run (cpu, cuda, ...)")
     options = parser.parse_args()
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     timing = {"warmup": options.warmup, "repeats": options.repeats}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average "
+    print(f"torch {torch.__version__}, {options.device}, {torch.get_num_threads()} threads, load average "
           f"{' '.join(f'{load:.2f}' for load in os.getloadavg())}, warmup {options.warmup}, repeats {options.repeats}")
     for name in chosen(options.models):
-        forward_row(name, timing)
+        forward_row(name, timing, options.device)
     for name in chosen(options.training):
-        training_row(name, timing)
+        training_row(name, timing, options.device)
 
 
 if __name__ == "__main__":

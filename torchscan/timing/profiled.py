@@ -30,9 +30,9 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -41,6 +41,9 @@ from torch.autograd.profiler import record_function
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .measured import check_counts, describe_device, spread, synchronize, time_runs, timed_device
+
+if TYPE_CHECKING:
+    from ..crawler import Analysis
 
 VERSION = 1
 METHOD = "profiler_kernel_time"
@@ -57,14 +60,20 @@ PHASES = ("forward", "loss_forward", "backward", "optimizer")
 _BACKWARD_SCOPE = 1  # at::RecordScope::BACKWARD_FUNCTION: an autograd node's own range
 _EVALUATE = "autograd::engine::evaluate_function"
 _TIME_KEYS = frozenset({"warmup", "repeats"})
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
 class TimeRequest:
-    """``time=True`` (or ``time={"warmup": ..., "repeats": ...}``), checked."""
+    """``time=True`` (or ``time={"warmup": ..., "repeats": ...}``), checked; `on` adds the device it will run on."""
 
     warmup: int = WARMUP
     repeats: int = REPEATS
+    device: torch.device = CPU
+
+    def on(self, model: nn.Module, args: Any, kwargs: Any, stand_ins: torch.device | None) -> TimeRequest:
+        """This request on the one real device the model and its call run on (`timed_device_of`)."""
+        return replace(self, device=timed_device_of(model, args, kwargs, stand_ins))
 
 
 def time_request(time: Any) -> TimeRequest | None:
@@ -82,10 +91,10 @@ def time_request(time: Any) -> TimeRequest | None:
     return request
 
 
-def timed_device_of(model: nn.Module, args: Any, kwargs: Any, as_device: Any) -> torch.device:
-    """The one real device the model and its call run on, or ``ValueError`` (before anything runs) for stand-ins,
-    ``meta``, or a model spread over several devices."""
-    if as_device is not None:
+def timed_device_of(model: nn.Module, args: Any, kwargs: Any, stand_ins: torch.device | None) -> torch.device:
+    """The one real device the model and its call run on (an accelerator where any tensor is on one, else the CPU),
+    or ``ValueError`` before anything runs: on fake-tensor stand-ins, on ``meta``, or over several accelerators."""
+    if stand_ins is not None:
         raise ValueError("time=True needs the model's own kernels: fake-tensor stand-ins (as_device=...) run none; "
                          "measure without as_device, on the device the model is on")
     devices = {tensor.device for tensor in (*model.parameters(), *model.buffers(), *tensors_in(args),
@@ -93,11 +102,10 @@ def timed_device_of(model: nn.Module, args: Any, kwargs: Any, as_device: Any) ->
     if any(device.type == "meta" for device in devices):
         raise ValueError("time=True needs a model and call on a real device (CPU or an accelerator): on meta nothing "
                          "runs, so there is no time to measure (the bound of a meta model is torchscan.roofline)")
-    types = {device.type for device in devices} - {"cpu"}
-    if len(types) > 1 or len({device for device in devices if device.type != "cpu"}) > 1:
-        raise ValueError(f"time=True measures one device; the model and its call use {sorted(map(str, devices))}")
-    accelerator = next((device for device in devices if device.type != "cpu"), None)
-    return timed_device("cpu" if accelerator is None else accelerator, "time")
+    accelerators = sorted(str(device) for device in devices if device.type != "cpu")
+    if len(accelerators) > 1:
+        raise ValueError(f"time=True measures one device; the model and its call use {accelerators}")
+    return timed_device(accelerators[0] if accelerators else "cpu", "time")
 
 
 # -- the ranges: one per layer call, a subscriber of the tracer -----------------------------------------------------
@@ -407,28 +415,16 @@ def _seconds(microseconds: list[float]) -> dict[str, float]:
     return {name: round(value, 9) for name, value in spread([value / 1e6 for value in microseconds]).items()}
 
 
-def time_section(describes: str, device: torch.device, request: TimeRequest, measured: list[float],
-                 ranges: CallRanges, times: list[IterationTimes], layer_keys: list[tuple[str, int]]
-                 ) -> dict[str, Any]:
+def time_section(describes: str, request: TimeRequest, measured: list[float], ranges: CallRanges,
+                 times: list[IterationTimes], layer_keys: list[tuple[str, int]]) -> dict[str, Any]:
     """The report's ``time`` section from the plain run's ``measured`` seconds and the profiled iterations."""
     keys, parents = ranges.iterations[0]
     if any(iteration_keys != keys for iteration_keys, _ in ranges.iterations) or keys != layer_keys:
         raise RuntimeError("the timed runs made other layer calls than the analyzed forward (control flow that "
                            "depends on values or on state): their times cannot be joined with the report's layers")
     training = describes == "training_step"
-    inclusive = [_inclusive(iteration.forward, parents) for iteration in times]
-    backward_inclusive = [_inclusive(iteration.backward, parents) for iteration in times] if training else []
-    layers = []
-    for ordinal, (path, call_index) in enumerate(keys):
-        row: dict[str, Any] = {"path": path, "call_index": call_index,
-                               "self": _seconds([iteration.forward[ordinal] for iteration in times]),
-                               "inclusive": _seconds([values[ordinal] for values in inclusive])}
-        if training:
-            row["backward_self"] = _seconds([iteration.backward[ordinal] for iteration in times])
-            row["backward_inclusive"] = _seconds([values[ordinal] for values in backward_inclusive])
-        layers.append(row)
-    lines = STEP_LINES if training else FORWARD_LINES
-    section: dict[str, Any] = {
+    device = request.device
+    return {
         "version": VERSION,
         "describes": describes,
         "method": METHOD,
@@ -439,13 +435,26 @@ def time_section(describes: str, device: torch.device, request: TimeRequest, mea
         "repeats": request.repeats,
         "measured": {name: round(value, 9) for name, value in spread(measured).items()},
         "kernels": _seconds([iteration.total() for iteration in times]),
-        **{name: _seconds([iteration.lines[name] for iteration in times]) for name in lines},
+        **{name: _seconds([iteration.lines[name] for iteration in times])
+           for name in (STEP_LINES if training else FORWARD_LINES)},
+        **({"phases": _phases(times)} if training else {}),
+        "layers": _layer_rows(keys, parents, times, training),
+        "operators": _operator_rows(times),
     }
+
+
+def _layer_rows(keys: list[tuple[str, int]], parents: list[int], times: list[IterationTimes], training: bool
+                ) -> list[dict[str, Any]]:
+    """One row per call: self and inclusive (and, in a training step, the backward's) statistics."""
+    columns = {"self": [iteration.forward for iteration in times]}
+    columns["inclusive"] = [_inclusive(values, parents) for values in columns["self"]]
     if training:
-        section["phases"] = _phases(times)
-    section["layers"] = layers
-    section["operators"] = _operator_rows(times)
-    return section
+        columns["backward_self"] = [iteration.backward for iteration in times]
+        columns["backward_inclusive"] = [_inclusive(values, parents) for values in columns["backward_self"]]
+    return [{"path": path, "call_index": call_index,
+             **{name: _seconds([values[ordinal] for values in per_iteration])
+                for name, per_iteration in columns.items()}}
+            for ordinal, (path, call_index) in enumerate(keys)]
 
 
 def _inclusive(own: list[float], parents: list[int]) -> list[float]:
@@ -486,12 +495,14 @@ def _operator_rows(times: list[IterationTimes]) -> list[dict[str, Any]]:
 # -- the runs -------------------------------------------------------------------------------------------------------
 
 
-def time_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], step: Any, device: torch.device,
-                 request: TimeRequest, layer_keys: list[tuple[str, int]]) -> dict[str, Any]:
-    """The ``time`` section of a forward as the analysis ran it (``step``: its modes and gradient mode): the plain
-    run's wall clock and the profiled run's kernel time per call; the modes are put back afterwards."""
+def time_forward(analysis: Analysis, layer_keys: list[tuple[str, int]]) -> dict[str, Any]:
+    """The ``time`` section of the analysis's forward, run as the analysis ran it (its step's modes and gradient
+    mode): the plain run's wall clock and the profiled run's kernel time per call; the modes are put back."""
     from ..crawler import restore_training_flags
 
+    request = analysis.timing
+    assert request is not None, "time was requested"
+    model, args, kwargs, step = analysis.model, analysis.args, analysis.kwargs, analysis.step
     tracer = CallTracer(model, {}, None, None)
     flags = tracer.facts.training_flags
     ranges = CallRanges()
@@ -502,86 +513,116 @@ def time_forward(model: nn.Module, args: tuple, kwargs: dict[str, Any], step: An
     try:
         step.set_modes(model, flags)
         with step.grad_mode():
-            measured = time_runs(forward, device, request.warmup, request.repeats)
+            measured = time_runs(forward, request.device, request.warmup, request.repeats)
             tracer.attach()
             with tracer.subscribed(ranges):
-                events = profiled(forward, ranges, device, request)
+                events = profiled(forward, ranges, request.device, request)
     finally:
         tracer.detach()
         restore_training_flags(flags)
-    times = attribute(events, request.repeats, [len(keys) for keys, _ in ranges.iterations], device.type != "cpu")
-    return time_section("forward", device, request, measured, ranges, times, layer_keys)
+    return time_section("forward", request, measured, ranges, _attributed(events, ranges, request), layer_keys)
 
 
-def time_training_step(model: nn.Module, args: tuple, kwargs: dict[str, Any], loss: Callable[[Any], Any] | None,
+def _attributed(events: list[Any], ranges: CallRanges, request: TimeRequest) -> list[IterationTimes]:
+    return attribute(events, request.repeats, [len(keys) for keys, _ in ranges.iterations],
+                     request.device.type != "cpu")
+
+
+def time_training_step(analysis: Analysis, loss: Callable[[Any], Any] | None,
                        make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None, zero_grad: str,
-                       step: Any, device: torch.device, request: TimeRequest,
                        layer_keys: list[tuple[str, int]]) -> dict[str, Any]:
-    """The ``time`` section of a training step: forward, loss, backward and optimizer step as a loop runs them.
-
-    The optimizer steps on copies of the trainable parameters whose gradients are the model's, so the weights never
-    change (one extra copy of them and the optimizer's state are allocated while the step is timed); gradients,
-    buffers and the RNG are put back by `torchscan.training.step.preserved_state`, the modes by the tracer's flags.
-    """
+    """The ``time`` section of a training step: forward, loss, backward and optimizer step as a loop runs them
+    (`LoopStep`); gradients, buffers and the RNG are put back by `torchscan.training.step.preserved_state`, the modes
+    by the tracer's flags."""
     from ..crawler import restore_training_flags
-    from ..training.loop import compute_loss
-    from ..training.precision import end_forward_region, outside_autocast
     from ..training.step import preserved_state
 
+    request = analysis.timing
+    assert request is not None, "time was requested"
+    model = analysis.model
     tracer = CallTracer(model, {}, None, None)
     flags = tracer.facts.training_flags
     ranges = CallRanges()
-    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    autocast = step.autocast
-
-    def phase(name: str, traced: bool) -> Any:
-        return record_function(name) if traced else nullcontext()
-
-    def iteration(traced: bool) -> None:
-        if zero_grad == "zeros":
-            with torch.no_grad():
-                for parameter in trainable:
-                    parameter.grad = torch.zeros_like(parameter) if parameter.grad is None else parameter.grad
-        if traced:
-            tracer.attach()
-        try:
-            output = model(*args, **kwargs)
-        finally:
-            if traced:
-                tracer.detach()
-        with phase(LOSS, traced):
-            value = compute_loss(loss, output)
-        end_forward_region(autocast)
-        del output
-        with phase(BACKWARD, traced), outside_autocast(autocast), \
-                (tracer.replaying() if traced else nullcontext()):
-            value.backward()
-        del value
-        with phase(OPTIMIZER, traced), outside_autocast(autocast):
-            if optimizer is not None:
-                for copy, parameter in zip(copies, trainable, strict=True):
-                    copy.grad = parameter.grad
-                optimizer.step()
-                for copy in copies:
-                    copy.grad = None
-            if zero_grad == "zeros":
-                for parameter in trainable:
-                    if parameter.grad is not None:
-                        parameter.grad.zero_()
-            else:
-                for parameter in trainable:
-                    parameter.grad = None
-
     with ExitStack() as stack:
         stack.enter_context(preserved_state(model))
         stack.callback(restore_training_flags, flags)
-        step.set_modes(model, flags)
-        copies = [parameter.detach().clone().requires_grad_() for parameter in trainable]
-        optimizer = None if make_optimizer is None else make_optimizer(copies)
+        analysis.step.set_modes(model, flags)
+        step = LoopStep(analysis, tracer, loss, make_optimizer, zero_grad)
         with torch.enable_grad():
-            measured = time_runs(lambda: iteration(False), device, request.warmup, request.repeats)
+            measured = time_runs(step.plain, request.device, request.warmup, request.repeats)
             with tracer.subscribed(ranges):
-                events = profiled(lambda: iteration(True), ranges, device, request)
-    times = attribute(events, request.repeats, [len(keys) for keys, _ in ranges.iterations], device.type != "cpu")
-    return time_section("training_step", device, request, measured, ranges, times, layer_keys)
+                events = profiled(step.traced, ranges, request.device, request)
+    return time_section("training_step", request, measured, ranges, _attributed(events, ranges, request),
+                        layer_keys)
 
+
+class LoopStep:
+    """One iteration of a training loop: forward, loss, backward, optimizer step, gradients cleared as ``zero_grad``
+    says. ``traced`` runs it with the tracer attached (through the backward, replaying recomputed calls) and each
+    phase in a profiler range; ``plain`` runs it bare.
+
+    The optimizer steps on copies of the trainable parameters that receive the model's gradients, so the weights
+    never change (the copies and the optimizer's state are allocated while the step is timed).
+    """
+
+    def __init__(self, analysis: Analysis, tracer: CallTracer, loss: Callable[[Any], Any] | None,
+                 make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None, zero_grad: str) -> None:
+        self.analysis, self.tracer, self.loss, self.zero_grad = analysis, tracer, loss, zero_grad
+        self.autocast = getattr(analysis.step, "autocast", ())  # the caller's autocast regions
+        self.trainable = [p for p in analysis.model.parameters() if p.requires_grad]
+        self.copies = [parameter.detach().clone().requires_grad_() for parameter in self.trainable]
+        self.optimizer = None if make_optimizer is None else make_optimizer(self.copies)
+
+    def plain(self) -> None:
+        self.run(False)
+
+    def traced(self) -> None:
+        self.run(True)
+
+    def run(self, traced: bool) -> None:
+        from ..training.loop import compute_loss
+        from ..training.precision import end_forward_region, outside_autocast
+
+        if self.zero_grad == "zeros":
+            for parameter in self.trainable:
+                if parameter.grad is None:
+                    parameter.grad = torch.zeros_like(parameter)
+        output = self.forward(traced)
+        with self.phase(LOSS, traced):
+            value = compute_loss(self.loss, output)
+        end_forward_region(self.autocast)
+        del output  # a loop keeps the loss, not the output
+        with self.phase(BACKWARD, traced), outside_autocast(self.autocast), \
+                (self.tracer.replaying() if traced else nullcontext()):
+            value.backward()
+        del value
+        with self.phase(OPTIMIZER, traced), outside_autocast(self.autocast):
+            self.optimizer_step()
+
+    def forward(self, traced: bool) -> Any:
+        analysis = self.analysis
+        if not traced:
+            return analysis.model(*analysis.args, **analysis.kwargs)
+        self.tracer.attach()
+        try:
+            return analysis.model(*analysis.args, **analysis.kwargs)
+        finally:
+            self.tracer.detach()
+
+    def optimizer_step(self) -> None:
+        """The optimizer's step on the copies, then the gradients cleared (set to None, or zeroed in place)."""
+        if self.optimizer is not None:
+            for copy, parameter in zip(self.copies, self.trainable, strict=True):
+                copy.grad = parameter.grad
+            self.optimizer.step()
+            for copy in self.copies:
+                copy.grad = None
+        for parameter in self.trainable:
+            if self.zero_grad != "zeros":
+                parameter.grad = None
+            elif parameter.grad is not None:
+                parameter.grad.zero_()
+
+    @staticmethod
+    def phase(name: str, traced: bool) -> Any:
+        return record_function(name) if traced else nullcontext()

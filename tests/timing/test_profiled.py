@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import gc
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from torchscan_testing import checked
 
 from torchscan import crawl_module, crawl_training_step
+from torchscan.timing import profiled
 
 ONE = {"warmup": 1, "repeats": 1}
 NANOSECOND = 1e-9
@@ -188,3 +190,51 @@ def test_a_meta_model_has_no_time():
         crawl_module(meta, (8,), time=True)
     with pytest.raises(ValueError, match="on meta nothing runs"):
         crawl_training_step(meta, (8,), time=True)
+
+
+class Event:
+    """A profiler event as `attribute` reads it (``torch.autograd.profiler_util.FunctionEvent``'s fields)."""
+
+    def __init__(self, name: str, start: float, end: float, *children: Event, thread: int = 1, sequence_nr: int = -1,
+                 scope: int = 0, annotation: bool = False) -> None:
+        self.name, self.thread, self.sequence_nr, self.scope = name, thread, sequence_nr, scope
+        self.is_user_annotation = annotation
+        self.time_range = SimpleNamespace(start=start, end=end, elapsed_us=lambda: end - start)
+        self.device_time_total = 0.0
+        self.cpu_children = list(children)
+        self.cpu_parent = None
+        for child in children:
+            child.cpu_parent = self
+
+
+def annotation(name: str, start: float, end: float, *children: Event, thread: int = 1) -> Event:
+    return Event(name, start, end, *children, thread=thread, annotation=True)
+
+
+def test_a_backward_in_another_thread_is_placed_by_its_window_and_filed_by_sequence_number():
+    """An accelerator's autograd runs nodes in threads of its own: the node of the forward operator numbered 7 is
+    filed under the call that ran that operator, the engine's other work under ``engine``."""
+    events = [
+        annotation(f"{profiled.ITERATION}0", 0, 100,
+                   annotation(f"{profiled.CALL}0", 0, 40,
+                              annotation(f"{profiled.CALL}1", 0, 20, Event("aten::addmm", 5, 15, sequence_nr=7)),
+                              Event("aten::add", 25, 30, sequence_nr=8)),
+                   annotation(profiled.LOSS, 40, 50, Event("aten::sum", 41, 44, sequence_nr=9)),
+                   annotation(profiled.BACKWARD, 50, 90),
+                   annotation(profiled.OPTIMIZER, 90, 100, Event("aten::add_", 91, 99))),
+        Event("aten::ones_like", 51, 52, thread=2),
+        Event("autograd::engine::evaluate_function: SumBackward0", 52, 55, thread=2, sequence_nr=9),
+        Event("autograd::engine::evaluate_function: AddBackward0", 55, 58, thread=2, sequence_nr=8),
+        Event("autograd::engine::evaluate_function: AddmmBackward0", 60, 80,
+              Event("AddmmBackward0", 61, 79, Event("aten::mm", 62, 78), scope=1), thread=2, sequence_nr=7),
+        Event("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 81, 83, thread=2),
+        Event("aten::empty", 200, 201),  # after the iteration: not attributed
+    ]
+    [times] = profiled.attribute(events, 1, [2], accelerator=False)
+    assert times.forward == [5.0, 10.0] and times.backward == [3.0, 20.0]
+    assert {name: value for name, value in times.lines.items() if value} == {
+        "loss_forward": 3.0, "loss_backward": 3.0, "engine": 3.0, "optimizer": 8.0}
+    assert times.total() == (5 + 10) + (3 + 20) + 3 + 3 + 3 + 8  # calls, their backward, the four lines
+    assert times.operators[("backward", "aten.mm")] == [1, 16.0]
+    assert times.operators[("backward", "autograd.node")] == [1, 2.0]  # its time outside aten.mm
+    assert sum(time for _, time in times.operators.values()) == times.total()

@@ -105,7 +105,18 @@ def timed_device_of(model: nn.Module, args: Any, kwargs: Any, stand_ins: torch.d
     accelerators = sorted(str(device) for device in devices if device.type != "cpu")
     if len(accelerators) > 1:
         raise ValueError(f"time=True measures one device; the model and its call use {accelerators}")
-    return timed_device(accelerators[0] if accelerators else "cpu", "time")
+    target = timed_device(accelerators[0] if accelerators else "cpu", "time")
+    if target.type != "cpu" and _activity(target) is None:
+        raise ValueError(f"time=True: PyTorch's profiler records no kernels of {target.type} devices, so their "
+                         "kernel time cannot be attributed (measure_time still times a workload there)")
+    return target
+
+
+def _activity(device: torch.device) -> Any:
+    """The profiler activity that records ``device``'s kernels (None where the profiler has none)."""
+    from torch.profiler import ProfilerActivity
+
+    return getattr(ProfilerActivity, device.type.upper(), None)
 
 
 # -- the ranges: one per layer call, a subscriber of the tracer -----------------------------------------------------
@@ -171,9 +182,7 @@ def profiled(iteration: Callable[[], None], ranges: CallRanges, device: torch.de
         iteration()
     ranges.iterations.clear()
     synchronize(device)
-    activities = [ProfilerActivity.CPU]
-    if device.type != "cpu":
-        activities.append(getattr(ProfilerActivity, device.type.upper()))
+    activities = [ProfilerActivity.CPU] + ([] if device.type == "cpu" else [_activity(device)])
     with profile(activities=activities) as prof:
         for index in range(request.repeats):
             ranges.start_iteration()

@@ -230,7 +230,7 @@ def test_a_backward_in_another_thread_is_placed_by_its_window_and_filed_by_seque
         Event("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 81, 83, thread=2),
         Event("aten::empty", 200, 201),  # after the iteration: not attributed
     ]
-    [times] = profiled.attribute(events, 1, [2], accelerator=False)
+    [times] = profiled.attribute(events, [2], accelerator=False)
     assert times.forward == [5.0, 10.0] and times.backward == [3.0, 20.0]
     assert {name: value for name, value in times.lines.items() if value} == {
         "loss_forward": 3.0, "loss_backward": 3.0, "engine": 3.0, "optimizer": 8.0}

@@ -18,8 +18,9 @@ the call in whose range its forward operator ran; the loss's nodes to ``loss_bac
 gradient, ``AccumulateGrad``, gradient sums) to ``engine``; the operators of layer calls recomputed during the
 backward (activation checkpointing) to ``recomputation``.
 
-Each of ``repeats`` profiled iterations is attributed on its own; the section reports, per call and per line, the
-median over iterations with its quartiles and extremes. Models on ``meta`` or on fake-tensor stand-ins run no
+The two runs alternate, one plain iteration then one profiled iteration (a profiler session of its own), so that
+a load that comes and goes hits both alike. Each profiled iteration is attributed on its own; the section reports,
+per call and per line, the median over iterations with its quartiles and extremes. Models on ``meta`` or on fake-tensor stand-ins run no
 kernels: ``time=True`` raises ``ValueError`` for them before anything runs. docs/time-measured.md says all this for
 readers.
 """
@@ -171,25 +172,31 @@ class CallRanges:
             scope.__exit__(None, None, None)
 
 
-def profiled(iteration: Callable[[], None], ranges: CallRanges, device: torch.device, request: TimeRequest
-             ) -> list[Any]:
-    """The profiler's events of ``request.repeats`` iterations (each in a range of its own), after
-    ``request.warmup`` unprofiled ones."""
+def alternated(plain: Callable[[], None], traced: Callable[[], None], ranges: CallRanges, request: TimeRequest
+               ) -> tuple[list[float], list[IterationTimes]]:
+    """The plain run's seconds and the profiled run's attributed iterations, ``request.repeats`` of each, in
+    alternation (a load that comes and goes hits both alike), after ``request.warmup`` untimed ones of each. Each
+    profiled iteration is a profiler session of its own, so no plain run is ever under the profiler."""
     from torch.profiler import ProfilerActivity, profile
 
+    device = request.device
     for _ in range(request.warmup):
+        plain()
         ranges.start_iteration()
-        iteration()
+        traced()
     ranges.iterations.clear()
-    synchronize(device)
     activities = [ProfilerActivity.CPU] + ([] if device.type == "cpu" else [_activity(device)])
-    with profile(activities=activities) as prof:
-        for index in range(request.repeats):
-            ranges.start_iteration()
-            with record_function(f"{ITERATION}{index}"):
-                iteration()
+    measured: list[float] = []
+    times: list[IterationTimes] = []
+    for _ in range(request.repeats):
+        measured.extend(time_runs(plain, device, 0, 1))
+        ranges.start_iteration()
+        with profile(activities=activities) as prof:
+            with record_function(f"{ITERATION}0"):
+                traced()
             synchronize(device)
-    return list(prof.events())
+        times.extend(attribute(list(prof.events()), [len(ranges.keys)], device.type != "cpu"))
+    return measured, times
 
 
 # -- attribution ----------------------------------------------------------------------------------------------------
@@ -224,8 +231,9 @@ class Context:
     call: int = -1
 
 
-def attribute(events: list[Any], iterations: int, calls: list[int], accelerator: bool) -> list[IterationTimes]:
-    """Each profiled iteration's kernel time by call, line and operator (the module docstring says how)."""
+def attribute(events: list[Any], calls: list[int], accelerator: bool) -> list[IterationTimes]:
+    """Each profiled iteration's kernel time by call, line and operator (the module docstring says how); ``calls``
+    holds each iteration's number of layer calls."""
     kernel = _device_time if accelerator else _cpu_time
     times = [IterationTimes(count) for count in calls]
     roots = sorted((event for event in events if event.cpu_parent is None), key=_start)
@@ -519,22 +527,20 @@ def time_forward(analysis: Analysis, layer_keys: list[tuple[str, int]]) -> dict[
     def forward() -> None:
         model(*args, **kwargs)
 
+    def traced() -> None:
+        tracer.attach()
+        try:
+            forward()
+        finally:
+            tracer.detach()
+
     try:
         step.set_modes(model, flags)
-        with step.grad_mode():
-            measured = time_runs(forward, request.device, request.warmup, request.repeats)
-            tracer.attach()
-            with tracer.subscribed(ranges):
-                events = profiled(forward, ranges, request.device, request)
+        with step.grad_mode(), tracer.subscribed(ranges):
+            measured, times = alternated(forward, traced, ranges, request)
     finally:
-        tracer.detach()
         restore_training_flags(flags)
-    return time_section("forward", request, measured, ranges, _attributed(events, ranges, request), layer_keys)
-
-
-def _attributed(events: list[Any], ranges: CallRanges, request: TimeRequest) -> list[IterationTimes]:
-    return attribute(events, request.repeats, [len(keys) for keys, _ in ranges.iterations],
-                     request.device.type != "cpu")
+    return time_section("forward", request, measured, ranges, times, layer_keys)
 
 
 def time_training_step(analysis: Analysis, loss: Callable[[Any], Any] | None,
@@ -557,12 +563,9 @@ def time_training_step(analysis: Analysis, loss: Callable[[Any], Any] | None,
         stack.callback(restore_training_flags, flags)
         analysis.step.set_modes(model, flags)
         step = LoopStep(analysis, tracer, loss, make_optimizer, zero_grad)
-        with torch.enable_grad():
-            measured = time_runs(step.plain, request.device, request.warmup, request.repeats)
-            with tracer.subscribed(ranges):
-                events = profiled(step.traced, ranges, request.device, request)
-    return time_section("training_step", request, measured, ranges, _attributed(events, ranges, request),
-                        layer_keys)
+        with torch.enable_grad(), tracer.subscribed(ranges):
+            measured, times = alternated(step.plain, step.traced, ranges, request)
+    return time_section("training_step", request, measured, ranges, times, layer_keys)
 
 
 class LoopStep:

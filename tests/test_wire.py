@@ -264,7 +264,8 @@ def test_each_schema_definition_is_one_type(walked: Walk) -> None:
                 "layer": wire.LayerRecord, "diagnostic": wire.Diagnostic, "call": wire.CallMetadata,
                 "attention_kernel": wire.AttentionKernel, "stand_ins": wire.StandIns, "kv_cache": wire.KVCache,
                 "training_at_peak": wire.TrainingMemoryAtPeak, "parallel_categories": wire.ParallelCategories,
-                "parallel_step": wire.ParallelStep, "collective_bytes": wire.CollectiveBytes}
+                "parallel_step": wire.ParallelStep, "collective_bytes": wire.CollectiveBytes,
+                "time_statistics": wire.TimeStatistics}
     assert set(expected) == set(report_schema()["$defs"])
     assert walked.defs == {f"#/$defs/{name}": {tp} for name, tp in expected.items()}
 

@@ -32,6 +32,7 @@ _EXPORTS = {
     "measure_flops": "operators",
     "measure_hardware": "timing.hardware",
     "measure_peak_memory": "memory.measured",
+    "measure_time": "timing.measured",
     "roofline": "timing.roofline",
     "roofline_curve": "timing.roofline",
     "summary": "text",
@@ -57,6 +58,7 @@ __all__ = [
     "measure_flops",
     "measure_hardware",
     "measure_peak_memory",
+    "measure_time",
     "roofline",
     "roofline_curve",
     "summary",
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from .schema import SCHEMA_VERSION
     from .text import summary
     from .timing.hardware import HARDWARE, measure_hardware
+    from .timing.measured import measure_time
     from .timing.roofline import roofline, roofline_curve
     from .training.step import crawl_training_step
 

@@ -49,6 +49,7 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
+from .timing.profiled import TimeRequest, time_forward, time_request
 from .tracing import CallTracer
 from .values import call_metadata
 from .version import __version__
@@ -78,7 +79,7 @@ def crawl_module(
     strict: bool = False,
     memory: bool = False,
     as_device: torch.device | str | None = None,
-    meta_kernels: str = ACCELERATOR,
+    meta_kernels: str = ACCELERATOR, time: bool | Mapping[str, int] = False,
 ) -> dict[str, Any]:
     """Analyze one forward pass of ``model`` and return the versioned, JSON-serializable report.
 
@@ -91,14 +92,15 @@ def crawl_module(
     On ``meta`` (without ``as_device``), ``meta_kernels="accelerator"`` (the default) runs each
     ``scaled_dot_product_attention`` as the fused kernel CUDA would pick for it, never materializing the score
     matrices; ``meta_kernels="math"`` keeps meta's own math path (`torchscan.calls.meta_kernels`).
+    ``time=True``: the forward timed per layer call on the model's device, apart from the analysis (`torchscan.timing`).
     """
     check_flags(model, strict=strict, memory=memory)
-    if mode not in ("full", "structure"):
-        raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
-                       mode=mode, memory=memory, as_device=as_device, meta_kernels=meta_kernels)
+                       mode=mode, memory=memory, as_device=as_device, meta_kernels=meta_kernels, time=time)
     with running(analysis) as run:
         report = analyze(run)
+    if analysis.timing is not None:  # runs of its own: the analysis's overhead is in no time
+        report["time"] = time_forward(analysis, layer_keys(report))
     if strict:
         raise_if_incomplete(report)
     return report
@@ -116,9 +118,13 @@ def check_flags(model: Any, **flags: Any) -> None:
 def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: Any, device: Any,
             custom_modules: Mapping[type, ModuleHandler] | None, custom_mapping: Mapping[Any, Any] | None, *,
             mode: Mode = "full", memory: bool = False, as_device: Any = None, step: ForwardStep | None = None,
-            meta_kernels: str = ACCELERATOR) -> Analysis:
-    """The one request builder of every entry point: the device of the stand-ins, the kernels on meta, the
-    caller's handlers and formulas and the call, checked (errors name the argument), as an `Analysis`."""
+            meta_kernels: str = ACCELERATOR, time: Any = False) -> Analysis:
+    """The one request builder of every entry point: the mode, the device of the stand-ins, the kernels on meta, the
+    caller's handlers and formulas, the call and the time asked for, checked (errors name the argument), as an
+    `Analysis`."""
+    if mode not in ("full", "structure"):
+        raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
+    timing = time_request(time)
     stand_in = stand_in_device(as_device)
     kernels = check_meta_kernels(meta_kernels)
     handlers = validate_handler_map(custom_modules)
@@ -127,7 +133,8 @@ def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: A
     on_meta = stand_in is None and runs_on_meta(model, call_args, call_kwargs)
     return Analysis(model=model, args=call_args, kwargs=call_kwargs, source=source, handlers=handlers,
                     mapping=mapping, mode=mode, step=step or EVAL_FORWARD, memory=memory, as_device=stand_in,
-                    kv_cache=kv_cache_section(call_args, call_kwargs), meta_kernels=kernels if on_meta else None)
+                    kv_cache=kv_cache_section(call_args, call_kwargs), meta_kernels=kernels if on_meta else None,
+                    timing=None if timing is None else timing.on(model, call_args, call_kwargs, stand_in))
 
 
 class ForwardStep:
@@ -185,6 +192,7 @@ class Analysis:
     #: ``"accelerator"`` or ``"math"``; None elsewhere, where the device's own kernels run.
     meta_kernels: str | None = None
     replayed: ReplayedCalls | None = None  # keeps the accelerator's kernels for calls re-run in a backward
+    timing: TimeRequest | None = None  # ``time=True``: timed after the analysis, on this device (`torchscan.timing`)
 
     @property
     def full(self) -> bool:
@@ -381,6 +389,11 @@ def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], k
         **({} if analysis.stand_ins is None else {"stand_ins": analysis.stand_ins.record()}),
         **({} if analysis.meta_kernels is None else {"meta_kernels": analysis.meta_kernels}),
     }
+
+
+def layer_keys(report: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The ``(path, call_index)`` of every layer record, in order: what a timed run's calls must match."""
+    return [(layer["path"], layer["call_index"]) for layer in report["layers"]]
 
 
 def restore_training_flags(training_flags: list[tuple[nn.Module, bool]]) -> None:

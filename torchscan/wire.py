@@ -94,6 +94,11 @@ __all__ = [
     "ShardingUnits",
     "StandIns",
     "TensorValue",
+    "Time",
+    "TimeLayer",
+    "TimeOperator",
+    "TimePhases",
+    "TimeStatistics",
     "Totals",
     "TracedMemoryMethod",
     "Training",
@@ -777,11 +782,81 @@ class Training(TypedDict):
     parallel: NotRequired[Parallel]
 
 
+# -- time (``time=True``) ------------------------------------------------------------------------------------------
+
+
+class TimeStatistics(TypedDict):
+    """Seconds over the repeated runs (`torchscan.timing.measured.spread`): quartiles by the inclusive method."""
+
+    median: float
+    q1: float
+    q3: float
+    iqr: float
+    min: float
+    max: float
+
+
+class TimeLayer(TypedDict):
+    """A layer call's kernel time, joinable with its layer record by ``(path, call_index)``; the backward fields
+    only in a training step's section."""
+
+    path: str
+    call_index: int
+    self: TimeStatistics
+    inclusive: TimeStatistics
+    backward_self: NotRequired[TimeStatistics]
+    backward_inclusive: NotRequired[TimeStatistics]
+
+
+TimePhase: TypeAlias = Literal["forward", "loss_forward", "backward", "optimizer"]
+
+
+class TimeOperator(TypedDict):
+    phase: TimePhase
+    operator: str
+    calls: int
+    time: TimeStatistics
+
+
+class TimePhases(TypedDict):
+    forward: TimeStatistics
+    loss_forward: TimeStatistics
+    backward: TimeStatistics
+    optimizer: TimeStatistics
+
+
+class Time(TypedDict):
+    """The ``time`` section (`torchscan.timing.profiled`), versioned on its own."""
+
+    version: Literal[1]
+    describes: Literal["forward", "training_step"]
+    method: Literal["profiler_kernel_time"]
+    kernel_clock: Literal["cpu_operator_time", "device_kernel_time"]
+    device: str
+    device_name: str
+    threads: int | None
+    unit: Literal["seconds"]
+    warmup: int
+    repeats: int
+    measured: TimeStatistics
+    kernels: TimeStatistics
+    outside_layer_calls: TimeStatistics
+    loss_forward: NotRequired[TimeStatistics]
+    loss_backward: NotRequired[TimeStatistics]
+    engine: NotRequired[TimeStatistics]
+    recomputation: NotRequired[TimeStatistics]
+    optimizer: NotRequired[TimeStatistics]
+    phases: NotRequired[TimePhases]
+    layers: list[TimeLayer]
+    operators: list[TimeOperator]
+
+
 # -- the report ----------------------------------------------------------------------------------------------------
 
 
 class Report(TypedDict):
-    """What ``crawl_module`` returns (``crawl_training_step`` adds ``training``; ``memory=True`` adds ``memory``)."""
+    """What ``crawl_module`` returns (``crawl_training_step`` adds ``training``; ``memory=True`` adds ``memory``,
+    ``time=True`` adds ``time``)."""
 
     schema_version: Literal[1]
     context: Context
@@ -793,6 +868,7 @@ class Report(TypedDict):
     diagnostics: list[Diagnostic]
     training: NotRequired[Training]
     memory: NotRequired[Memory]
+    time: NotRequired[Time]
 
 
 # -- the (path, call_index) index ----------------------------------------------------------------------------------

@@ -49,13 +49,8 @@ class MetaElementwise(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict[str, Any] | None = None
                            ) -> Any:
         kind = _kind(func)
-        if kind == IN_PLACE and args:
-            first = args[0]
-            if isinstance(first, torch.Tensor) and first.device.type == "meta":
-                return first
-            if isinstance(first, (list, tuple)) and first and all(
-                    isinstance(item, torch.Tensor) and item.device.type == "meta" for item in first):
-                return None
+        if kind == IN_PLACE and args and _all_meta(args[0]):
+            return args[0] if isinstance(args[0], torch.Tensor) else None
         if kind == OUT_OF_PLACE:
             return self._out_of_place(func, args, kwargs or {})
         return func(*args, **(kwargs or {}))
@@ -90,18 +85,37 @@ def _kind_from_schema(func: Any) -> str:
     if schema.name in _FOLLOWS_ITS_ARGUMENT:
         return OUT_OF_PLACE
     if schema.name.startswith("aten::_foreach_") and schema.name.endswith("_"):
-        in_place = not schema.returns and bool(schema.arguments) and _written(schema.arguments[0])
-        return IN_PLACE if in_place else OTHER
+        return IN_PLACE if _foreach_in_place(schema) else OTHER
     if _POINTWISE not in func.tags or len(schema.returns) != 1 or not schema.arguments:
         return OTHER
-    alias = schema.returns[0].alias_info
-    if alias is None:
-        writes = any(_written(argument) for argument in schema.arguments)
-        returns_tensor = isinstance(schema.returns[0].type, torch.TensorType)
-        return OUT_OF_PLACE if returns_tensor and not writes else OTHER
-    in_place = alias.is_write and _written(schema.arguments[0]) and \
-        schema.arguments[0].alias_info.before_set == alias.before_set
-    return IN_PLACE if in_place else OTHER
+    if schema.returns[0].alias_info is None:
+        return OUT_OF_PLACE if _returns_new_tensor(schema) else OTHER
+    return IN_PLACE if _returns_first_argument(schema) else OTHER
+
+
+def _foreach_in_place(schema: Any) -> bool:
+    """An in-place foreach operator (``_foreach_add_``): writes its first argument, a list, and returns nothing."""
+    return not schema.returns and bool(schema.arguments) and _written(schema.arguments[0])
+
+
+def _returns_new_tensor(schema: Any) -> bool:
+    """An out-of-place operator: one new tensor, no argument written (``out=`` overloads write theirs)."""
+    writes = any(_written(argument) for argument in schema.arguments)
+    return isinstance(schema.returns[0].type, torch.TensorType) and not writes
+
+
+def _returns_first_argument(schema: Any) -> bool:
+    """The operator writes its first argument and returns it (``add_``)."""
+    alias, first = schema.returns[0].alias_info, schema.arguments[0]
+    return alias.is_write and _written(first) and first.alias_info.before_set == alias.before_set
+
+
+def _all_meta(value: Any) -> bool:
+    """A meta tensor, or a non-empty list of them (the first argument of a foreach operator)."""
+    if isinstance(value, torch.Tensor):
+        return value.device.type == "meta"
+    return isinstance(value, (list, tuple)) and bool(value) and all(
+        isinstance(item, torch.Tensor) and item.device.type == "meta" for item in value)
 
 
 def _written(argument: Any) -> bool:

@@ -26,12 +26,22 @@ import torch
 from torch import nn
 
 from ..calls.stand_ins import StandIns
-from ..crawler import Analysis, ForwardStep, analyze, check_flags, raise_if_incomplete, request, running
+from ..crawler import (
+    Analysis,
+    ForwardStep,
+    analyze,
+    check_flags,
+    layer_keys,
+    raise_if_incomplete,
+    request,
+    running,
+)
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory
 from ..operators import build_formula_table, new_recorder
 from ..parallel.plan import ParallelPlan, parse_plan
 from ..parallel.step import sharded_step
+from ..timing.profiled import time_training_step
 from ..tracing import CallTracer, Finished, Frame
 from ..values import tensors_in
 from .loop import compute_loss, device_picks_foreach, optimizer_factory, settle_implementation
@@ -60,29 +70,42 @@ def crawl_training_step(
     keep_modes: bool = False,
     memory: bool = False,
     as_device: torch.device | str | None = None, meta_kernels: str = "accelerator",
-    parallel: Mapping[str, Any] | None = None,
+    parallel: Mapping[str, Any] | None = None, time: bool | Mapping[str, int] = False,
 ) -> dict[str, Any]:
     """One step of ``model``'s training loop: ``crawl_module``'s report of the (train-mode) forward plus ``training``.
 
     ``optimizer``: ``"sgd"``, ``"adam"``, ``"adamw"`` (the device's implementation) or ``params -> Optimizer``;
     ``zero_grad``: ``"set_to_none"`` or ``"zeros"``; ``memory=True``: the steady-state and first step's memory;
-    ``parallel``: the step sharded by FSDP2 per device. The module docstring and docs/api.md say the rest.
+    ``parallel``: the step sharded by FSDP2 per device; ``time=True``: the step timed per layer call and phase
+    (`torchscan.timing`). The module docstring and docs/api.md say the rest.
     """
     check_flags(model, strict=strict, keep_modes=keep_modes, memory=memory)
     make_optimizer, plan = _checked(loss, optimizer, zero_grad, parallel)
     step = TrainingForward(keep_modes, StepMemory(zero_grad) if memory else None, caller_autocast(),
                            zero_grad == "zeros")
     analysis = request(model, input_shape, dtype, args, kwargs, device, custom_modules, custom_mapping,
-                       memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels)
+                       memory=memory, as_device=as_device, step=step, meta_kernels=meta_kernels, time=time)
     report, phases = _run_step(analysis, step, loss, make_optimizer)
-    report["training"] = training_section(report, phases, analysis.mapping, optimizer, step.memory)
-    if plan is not None and make_optimizer is not None:  # `_checked` requires the optimizer with a plan
-        report["training"]["parallel"] = sharded_step(model, analysis.args, analysis.kwargs, loss, make_optimizer,
-                                                      plan)
+    _add_sections(report, phases, analysis, loss, optimizer, make_optimizer, plan, zero_grad)
     if strict:
         raise_if_incomplete(report)
         raise_if_training_incomplete(report, phases)
     return report
+
+
+def _add_sections(report: dict[str, Any], phases: Phases, analysis: Analysis, loss: Callable[[Any], Any] | None,
+                  optimizer: Any, make_optimizer: Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None,
+                  plan: ParallelPlan | None, zero_grad: str) -> None:
+    """The training section (with the sharded step when planned) and, when asked, the time section: each from runs
+    of its own after the analysis, which none of them enters."""
+    step = analysis.step
+    assert isinstance(step, TrainingForward), "a training step's analysis"
+    report["training"] = training_section(report, phases, analysis.mapping, optimizer, step.memory)
+    if plan is not None and make_optimizer is not None:  # `_checked` requires the optimizer with a plan
+        report["training"]["parallel"] = sharded_step(analysis.model, analysis.args, analysis.kwargs, loss,
+                                                      make_optimizer, plan)
+    if analysis.timing is not None:
+        report["time"] = time_training_step(analysis, loss, make_optimizer, zero_grad, layer_keys(report))
 
 
 def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], Any] | None,

@@ -87,16 +87,21 @@ def _world_sizes(where: str, value: Any, declared: int | None, problem: Problem)
     """The sizes to analyze (the declared one alone by default), increasing; they must include the declared one."""
     if value is None:
         return [] if declared is None else [declared]
-    sizes = value if isinstance(value, list) else None
-    if (sizes is None or not sizes or len(sizes) > MOST_WORLD_SIZES or len(set(sizes)) != len(sizes)
-            or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in sizes)):
+    if not _distinct_sizes(value):
         problem(f"{where}.world_sizes", f"expected a list of 1 to {MOST_WORLD_SIZES} distinct integers >= 1 (each "
                 f"is one sharded step of the model), got {describe(value)}")
         return [] if declared is None else [declared]
+    sizes: list[int] = value
     if declared is not None and declared not in sizes:
         problem(f"{where}.world_sizes", f"must include world_size ({declared}), the declared size the catalog "
                 f"shows; got {sizes}")
     return sorted(set(sizes) | ({declared} if declared is not None else set()))
+
+
+def _distinct_sizes(value: Any) -> bool:
+    """A list of 1 to `MOST_WORLD_SIZES` distinct integers >= 1."""
+    return isinstance(value, list) and 1 <= len(value) <= MOST_WORLD_SIZES and len(set(value)) == len(value) and all(
+        isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in value)
 
 
 def _shard_group(where: str, strategy: str, value: Any, sizes: list[int], problem: Problem) -> None:

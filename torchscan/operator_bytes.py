@@ -92,10 +92,19 @@ class BytePlan:
         if self.fresh_returns:
             returned = out if isinstance(out, tuple) and len(self.fresh_returns) > 1 else (out,)
             written = sum(_size(value) for fresh, value in zip(self.fresh_returns, returned, strict=False) if fresh)
-        arguments = list(self._arguments(args, kwargs))
         if self.rule is None:
-            return written + sum(_size(value) * (2 if role == READ_WRITE else 1) for role, value in arguments)
-        return _RULES[self.rule](written, arguments)
+            return written + self._generic_reads(args, kwargs)
+        return _RULES[self.rule](written, list(self._arguments(args, kwargs)))
+
+    def _generic_reads(self, args: tuple, kwargs: dict[str, Any]) -> int:
+        """The generic rule's argument bytes: each tensor argument read once, a mutated one read and written (one
+        loop without generators: this runs for every new signature of every analysis)."""
+        roles, total = self.roles, 0
+        for index, value in enumerate(args):
+            total += _size(value) * (2 if index < len(roles) and roles[index] == READ_WRITE else 1)
+        for name, value in kwargs.items():
+            total += _size(value) * (2 if self.keyword_roles.get(name, READ) == READ_WRITE else 1)
+        return total
 
     def _arguments(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[int, Any]]:
         """``(role, tensor)`` of every tensor argument (inside lists too), positional then keyword."""
@@ -201,10 +210,25 @@ def compute_dtype(args: tuple, kwargs: dict[str, Any], out: Any) -> str | None:
     """The dtype a call's arithmetic runs in: its first floating-point (or complex) tensor argument's, else its first
     such output's; ``None`` when it has none (integer or boolean work)."""
     for value in (*args, *kwargs.values(), out):
-        for tensor in _all_tensors(value):
-            if tensor.is_floating_point() or tensor.is_complex():
-                return str(tensor.dtype).removeprefix("torch.")
+        if isinstance(value, torch.Tensor):
+            if value.is_floating_point() or value.is_complex():
+                return _DTYPE_NAMES[value.dtype]
+        elif isinstance(value, (list, tuple)):
+            for tensor in _all_tensors(value):
+                if tensor.is_floating_point() or tensor.is_complex():
+                    return _DTYPE_NAMES[tensor.dtype]
     return None
+
+
+class _DtypeNames(dict[torch.dtype, str]):
+    """``torch.float32`` -> ``"float32"``, computed once per dtype."""
+
+    def __missing__(self, dtype: torch.dtype) -> str:
+        name = self[dtype] = str(dtype).removeprefix("torch.")
+        return name
+
+
+_DTYPE_NAMES = _DtypeNames()
 
 
 def _all_tensors(value: Any) -> Iterator[torch.Tensor]:

@@ -16,8 +16,9 @@ float32 work at the TF32 tensor-core peak (as ``torch.backends.cuda.matmul.allow
 
 Statuses carry through: FLOPs or bytes that are lower bounds, or a dtype the device has no peak for, make the bound
 ``partial`` (its ``known_value`` a lower bound); ``bound_by`` is ``None`` when the incomplete term could still
-overtake the other. The result is plain data (`Roofline`); measured time is joined to it by the measured-time work
-(issue 46), which adds ``measured_seconds`` and ``efficiency`` beside each bound.
+overtake the other. The result is plain data (`Roofline`). When the report was analyzed with ``time=True``, its
+measured times are joined to the bounds (`torchscan.timing.efficiency`): ``measured_seconds`` and ``efficiency``
+beside each bound, and the model's `Efficiency` (achieved FLOP/s, MFU, achieved bandwidth).
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
 from ..results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lower_bound, unavailable
+from .efficiency import (
+    Efficiency,
+    join_layers,
+    join_operators,
+    join_point,
+    model_efficiency,
+    number,
+    skipped_reason,
+)
 from .hardware import HARDWARE, PEAK_KEYS, Hardware
 
 #: The method label and unit of a bound.
@@ -39,8 +49,8 @@ class RooflinePoint(TypedDict):
 
     ``compute_seconds`` and ``memory_seconds`` are the known FLOPs over the peak and the known bytes over the
     bandwidth (``None``: no known FLOPs or no peak for the dtype); ``arithmetic_intensity`` is FLOPs per byte when both
-    are complete (``None`` otherwise, or with no bytes). ``measured_seconds`` and ``efficiency`` (bound over measured
-    time) are the place of the measured-time join, absent from what `roofline` returns."""
+    are complete (``None`` otherwise, or with no bytes). ``measured_seconds`` (median kernel time) and ``efficiency``
+    (a complete bound over the measured time) are there when the report has measured time."""
 
     flops: MetricResult
     bytes: MetricResult
@@ -49,7 +59,7 @@ class RooflinePoint(TypedDict):
     memory_seconds: float | None
     bound: MetricResult
     bound_by: BoundBy | None
-    measured_seconds: NotRequired[MetricResult]
+    measured_seconds: NotRequired[float]
     efficiency: NotRequired[float | None]
 
 
@@ -85,6 +95,8 @@ class Roofline(TypedDict):
     model: RooflinePoint
     layers: list[RooflineCall]
     operators: list[RooflineOperator]
+    efficiency: NotRequired[Efficiency]
+    efficiency_skipped: NotRequired[str]
 
 
 def resolve_hardware(hardware: Any) -> Hardware:
@@ -174,10 +186,39 @@ def roofline(report: Mapping[str, Any], hardware: Any, *, tf32: bool = False) ->
     model_compute = sum(seconds for seconds, _ in compute if seconds is not None)
     model = bound_point(report["totals"]["operator_flops"], section["total"], model_compute, compute_known,
                         bandwidth, MODEL)
-    return {"method": METHOD, "convention": "unfused", "hardware": device, "tf32": tf32,
-            "ridge_points": {key: peak / bandwidth for key, peak in peaks.items()}, "model": model,
-            "layers": list(_layers(report["layers"], peaks, bandwidth, tf32, report.get("context", {}))),
-            "operators": operators}
+    result: Roofline = {
+        "method": METHOD, "convention": "unfused", "hardware": device, "tf32": tf32,
+        "ridge_points": {key: peak / bandwidth for key, peak in peaks.items()}, "model": model,
+        "layers": list(_layers(report["layers"], peaks, bandwidth, tf32, report.get("context", {}))),
+        "operators": operators}
+    if "time" in report:
+        _join_measured(result, report)
+    return result
+
+
+def _join_measured(result: Roofline, report: Mapping[str, Any]) -> None:
+    """Measured time beside the bounds, when it was measured on a device of the hardware's kind."""
+    time = report["time"]
+    reason = skipped_reason(time, result["hardware"])
+    if reason is not None:
+        result["efficiency_skipped"] = reason
+        return
+    join_layers(result["layers"], time)  # type: ignore[arg-type]
+    join_operators(result["operators"], time)  # type: ignore[arg-type]
+    if time["describes"] == "forward":
+        join_point(result["model"], time["measured"]["median"])  # type: ignore[arg-type]
+    result["efficiency"] = model_efficiency(report, result["model"], result["hardware"],
+                                            _dominant_peak(result["operators"]))
+
+
+def _dominant_peak(operators: list[RooflineOperator]) -> float | None:
+    """The peak of the dtype that computes most of the FLOPs: the peak a model FLOPs utilization is read against."""
+    flops_by_peak: dict[float, float] = {}
+    for row in operators:
+        known = number(row["flops"], known=True)
+        if row["peak_flops"] is not None and known:
+            flops_by_peak[row["peak_flops"]] = flops_by_peak.get(row["peak_flops"], 0.0) + known
+    return max(flops_by_peak, key=flops_by_peak.__getitem__) if flops_by_peak else None
 
 
 def _operator_bytes(report: Any) -> Mapping[str, Any]:

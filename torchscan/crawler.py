@@ -6,7 +6,6 @@ removed, and nothing else about the model changes, also when the forward raises.
 
 from __future__ import annotations
 
-import gc
 import platform
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -49,6 +48,7 @@ from .results import (
     not_requested,
 )
 from .schema import SCHEMA_VERSION
+from .timing.measured import collector_paused
 from .timing.profiled import TimeRequest, time_forward, time_request
 from .tracing import CallTracer
 from .values import call_metadata
@@ -217,7 +217,10 @@ def running(analysis: Analysis) -> Iterator[Analysis]:
 
 def analyze(analysis: Analysis) -> dict[str, Any]:
     inputs = {"source": analysis.source, **call_metadata(analysis.args, analysis.kwargs), **analysis.kv_cache}
-    with cyclic_gc_paused():
+    # An analysis allocates a few small dicts and lists per layer call that all survive it (the report), so the
+    # collector would run often and trigger full collections that walk every object of the process (torch alone
+    # holds ~170,000: about 0.1 s each). Nothing an analysis builds is cyclic; reference counting frees the rest.
+    with collector_paused():
         # the analysis state (tracer, recorder, memos) dies with _traced_report's frame, before the collector is back
         return _traced_report(analysis, inputs)
 
@@ -253,26 +256,6 @@ def _traced_report(analysis: Analysis, inputs: dict[str, Any]) -> dict[str, Any]
     if probe is not None and not step.continues_trace:
         probe.close()
     return report
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for one analysis, as ``timeit`` does for a timing.
-
-    An analysis allocates a few small dicts and lists per layer call that all survive it (the report), so the
-    collector would run often and, as they pile up, trigger full collections that walk every object of the
-    process (torch alone holds ~170,000: about 0.1 s each). Nothing an analysis builds is cyclic; reference
-    counting still frees everything else at once, and cyclic garbage the model's own forward makes waits until
-    the analysis ends. The collector's previous state is restored; no collection is forced. (When the model's forward
-    raises, the traceback keeps the analysis state alive until it is dropped.)
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder | None, inputs: dict[str, Any],

@@ -679,9 +679,19 @@ class ParallelStep(TypedDict):
     untracked_outputs: int
 
 
-class PerDevice(ParallelStep):
-    """The steady-state step on one device, and the first step."""
+class DeviceFlops(TypedDict):
+    """Operator FLOPs one device computes per step, by phase (`torchscan.parallel.flops`)."""
 
+    forward: MetricResult
+    backward: MetricResult
+    optimizer: MetricResult
+    step: MetricResult
+
+
+class PerDevice(ParallelStep):
+    """The steady-state step on one device, its FLOPs, and the first step."""
+
+    flops: DeviceFlops
     first_step: ParallelStep
 
 

@@ -29,6 +29,7 @@ from ..training.loop import compute_loss, device_picks_foreach, implementation, 
 from ..values import tensors_in
 from .collectives import CollectiveLog, collective_formula, collectives_section
 from .fake_world import FakeWorld, fake_world
+from .flops import RankFlops
 from .memory import (
     BUFFERS,
     INPUTS,
@@ -92,6 +93,7 @@ class RankStep(StepObserver):
     optimizer: torch.optim.Optimizer
     timeline: RankTimeline = field(default_factory=lambda: RankTimeline(None))
     collectives: CollectiveLog = field(default_factory=CollectiveLog)
+    flops: RankFlops = field(default_factory=RankFlops)
     starts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -102,9 +104,11 @@ class RankStep(StepObserver):
         self.timeline.record(func, args, kwargs, out)
         self.labels.record(func, args, kwargs, out)
         self.collectives.record(func, args, kwargs, out)
+        self.flops.record(func, args, kwargs, out)
 
     def phase(self, name: str) -> None:
         self.starts[name] = len(self.timeline.operators)
+        self.flops.phase = name
 
     def backward_ended(self) -> None:
         self.labels.gradients(trainable(self.model))
@@ -238,7 +242,7 @@ def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: Ran
         "optimizer": f"{optimizer.__module__}.{optimizer.__qualname__}",
         "optimizer_implementation": implementation(steady.optimizer),
         "describes": "steady_state",
-        "per_device": {**peak_section(steady), "first_step": peak_section(first)},
+        "per_device": {**peak_section(steady), "flops": steady.flops.section(), "first_step": peak_section(first)},
         "collectives": collectives_section(steady.collectives, formula, world.plan),
         "not_modelled": NOT_MODELLED,
     }

@@ -69,8 +69,8 @@ def paint(time: TimeView) -> Canvas:
     ys = [call.attainable for call in time.calls] + [call.achieved or 0.0 for call in achieved] + [peak]
     x_low, x_high = _decades(min(xs), max(xs))
     y_low, y_high = _decades(min(y for y in ys if y > 0), peak * 2)
-    canvas = Canvas(WIDTH, PLOT_HEIGHT + 92.0)
-    left, bottom = 58.0, 44.0
+    canvas = Canvas(WIDTH, PLOT_HEIGHT + 80.0)
+    left, bottom = 58.0, 32.0
     axes = canvas.axes(left, bottom, WIDTH - left - 16.0, PLOT_HEIGHT)
     axes.set_xscale("log")
     axes.set_yscale("log")
@@ -78,12 +78,14 @@ def paint(time: TimeView) -> Canvas:
     axes.set_ylim(y_low, y_high)
     _no_log_ticks(axes)
     canvas.title(TITLE + f" on {time.hardware}")
-    legend = [("fill", MEMORY, "memory-bound call"), ("fill", COMPUTE, "compute-bound call")]
+    kinds = {call.bound_by for call in time.calls}
+    legend = [("fill", colour, f"{kind}-bound call") for kind, colour in (("memory", MEMORY), ("compute", COMPUTE))
+              if kind in kinds]
     legend += [("triangle", ACHIEVED, "achieved (measured)")] if achieved else []
     canvas.legend(legend + [("line", INK, "roofs")], x=left, y=PLOT_HEIGHT + bottom + 26.0)
     value_grid(canvas, axes, "x", x_low, x_high, log=True)
     value_grid(canvas, axes, "y", y_low, y_high, log=True)
-    canvas.text(left + (WIDTH - left - 16.0) / 2, 8, "arithmetic intensity (FLOP/byte)", anchor="middle",
+    canvas.text(left + (WIDTH - left - 16.0) / 2, 4, "arithmetic intensity (FLOP/byte)", anchor="middle",
                 baseline="auto", size=FONT - 0.5)
     canvas.text(10, bottom + PLOT_HEIGHT / 2, "FLOP/s", anchor="middle", size=FONT - 0.5, rotate=-90)
     _roofs(canvas, axes, time, x_low, x_high, ridge)
@@ -118,7 +120,7 @@ def _roofs(canvas: Canvas, axes: Axes, time: TimeView, x_low: float, x_high: flo
     canvas.text(ridge, peak, f"ridge {format_count(ridge)} FLOP/byte", axes.transData, dy=-10, dx=4,
                 size=FONT - 1.0)
     middle = math.sqrt(start * ridge)
-    canvas.text(middle, middle * bandwidth, f"{format_count(bandwidth)}B/s", axes.transData, dx=-6, dy=6,
+    canvas.text(middle, middle * bandwidth, f"{format_count(bandwidth)}B/s", axes.transData, dx=-3, dy=4,
                 anchor="end", baseline="auto", size=FONT - 0.5)
 
 

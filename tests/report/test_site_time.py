@@ -1,0 +1,126 @@
+"""Time on the site: the registry keys ``hardware`` (a `torchscan.HARDWARE` name the catalog bounds the forward on, at
+render time) and ``time`` (the forward measured per layer call by the worker), validated with the entry named; the
+catalog's Time column (the bound over the measured latency) and the model page's time section (roofline chart, the
+calls with the most time). Nothing here asserts on a measured speed: only that measured time is shown, named and never
+enters a golden."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from torchscan_testing import golden_text
+
+from torchscan.report.output.charts import report_charts
+from torchscan.report.output.documents import catalog_markdown, entry_markdown
+from torchscan.report.registry.parsing import RegistryError, load_registry
+from torchscan.report.review.catalog_view import catalog_view
+from torchscan.report.runs.worker import analyze_run
+from torchscan.views.formatting import NUMBER, format_seconds
+
+MODELS = '''
+from torch import nn
+
+
+def mlp():
+    return nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+'''
+
+REGISTRY = '''
+[[models]]
+name = "bounded"
+factory = "time_site_models:mlp"
+input_shape = [8, 16]
+device = "meta"
+hardware = "A100 SXM 80GB"
+
+[[models]]
+name = "measured"
+factory = "time_site_models:mlp"
+input_shape = [8, 16]
+time = { warmup = 0, repeats = 2 }
+hardware = "H100 SXM"
+
+[[models]]
+name = "plain"
+factory = "time_site_models:mlp"
+input_shape = [8, 16]
+'''
+
+
+@pytest.fixture()
+def folder(tmp_path: Path) -> Path:
+    (tmp_path / "time_site_models.py").write_text(MODELS, encoding="utf-8")
+    (tmp_path / "models.toml").write_text(REGISTRY, encoding="utf-8")
+    sys.modules.pop("time_site_models", None)
+    return tmp_path
+
+
+def _problems(folder: Path, registry: str) -> list[str]:
+    (folder / "models.toml").write_text(registry, encoding="utf-8")
+    with pytest.raises(RegistryError) as caught:
+        load_registry(folder / "models.toml")
+    return caught.value.problems
+
+
+def test_hardware_stays_out_of_the_job_and_time_reaches_it_only_when_set(folder: Path) -> None:
+    bounded, measured, plain = (entry.runs[0] for entry in load_registry(folder / "models.toml").entries)
+    assert (bounded.hardware, bounded.time, measured.hardware, measured.time, plain.time) == (
+        "A100 SXM 80GB", None, "H100 SXM", {"warmup": 0, "repeats": 2}, None)
+    jobs = [run.to_job(folder) for run in (bounded, measured, plain)]
+    assert all("hardware" not in job for job in jobs)  # a render-time view: the report and its cache key ignore it
+    assert [job.get("time") for job in jobs] == [None, {"warmup": 0, "repeats": 2}, None]
+    (folder / "models.toml").write_text(REGISTRY.replace("time = { warmup = 0, repeats = 2 }", "time = true"),
+                                        encoding="utf-8")
+    assert load_registry(folder / "models.toml").entries[1].runs[0].to_job(folder)["time"] is True
+
+
+def test_a_bad_hardware_name_is_named_with_its_entry_and_the_valid_names(folder: Path) -> None:
+    problems = _problems(folder, REGISTRY.replace('hardware = "A100 SXM 80GB"', 'hardware = "A100 80GB"'))
+    assert len(problems) == 1
+    assert problems[0].startswith("models[0] (bounded): hardware: unknown device str \"A100 80GB\" (did you mean "
+                                  "'A100 SXM 80GB'?); expected one of 'H100 SXM', 'A100 SXM 80GB', 'L4'")
+
+
+def test_time_is_refused_where_nothing_runs_and_checked_elsewhere(folder: Path) -> None:
+    meta = REGISTRY.replace('hardware = "A100 SXM 80GB"', 'time = true')
+    assert _problems(folder, meta) == [
+        'models[0] (bounded): time: cannot measure an entry analyzed with device = "meta": no kernel runs, so there '
+        'is no time; name hardware = "..." instead for the roofline bound on a device']
+    bad = REGISTRY.replace("time = { warmup = 0, repeats = 2 }", "time = { warmup = -1, repeat = 2 }")
+    assert _problems(folder, bad) == [
+        "models[1] (measured): time: repeat: unknown key (did you mean 'repeats'?); expected one of warmup, repeats",
+        "models[1] (measured): time.warmup: expected an integer >= 0, got int -1"]
+    assert _problems(folder, REGISTRY.replace("time = { warmup = 0, repeats = 2 }", 'time = "yes"')) == [
+        'models[1] (measured): time: expected true, false or a table such as { warmup = 1, repeats = 5 }, got str '
+        '"yes"']
+
+
+def test_the_catalog_shows_the_bound_and_the_latency_and_the_page_its_roofline(folder: Path) -> None:
+    registry = load_registry(folder / "models.toml")
+    results = {run.stem: analyze_run(run.to_job(folder)) for run in registry.runs}
+    measured_report = results["measured"]["report"]
+    assert measured_report["time"]["repeats"] == 2
+    assert "time" not in golden_text(measured_report)  # measured time never enters a golden or a digest
+    catalog = catalog_view(registry, results, strict=False)
+    bounded, measured, plain = (entry.primary for entry in catalog.entries)
+    assert catalog.has_time and plain.bound.status == plain.latency.status == "not_requested"
+    assert bounded.bound.text.endswith(" memory") and bounded.latency.status == "not_requested"
+    assert NUMBER.fullmatch(bounded.bound.text.split()[0]) and "(IQR " in measured.latency.text
+    assert measured_report["time"]["device_name"] in measured.latency.note
+    site = catalog_markdown(catalog, "", "../reports/", site=True)
+    assert "Time (bound / measured)" in site and "bound · A100\u00a0SXM\u00a080GB" in site
+    assert f"measured · {measured_report['time']['device_name']}" in site
+    charts = report_charts(bounded.view)
+    roofline = next(chart for chart in charts if chart.key == "time-roofline")
+    assert roofline.svg.startswith("<svg") and roofline.section == "time" and "A100 SXM 80GB" in roofline.summary
+    page = entry_markdown(catalog.entries[1], "../reports/", site=True)
+    assert "## Time" in page and "Measured (build machine)" in page and "efficiency compares a device" in page
+    assert "## Time" not in entry_markdown(catalog.entries[2], "../reports/", site=True)
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(6.61e-3, "6.61ms"), (4.56e-5, "45.6µs"), (1.5, "1.5s"),
+                                               (8.5e-7, "850ns")])
+def test_durations_read_in_the_number_grammar(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text and NUMBER.fullmatch(text)

@@ -86,15 +86,15 @@ def test_a_bad_hardware_name_is_named_with_its_entry_and_the_valid_names(folder:
 def test_time_is_refused_where_nothing_runs_and_checked_elsewhere(folder: Path) -> None:
     meta = REGISTRY.replace('hardware = "A100 SXM 80GB"', 'time = true')
     assert _problems(folder, meta) == [
-        'models[0] (bounded): time: cannot measure an entry analyzed with device = "meta": no kernel runs, so there '
-        'is no time; name hardware = "..." instead for the roofline bound on a device']
+        ('models[0] (bounded): time: cannot measure an entry analyzed with device = "meta": no kernel runs, so there '
+         'is no time; name hardware = "..." instead for the roofline bound on a device')]
     bad = REGISTRY.replace("time = { warmup = 0, repeats = 2 }", "time = { warmup = -1, repeat = 2 }")
     assert _problems(folder, bad) == [
         "models[1] (measured): time: repeat: unknown key (did you mean 'repeats'?); expected one of warmup, repeats",
         "models[1] (measured): time.warmup: expected an integer >= 0, got int -1"]
     assert _problems(folder, REGISTRY.replace("time = { warmup = 0, repeats = 2 }", 'time = "yes"')) == [
-        'models[1] (measured): time: expected true, false or a table such as { warmup = 1, repeats = 5 }, got str '
-        '"yes"']
+        ('models[1] (measured): time: expected true, false or a table such as { warmup = 1, repeats = 5 }, got str '
+         '"yes"')]
 
 
 def test_the_catalog_shows_the_bound_and_the_latency_and_the_page_its_roofline(folder: Path) -> None:

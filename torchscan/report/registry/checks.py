@@ -86,24 +86,26 @@ class Checker:
         if value is None or value is False:
             return None
         at = f"{where}: time"
-        if value is True:
-            request: dict[str, int] = {}
-        elif isinstance(value, dict):
-            self.unknown_keys(at, value, TIME_KEYS)
-            request = {key: value[key] for key in TIME_KEYS if key in value}
-            for key, count in request.items():
-                low = 0 if key == "warmup" else 1
-                if isinstance(count, bool) or not isinstance(count, int) or count < low:
-                    self.problem(f"{at}.{key}", f"expected an integer >= {low}, got {describe(count)}")
-        else:
+        if value is not True and not isinstance(value, dict):
             self.problem(at, f"expected true, false or a table such as {{ warmup = 1, repeats = 5 }}, got "
                          f"{describe(value)}")
             return None
+        request = {} if value is True else self._time_counts(at, value)
         if device == "meta" or item.get("as_device") is not None:
             what = "device = \"meta\"" if device == "meta" else "as_device (fake-tensor stand-ins)"
             self.problem(at, f"cannot measure an entry analyzed with {what}: no kernel runs, so there is no time; "
                          "name hardware = \"...\" instead for the roofline bound on a device")
             return None
+        return request
+
+    def _time_counts(self, at: str, value: dict[str, Any]) -> dict[str, int]:
+        """``time``'s table: ``warmup`` (>= 0) and ``repeats`` (>= 1) runs, each checked."""
+        self.unknown_keys(at, value, TIME_KEYS)
+        request = {key: value[key] for key in TIME_KEYS if key in value}
+        for key, count in request.items():
+            low = 0 if key == "warmup" else 1
+            if isinstance(count, bool) or not isinstance(count, int) or count < low:
+                self.problem(f"{at}.{key}", f"expected an integer >= {low}, got {describe(count)}")
         return request
 
     def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:

@@ -62,13 +62,9 @@ def summary(time: TimeView) -> str:
 
 def paint(time: TimeView) -> Canvas:
     """Title, legend, the log-log axes with decade grids, the roofs and the points."""
-    peak, bandwidth = time.peak or 1.0, time.bandwidth or 1.0
-    ridge = peak / bandwidth
+    ridge = (time.peak or 1.0) / (time.bandwidth or 1.0)
     achieved = [call for call in time.calls if time.achieved_on_hardware and call.achieved]  # same device only
-    xs = [call.intensity for call in time.calls] + [ridge]
-    ys = [call.attainable for call in time.calls] + [call.achieved or 0.0 for call in achieved] + [peak]
-    x_low, x_high = _decades(min(xs), max(xs))
-    y_low, y_high = _decades(min(y for y in ys if y > 0), peak * 2)
+    (x_low, x_high), (y_low, y_high) = _limits(time, achieved, ridge)
     canvas = Canvas(WIDTH, PLOT_HEIGHT + 80.0)
     left, bottom = 58.0, 32.0
     axes = canvas.axes(left, bottom, WIDTH - left - 16.0, PLOT_HEIGHT)
@@ -78,11 +74,7 @@ def paint(time: TimeView) -> Canvas:
     axes.set_ylim(y_low, y_high)
     _no_log_ticks(axes)
     canvas.title(TITLE + f" on {time.hardware}")
-    kinds = {call.bound_by for call in time.calls}
-    legend = [("fill", colour, f"{kind}-bound call") for kind, colour in (("memory", MEMORY), ("compute", COMPUTE))
-              if kind in kinds]
-    legend += [("triangle", ACHIEVED, "achieved (measured)")] if achieved else []
-    canvas.legend(legend + [("line", INK, "roofs")], x=left, y=PLOT_HEIGHT + bottom + 26.0)
+    canvas.legend(_legend(time, bool(achieved)), x=left, y=PLOT_HEIGHT + bottom + 26.0)
     value_grid(canvas, axes, "x", x_low, x_high, log=True)
     value_grid(canvas, axes, "y", y_low, y_high, log=True)
     canvas.text(left + (WIDTH - left - 16.0) / 2, 4, "arithmetic intensity (FLOP/byte)", anchor="middle",
@@ -91,6 +83,24 @@ def paint(time: TimeView) -> Canvas:
     _roofs(canvas, axes, time, x_low, x_high, ridge)
     _points(canvas, axes, time.calls, achieved)
     return canvas
+
+
+def _limits(time: TimeView, achieved: list[TimedCall], ridge: float
+            ) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Decade limits holding every point, the ridge point and the peak."""
+    peak = time.peak or 1.0
+    xs = [call.intensity for call in time.calls] + [ridge]
+    ys = [call.attainable for call in time.calls] + [call.achieved or 0.0 for call in achieved] + [peak]
+    return _decades(min(xs), max(xs)), _decades(min(y for y in ys if y > 0), peak * 2)
+
+
+def _legend(time: TimeView, achieved: bool) -> list[tuple[str, str, str]]:
+    """A swatch per kind of call drawn, the achieved rates when drawn, and the roofs."""
+    kinds = {call.bound_by for call in time.calls}
+    legend = [("fill", colour, f"{kind}-bound call") for kind, colour in (("memory", MEMORY), ("compute", COMPUTE))
+              if kind in kinds]
+    legend += [("triangle", ACHIEVED, "achieved (measured)")] if achieved else []
+    return legend + [("line", INK, "roofs")]
 
 
 def _decades(low: float, high: float) -> tuple[float, float]:
@@ -130,7 +140,7 @@ def _points(canvas: Canvas, axes: Axes, calls: list[TimedCall], achieved: list[T
     axes.scatter([call.intensity for call in calls], [call.attainable for call in calls], s=16, c=colours,
                  linewidths=0.4, edgecolors=INK, alpha=0.85, zorder=4, clip_on=False)
     if achieved:
-        axes.scatter([call.intensity for call in achieved], [call.achieved for call in achieved], s=18, marker="^",
+        axes.scatter([call.intensity for call in achieved], [call.achieved or 0.0 for call in achieved], s=18, marker="^",
                      c=ACHIEVED, linewidths=0, alpha=0.9, zorder=5, clip_on=False)
     for call in calls[:HOVERS]:
         x, y = (float(value) for value in axes.transData.transform((call.intensity, call.attainable)))

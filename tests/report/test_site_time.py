@@ -15,6 +15,8 @@ from torchscan_testing import golden_text
 from torchscan.report.output.charts import report_charts
 from torchscan.report.output.documents import catalog_markdown, entry_markdown
 from torchscan.report.registry.parsing import RegistryError, load_registry
+from torchscan.report.review.budgets import parse_budget
+from torchscan.report.review.report_diff import diff_view
 from torchscan.report.review.catalog_view import catalog_view
 from torchscan.report.runs.worker import analyze_run
 from torchscan.views.formatting import NUMBER, format_seconds
@@ -124,3 +126,28 @@ def test_the_catalog_shows_the_bound_and_the_latency_and_the_page_its_roofline(f
                                                (8.5e-7, "850ns")])
 def test_durations_read_in_the_number_grammar(seconds: float, text: str) -> None:
     assert format_seconds(seconds) == text and NUMBER.fullmatch(text)
+
+
+def _timed(report: dict, median: float, iqr: float, name: str = "Test CPU") -> dict:
+    """``report`` with a synthetic ``time`` section: diffs and budgets read only its medians, spreads and machine."""
+    time = {"device": "cpu", "device_name": name, "threads": 2, "repeats": 5, "warmup": 1,
+            "measured": {"median": median, "iqr": iqr, "q1": median - iqr / 2, "q3": median + iqr / 2}}
+    return {**report, "time": time}
+
+
+def test_a_measured_change_within_the_spreads_is_noise_and_beyond_them_a_change(folder: Path) -> None:
+    run = load_registry(folder / "models.toml").entries[2].runs[0]
+    report = analyze_run(run.to_job(folder))["report"]
+    budgets = [parse_budget("measured_seconds>+5%"), parse_budget("measured_seconds>1ms")]
+    noise = diff_view(_timed(report, 10e-3, 1e-3), _timed(report, 11e-3, 0.5e-3), budgets=budgets)
+    row = next(row for row in noise.totals if row.key == "measured_seconds")
+    assert (row.change, row.delta) == ("unchanged", "+1.00ms (within the IQRs, 1.5ms: noise)")
+    assert noise.unchanged and [budget.status for budget in noise.budgets] == ["met", "met"]
+    slower = diff_view(_timed(report, 10e-3, 1e-3), _timed(report, 13e-3, 0.5e-3), budgets=budgets)
+    assert [budget.status for budget in slower.budgets] == ["exceeded", "exceeded"]
+    assert next(row for row in slower.totals if row.key == "measured_seconds").change == "increased"
+    elsewhere = diff_view(_timed(report, 10e-3, 1e-3), _timed(report, 10e-3, 1e-3, "Other CPU"), budgets=budgets)
+    assert [budget.status for budget in elsewhere.budgets] == ["unknown", "unknown"]
+    assert not [row for row in diff_view(report, report).totals if row.key == "measured_seconds"]
+    with pytest.raises(ValueError, match="does not apply to macs"):
+        parse_budget("macs>2ms")

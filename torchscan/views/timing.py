@@ -195,3 +195,22 @@ def _call(layer: Mapping[str, Any], point: Mapping[str, Any], measured: float | 
         label += f" #{layer['call_index']}"
     return TimedCall(label, layer["type"].rpartition(".")[2], flops, inclusive["arithmetic_intensity"],
                      bound["value"], inclusive["bound_by"] or "—", measured)
+
+
+def measured_comparison(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The measured forward of two reports compared knowing its noise (None when a side was not measured): the
+    medians, their difference, the combined spread (the two interquartile ranges added) and ``within_noise``, a
+    difference no larger than that spread, which is no change. Times from different machines (device, its name or
+    the thread count differ) are not compared: their difference says nothing about the model (``delta`` unknown)."""
+    first, second = before.get("time"), after.get("time")
+    if first is None or second is None:
+        return None
+    sides = (first, second)
+    machine = [(side["device"], side["device_name"], side.get("threads")) for side in sides]
+    spread = first["measured"]["iqr"] + second["measured"]["iqr"]
+    delta = second["measured"]["median"] - first["measured"]["median"]
+    comparable = machine[0] == machine[1]
+    return {"before": first["measured"]["median"], "after": second["measured"]["median"],
+            "delta": {"status": "complete" if comparable else "unavailable", "value": delta if comparable else None},
+            "spread": spread, "within_noise": comparable and abs(delta) <= spread,
+            "machines": [f"{device} ({name})" for device, name, _ in machine], "sides": sides}

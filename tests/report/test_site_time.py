@@ -16,8 +16,8 @@ from torchscan.report.output.charts import report_charts
 from torchscan.report.output.documents import catalog_markdown, entry_markdown
 from torchscan.report.registry.parsing import RegistryError, load_registry
 from torchscan.report.review.budgets import parse_budget
-from torchscan.report.review.report_diff import diff_view
 from torchscan.report.review.catalog_view import catalog_view
+from torchscan.report.review.report_diff import diff_view
 from torchscan.report.runs.worker import analyze_run
 from torchscan.views.formatting import NUMBER, format_seconds
 

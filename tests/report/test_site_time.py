@@ -108,12 +108,14 @@ def test_the_catalog_shows_the_bound_and_the_latency_and_the_page_its_roofline(f
     catalog = catalog_view(registry, results, strict=False)
     bounded, measured, plain = (entry.primary for entry in catalog.entries)
     assert catalog.has_time and plain.bound.status == plain.latency.status == "not_requested"
-    assert bounded.bound.text.endswith(" memory") and bounded.latency.status == "not_requested"
-    assert NUMBER.fullmatch(bounded.bound.text.split()[0]) and "(IQR " in measured.latency.text
+    assert bounded.view.time.bound_by == "memory-bound" and bounded.latency.status == "not_requested"
+    assert NUMBER.fullmatch(bounded.bound.text) and NUMBER.fullmatch(measured.latency.text)
     assert measured_report["time"]["device_name"] in measured.latency.note
     site = catalog_markdown(catalog, "", "../reports/", site=True)
-    assert "Time (bound / measured)" in site and "bound · A100\u00a0SXM\u00a080GB" in site
-    assert f"measured · {measured_report['time']['device_name']}" in site
+    assert '">Time</span>' in site and "memory<br>A100 SXM 80GB</small>" in site
+    spread = measured.view.time.spread_text.replace(" ", "\u00a0")
+    assert f"{spread}<br>{measured_report['time']['device_name']}</small>" in site
+    assert measured.view.time.spread_text.startswith("IQR ")
     charts = report_charts(bounded.view)
     roofline = next(chart for chart in charts if chart.key == "time-roofline")
     assert roofline.svg.startswith("<svg") and roofline.section == "time" and "A100 SXM 80GB" in roofline.summary

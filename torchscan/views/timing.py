@@ -71,9 +71,14 @@ class TimeView:
     bound: Cell = NO_TIME
     latency: Cell = NO_TIME
     hardware: str | None = None
-    #: The bound in prose: ``162ns, memory-bound (5.67 FLOP/byte)``; the measurement likewise, machine named.
+    #: What bounds the forward (``memory-bound``); the bound in prose: ``162ns, memory-bound (5.67 FLOP/byte)``;
+    #: the measurement likewise, machine named; its spread alone (``IQR 410µs``), for the catalog's second line.
+    bound_by: str = ""
+    #: The roof alone (``memory``, ``compute``, ``undecided``): the catalog's short second line.
+    roof: str = ""
     bound_text: str = ""
     latency_text: str = ""
+    spread_text: str = ""
     device_name: str | None = None
     #: The roofs: the peak FLOP/s of the dtype computing most FLOPs, its key, and the bandwidth (bytes/s).
     peak: float | None = None
@@ -102,6 +107,7 @@ def time_view(report: Mapping[str, Any], hardware: str | None) -> TimeView | Non
     if measured is not None:
         view.latency, view.device_name = latency_cell(measured), measured["device_name"]
         view.latency_text = _latency_text(measured)
+        view.spread_text = f"IQR {format_seconds(measured['measured']['iqr'])}"
     if hardware is not None and report.get("operator_bytes", {}).get("total", {}).get("status") not in (
             None, "not_requested"):
         from ..timing.roofline import roofline
@@ -111,13 +117,14 @@ def time_view(report: Mapping[str, Any], hardware: str | None) -> TimeView | Non
 
 
 def latency_cell(time: Mapping[str, Any]) -> Cell:
-    """``12.3ms (IQR 0.82ms)``: the plain run's median and interquartile range, the machine in the hover title."""
+    """``12.3ms``: the plain run's median, its interquartile range and the machine in the hover title (the catalog
+    writes the spread under it: `TimeView.spread_text`)."""
     stats = time["measured"]
     threads = f", {time['threads']} threads" if "threads" in time else ""
     note = (f"measured forward on {time['device']} ({time['device_name']}{threads}): median of {time['repeats']} "
             f"runs after {time['warmup']} warm-up, IQR {format_seconds(stats['iqr'])} (q1 "
             f"{format_seconds(stats['q1'])}, q3 {format_seconds(stats['q3'])})")
-    return Cell(f"{format_seconds(stats['median'])} (IQR {format_seconds(stats['iqr'])})", "complete", note,
+    return Cell(format_seconds(stats["median"]), "complete", note,
                 stats["median"])
 
 
@@ -135,7 +142,9 @@ def _bounded(view: TimeView, report: Mapping[str, Any], bound: Mapping[str, Any]
     view.hardware, view.bandwidth = device["name"], device["memory_bandwidth"]
     view.bound = bound_cell(model, device["name"])
     intensity = model["arithmetic_intensity"]
-    view.bound_text = (view.bound.text.replace(" ", ", ", 1) + "-bound"
+    view.roof = model["bound_by"] or "undecided"
+    view.bound_by = f"{view.roof}-bound"
+    view.bound_text = (f"{view.bound.text}, {view.bound_by}"
                        + (f" ({format_count(intensity)} FLOP/byte)" if intensity is not None else ""))
     view.peak_key, view.peak = _dominant(bound["operators"])
     view.achieved_on_hardware = "efficiency" in bound
@@ -152,7 +161,8 @@ def _bounded(view: TimeView, report: Mapping[str, Any], bound: Mapping[str, Any]
 
 
 def bound_cell(model: Mapping[str, Any], device: str) -> Cell:
-    """``6.61ms memory``: the model's forward bound on ``device`` and what bounds it (``≥`` for a lower bound)."""
+    """``6.61ms``: the model's forward bound on ``device`` (``≥`` for a lower bound), what bounds it in the hover
+    title (and in `TimeView.bound_by`)."""
     result = model["bound"]
     value = result["value"] if result["status"] == "complete" else result["known_value"]
     if value is None:
@@ -163,7 +173,7 @@ def bound_cell(model: Mapping[str, Any], device: str) -> Cell:
     note = (f"roofline bound of the forward on {device} ({by}-bound"
             + (f", {format_count(intensity)} FLOP/byte" if intensity is not None else "")
             + "): the time below which it cannot run there, from the report's FLOPs and unfused bytes; not a latency")
-    return Cell(f"{prefix}{format_seconds(value)} {by}", result["status"], note, value)
+    return Cell(f"{prefix}{format_seconds(value)}", result["status"], note, value)
 
 
 def _dominant(operators: list[Mapping[str, Any]]) -> tuple[str | None, float | None]:

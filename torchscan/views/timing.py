@@ -91,6 +91,8 @@ class TimeView:
     #: The calls that take the most measured time (when measured) or have the largest bound.
     top: list[TimedCall] = field(default_factory=list)
     top_by: str = "bound"
+    #: Leaf calls not drawn: no FLOPs (a view, a gather), or FLOPs or bytes not complete (no bound to place).
+    undrawn: int = 0
 
     @property
     def has_roofline(self) -> bool:
@@ -153,6 +155,7 @@ def _bounded(view: TimeView, report: Mapping[str, Any], bound: Mapping[str, Any]
     calls = [_call(layer, point, measured.get((layer["path"], layer["call_index"])))
              for layer, point in zip(report["layers"], bound["layers"], strict=True) if layer["leaf"]]
     view.calls = [call for call in calls if call is not None]
+    view.undrawn = len(calls) - len(view.calls)
     if measured:
         view.top_by = "measured"
         view.top = sorted(view.calls, key=lambda call: -(call.measured or 0.0))[:TOP_CALLS]

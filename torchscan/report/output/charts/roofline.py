@@ -6,7 +6,7 @@ the model's FLOPs, a flat line from the ridge point on), and one point per leaf 
 allows (its FLOPs over its bound: on the roof by construction, so the picture says which roof holds each call).
 When the report's measured time was taken on a device of the hardware's kind, each call's achieved FLOP/s (its FLOPs
 over its measured kernel time) is drawn too, below the roof; measured time on another machine is never set against
-this device's roofs. Calls without complete FLOPs and bytes have no place on the chart and are counted under it.
+this device's roofs. Calls without complete FLOPs and bytes have no place on the chart: its caption counts them.
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ def roofline_chart(time: TimeView) -> Chart:
     rows = [(str(rank), call.label, call.type, call.flops_text, call.intensity_text, call.bound_text, call.bound_by,
              *((call.measured_text, format_count(call.achieved or 0.0)) if measured else ()))
             for rank, call in enumerate(time.top, 1)]
-    chart = Chart(ROOFLINE_CHART_KEY, TITLE, summary(time), headers, rows)
+    undrawn = (f"{counted(time.undrawn, 'leaf call')} not drawn: no operator FLOPs, or FLOPs or bytes not complete "
+               "(no bound to place).")
+    notes = [undrawn] if time.undrawn else []
+    chart = Chart(ROOFLINE_CHART_KEY, TITLE, summary(time), headers, rows, notes)
     return draw(chart, lambda: paint(time))
 
 
@@ -54,6 +57,9 @@ def summary(time: TimeView) -> str:
             f"({format_count(time.bandwidth or 0.0)}B/s), the flat roof the dense {time.peak_key} peak "
             f"({format_count(time.peak or 0.0)}FLOP/s); each call is drawn at the rate its roofline bound allows "
             f"(its FLOPs over its bound), coloured by the roof that bounds it.")
+    places = len({(call.intensity, call.attainable) for call in time.calls})
+    if places < len(time.calls):
+        text += f" Identical calls share a point: {counted(places, 'distinct point')}."
     if time.achieved_on_hardware:
         text += " Triangles are the rates achieved in the measured forward (FLOPs over the call's median kernel time)."
     text += (f" The table lists the calls with the {'most measured time' if time.top_by == 'measured' else 'largest bound'}.")

@@ -13,6 +13,7 @@ import pytest
 from torchscan_testing import golden_text
 
 from torchscan.report.output.charts import report_charts
+from torchscan.report.output.charts.roofline import roofline_chart
 from torchscan.report.output.documents import catalog_markdown, entry_markdown
 from torchscan.report.registry.parsing import RegistryError, load_registry
 from torchscan.report.review.budgets import parse_budget
@@ -20,6 +21,7 @@ from torchscan.report.review.catalog_view import catalog_view
 from torchscan.report.review.report_diff import diff_view
 from torchscan.report.runs.worker import analyze_run
 from torchscan.views.formatting import NUMBER, format_seconds
+from torchscan.views.timing import time_view
 
 MODELS = '''
 from torch import nn
@@ -122,6 +124,15 @@ def test_the_catalog_shows_the_bound_and_the_latency_and_the_page_its_roofline(f
     page = entry_markdown(catalog.entries[1], "../reports/", site=True)
     assert "## Time" in page and "Measured (build machine)" in page and "efficiency compares a device" in page
     assert "## Time" not in entry_markdown(catalog.entries[2], "../reports/", site=True)
+    here = time_view(measured_report, CPU)  # a CPU entry (as measure_hardware makes): achieved rates join the roofs
+    assert here is not None and here.achieved_on_hardware and here.top_by == "measured"
+    mine = roofline_chart(here)
+    assert "Triangles are the rates achieved" in mine.summary and "achieved (measured)" in mine.svg
+
+
+#: A CPU device of `torchscan.measure_hardware`'s shape, written by hand (measuring it would cost seconds).
+CPU = {"name": "test CPU", "kind": "cpu", "peak_flops": {"float32": 1e11}, "memory_bandwidth": 2e10,
+       "memory_bytes": None, "last_level_cache_bytes": None, "source": "measured", "notes": ""}
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(6.61e-3, "6.61ms"), (4.56e-5, "45.6µs"), (1.5, "1.5s"),

@@ -99,9 +99,10 @@ class TimeView:
         return self.peak is not None and self.bandwidth is not None and bool(self.calls)
 
 
-def time_view(report: Mapping[str, Any], hardware: str | None) -> TimeView | None:
-    """The time of ``report`` bounded on ``hardware`` (a `torchscan.HARDWARE` name, or None) and, when it has a
-    ``time`` section, measured; None when it has neither."""
+def time_view(report: Mapping[str, Any], hardware: str | Mapping[str, Any] | None) -> TimeView | None:
+    """The time of ``report`` bounded on ``hardware`` (a `torchscan.HARDWARE` name, a `torchscan.measure_hardware`
+    result, or None) and, when it has a ``time`` section, measured; None when it has neither. Measured per-call
+    rates are set against the roofs only when the hardware is of the measured device's kind."""
     measured = report.get("time")
     if hardware is None and measured is None:
         return None

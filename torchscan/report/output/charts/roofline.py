@@ -62,8 +62,8 @@ def summary(time: TimeView) -> str:
         text += f" Identical calls share a point: {counted(places, 'distinct point')}."
     if time.achieved_on_hardware:
         text += " Triangles are the rates achieved in the measured forward (FLOPs over the call's median kernel time)."
-    text += (f" The table lists the calls with the {'most measured time' if time.top_by == 'measured' else 'largest bound'}.")
-    return text
+    ranked = "most measured time" if time.top_by == "measured" else "largest bound"
+    return text + f" The table lists the calls with the {ranked}."
 
 
 def paint(time: TimeView) -> Canvas:
@@ -146,8 +146,8 @@ def _points(canvas: Canvas, axes: Axes, calls: list[TimedCall], achieved: list[T
     axes.scatter([call.intensity for call in calls], [call.attainable for call in calls], s=16, c=colours,
                  linewidths=0.4, edgecolors=INK, alpha=0.85, zorder=4, clip_on=False)
     if achieved:
-        axes.scatter([call.intensity for call in achieved], [call.achieved or 0.0 for call in achieved], s=18, marker="^",
-                     c=ACHIEVED, linewidths=0, alpha=0.9, zorder=5, clip_on=False)
+        axes.scatter([call.intensity for call in achieved], [call.achieved or 0.0 for call in achieved], s=18,
+                     marker="^", c=ACHIEVED, linewidths=0, alpha=0.9, zorder=5, clip_on=False)
     for call in calls[:HOVERS]:
         x, y = (float(value) for value in axes.transData.transform((call.intensity, call.attainable)))
         canvas.hover(x, y, f"{call.label} ({call.type}): {format_count(call.flops)} FLOPs, "

@@ -251,11 +251,13 @@ UPDATE_GOLDEN = bool(os.environ.get("UPDATE_GOLDEN"))
 
 
 def golden_text(report: dict[str, Any]) -> str:
-    """The report as golden files hold it: indented JSON, machine versions replaced by placeholders."""
+    """The report as golden files hold it: indented JSON, machine versions replaced by placeholders, and without a
+    ``time`` section (measured time is never deterministic: a golden holds what the analysis counted)."""
     context = dict(report["context"])
     for key in VERSION_FIELDS:
         context[key] = f"<{key} version>"
-    return json.dumps({**report, "context": context}, indent=1) + "\n"
+    counted = {key: value for key, value in report.items() if key != "time"}
+    return json.dumps({**counted, "context": context}, indent=1) + "\n"
 
 
 # -- training-step reference: the absolute peaks of real training steps, measured -------------------------------------

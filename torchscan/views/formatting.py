@@ -30,11 +30,13 @@ _MANTISSA = r"(?:[1-9]\d{0,2}|[1-9]\.\d{1,2}|[1-9]\d\.\d|0(?:\.0{0,2}[1-9]\d{0,2
 COUNT = rf"(?:{_MANTISSA}(?:[kMGTPE]?B|[kMGTPE])?|[1-9]\d{{0,2}}(?:,\d{{3}})+EB?)"
 #: A percentage: ``12.5%``, ``1,234.5%``, ``0.013%`` (two significant digits under 0.1%), ``<0.001%``, ``0%``.
 PERCENT = r"(?:\d{1,3}(?:,\d{3})*\.\d|0\.0{1,2}[1-9]\d?|<0\.001|0)%"
+#: A duration: ``6.61ms``, ``45.6µs``, ``1.2s``, ``850ns`` (a bound or a measured time, `format_seconds`).
+SECONDS = rf"{_MANTISSA}[mµn]?s"
 #: A per-dimension value (receptive field, stride, padding): exact integers, one per dimension (``7×7``).
 SPATIAL = r"\d+(?:×\d+)*"
 #: Every number a view shows: an optional ``Σ `` (sum over a subtree), ``≥``/``≤`` (bound) and sign, then a count,
 #: a percentage or a per-dimension value.
-NUMBER = re.compile(rf"(?:Σ )?[≥≤]?[+−]?(?:{COUNT}|{PERCENT}|[+−]?{SPATIAL})")
+NUMBER = re.compile(rf"(?:Σ )?[≥≤]?[+−]?(?:{SECONDS}|{COUNT}|{PERCENT}|[+−]?{SPATIAL})")
 
 
 def format_count(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
@@ -99,6 +101,15 @@ def format_percent(value: float, signed: bool = False) -> str:
     else:
         digits = "<0.001"
     return f"{sign}{digits}%"
+
+
+def format_seconds(value: float) -> str:
+    """A duration with three significant digits and a glued unit: ``6.61ms``, ``45.6µs``, ``1.20s``, ``850ns``."""
+    magnitude = abs(value)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if magnitude >= scale * 0.9995:
+            return ("-" if value < 0 else "") + _significant(magnitude / scale) + unit
+    return ("-" if value < 0 else "") + _significant(magnitude / 1e-9) + "ns"
 
 
 def format_signed(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:

@@ -22,6 +22,7 @@ from .formatting import exact_count, format_bytes, format_count, format_paramete
 from .layers import MARKDOWN_COLUMNS, MARKDOWN_LEFT_OUT, Column, LayerRow, layer_label, layer_rows, owned_metrics
 from .memory import MemoryView, memory_view
 from .parallel import ParallelView, parallel_view
+from .timing import TimeView
 from .training import TrainingView, training_view
 from .values import value_text
 
@@ -112,6 +113,9 @@ class ReportView:
     memory: MemoryView | None = None
     #: The sharded training step (``crawl_training_step(..., parallel=...)``) and its sizing, else None.
     parallel: ParallelView | None = None
+    #: The forward's bound on a named device and its measured time (`torchscan.views.timing.time_view`: the site
+    #: sets it from the registry entry's ``hardware`` and the report's ``time``), else None.
+    time: TimeView | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

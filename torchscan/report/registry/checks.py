@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ...timing.hardware import HARDWARE
 from .placement import parse_memory
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -29,6 +30,8 @@ EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
 #: (``parallel``, the sharded plan, is read by `torchscan.report.registry.parallel`).
 TRAINING_KEYS = ("optimizer", "parallel")
 TRAINING_OPTIMIZERS = ("sgd", "adam", "adamw")
+#: ``time = { ... }``: the keys of a measuring entry's table (`torchscan.timing.profiled.time_request` reads them).
+TIME_KEYS = ("warmup", "repeats")
 NAME_HELP = "a URL-safe name: letters, digits, '-' and '_', starting with a letter or digit, at most 64 characters"
 SHAPE_HELP = "a shape without the batch dimension such as [3, 224, 224], or a list of shapes such as [[4], [6]]"
 
@@ -62,6 +65,48 @@ class Checker:
                          f"{describe(value)}")
             return None
         return value
+
+    def hardware(self, where: str, item: dict[str, Any]) -> str | None:
+        """The entry's ``hardware`` (None without one): a `torchscan.HARDWARE` name the catalog bounds the model's
+        forward on (a view of the report at render time: never part of the job or its cache key)."""
+        value = item.get("hardware")
+        if value is not None and value not in HARDWARE:
+            close = difflib.get_close_matches(str(value), list(HARDWARE), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            self.problem(f"{where}: hardware", f"unknown device {describe(value)}{hint}; expected one of "
+                         f"{', '.join(map(repr, HARDWARE))} (torchscan.HARDWARE: the devices with published peaks)")
+            return None
+        return value
+
+    def time(self, where: str, item: dict[str, Any], device: Any) -> dict[str, int] | None:
+        """The entry's ``time`` (None without one or with ``false``): ``true`` or ``{ warmup = 1, repeats = 5 }``
+        asks the worker to measure the forward per layer call (``crawl_module(..., time=...)``) on the entry's
+        device. Refused where nothing runs (``device = "meta"``, ``as_device`` stand-ins)."""
+        value = item.get("time")
+        if value is None or value is False:
+            return None
+        at = f"{where}: time"
+        if value is not True and not isinstance(value, dict):
+            self.problem(at, f"expected true, false or a table such as {{ warmup = 1, repeats = 5 }}, got "
+                         f"{describe(value)}")
+            return None
+        request = {} if value is True else self._time_counts(at, value)
+        if device == "meta" or item.get("as_device") is not None:
+            what = "device = \"meta\"" if device == "meta" else "as_device (fake-tensor stand-ins)"
+            self.problem(at, f"cannot measure an entry analyzed with {what}: no kernel runs, so there is no time; "
+                         "name hardware = \"...\" instead for the roofline bound on a device")
+            return None
+        return request
+
+    def _time_counts(self, at: str, value: dict[str, Any]) -> dict[str, int]:
+        """``time``'s table: ``warmup`` (>= 0) and ``repeats`` (>= 1) runs, each checked."""
+        self.unknown_keys(at, value, TIME_KEYS)
+        request = {key: value[key] for key in TIME_KEYS if key in value}
+        for key, count in request.items():
+            low = 0 if key == "warmup" else 1
+            if isinstance(count, bool) or not isinstance(count, int) or count < low:
+                self.problem(f"{at}.{key}", f"expected an integer >= {low}, got {describe(count)}")
+        return request
 
     def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
         """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""

@@ -57,6 +57,11 @@ class Run:
     as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
     meta_kernels: str | None = None  # on meta, the attention kernels (`torchscan.calls.meta_kernels`); None: default
     timeout: float | None = None  # seconds the run may take (the entry's ``timeout``; None: build --timeout)
+    #: A `torchscan.HARDWARE` name the catalog and model page bound the forward on: a view at render time, never in
+    #: the job (the report does not depend on it)
+    hardware: str | None = None
+    #: ``crawl_module(..., time=...)``'s request (``{}``: the defaults), or None: the forward is not measured
+    time: dict[str, int] | None = None
 
     def to_job(self, folder: Path) -> dict[str, Any]:
         """The JSON-serializable description a worker needs (the registry folder resolves module names)."""
@@ -72,6 +77,8 @@ class Run:
             job["as_device"] = self.as_device
         if self.meta_kernels is not None:  # likewise
             job["meta_kernels"] = self.meta_kernels
+        if self.time is not None:  # likewise: only measuring entries carry it (and pay its repeats)
+            job["time"] = dict(self.time) or True
         if self.timeout is not None:  # how long the run may take: not part of the cache key (a cluster task reads it)
             job["timeout"] = self.timeout
         return job

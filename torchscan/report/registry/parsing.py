@@ -23,7 +23,7 @@ CATALOG_KEYS = ("title", "description")
 SITE_KEYS = ("mkdocs", "section")
 ENTRY_KEYS = ("name", "factory", "kwargs", "input_shape", "dtype", "inputs", "inputs_kwargs", "device", "as_device",
               "meta_kernels", "memory", "tags", "description", "strict", "variants", "sweep", "custom_modules",
-              "custom_mapping", "training", "timeout")
+              "custom_mapping", "training", "timeout", "hardware", "time")
 
 
 class RegistryError(ValueError):
@@ -148,7 +148,8 @@ def _entry(check: Checker, index: int, item: dict[str, Any]) -> Entry:
               "memory": check.memory(f"{where}: memory", item.get("memory")),
               "timeout": check.timeout(f"{where}: timeout", item.get("timeout")),
               "extensions": check.extensions(where, item), "as_device": check.as_device(where, item),
-              "meta_kernels": check.meta_kernels(where, item)}
+              "meta_kernels": check.meta_kernels(where, item), "hardware": check.hardware(where, item),
+              "time": check.time(where, item, device)}
     sweep = _sweep(check, where, item)
     if sweep is not None:
         runs = sweep_runs(check, where, common, base, sweep)

@@ -27,7 +27,12 @@ from typing import Any
 from ...compare import COMPARED_TOTALS, MEMORY_TOTALS, PARALLEL_MEMORY_TOTALS, TRAINING_MEMORY_TOTALS
 from ...views.formatting import PARAMETER_SCALES, SCALES
 
-METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS, *PARALLEL_MEMORY_TOTALS)
+#: The measured forward's median (a report analyzed with ``time=True``): a change within the two sides' combined
+#: interquartile ranges is noise, and meets every budget (`torchscan.views.timing.measured_comparison`).
+MEASURED = "measured_seconds"
+METRICS = ("parameters", *COMPARED_TOTALS, *MEMORY_TOTALS, *TRAINING_MEMORY_TOTALS, *PARALLEL_MEMORY_TOTALS, MEASURED)
+#: The suffixes of a measured time's limit, in seconds.
+TIME_FACTORS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 #: The totals counted in bytes: only they take byte suffixes (``MB``), and a bare ``B`` means bytes there.
 BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
@@ -40,7 +45,7 @@ SUFFIXES = ("k (or K), M, G, T, B (billions for parameters, bytes for a byte tot
             "totals only, powers of 1000) or % (relative to before)")
 GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)(?:@(?P<point>\d+))?\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*"
                      r"(?P<op>>=|<=|>|<)\s*(?P<number>[+\-−]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*"
-                     r"(?P<unit>%|[kKMGT]B|[kKMGTB])?")
+                     r"(?P<unit>%|ms|us|µs|[kKMGT]B|[kKMGTB]|s)?")
 USAGE = ("expected METRIC OP LIMIT, such as 'macs>+5%' (relative to before) or 'parameters>8B' (absolute); OP is "
          f"one of {', '.join(OPERATORS)}; METRIC is one of {', '.join(METRICS)}; LIMIT is a signed number with an "
          f"optional suffix: {SUFFIXES}; in a catalog diff, ENTRY:METRIC OP LIMIT checks one entry only, and "
@@ -105,7 +110,13 @@ def parse_budget(text: str) -> Budget:
 
 def _factor(text: str, metric: str, unit: str) -> float:
     """What a limit's suffix multiplies it by; a suffix the metric does not write is an error naming the accepted
-    ones (``B`` is billions for parameters and bytes for a byte total; ``MB`` is for byte totals only)."""
+    ones (``B`` is billions for parameters and bytes for a byte total; ``MB`` is for byte totals only; ``s``,
+    ``ms``, ``µs`` for a measured time only, which takes no other)."""
+    if (metric == MEASURED) != (unit in TIME_FACTORS) and unit not in ("", "%"):
+        raise ValueError(f"budget {text!r}: {unit!r} does not apply to {metric}; a measured time takes s, ms or µs "
+                         f"(or %), every other metric: {SUFFIXES}")
+    if metric == MEASURED:
+        return TIME_FACTORS.get(unit, 1.0)
     if metric in BYTE_METRICS and unit.endswith("B"):
         return SCALE_FACTORS.get(unit[:-1], 1)
     if len(unit) == 2:
@@ -124,10 +135,13 @@ def percent_change(before: float, delta: float) -> float:
     return 100.0 * delta / before
 
 
-def check_budgets(budgets: Sequence[Budget], comparison: dict[str, Any]) -> list[BudgetCheck]:
+def check_budgets(budgets: Sequence[Budget], comparison: dict[str, Any], measured: dict[str, Any] | None = None
+                  ) -> list[BudgetCheck]:
     """Each budget checked against the totals of a `torchscan.compare_reports` result, in the order given (a
-    memory total that neither report traced leaves its budget unknown)."""
-    return [_check(budget, comparison["totals"].get(budget.metric, NOT_TRACED)) for budget in budgets]
+    memory total that neither report traced leaves its budget unknown), and a measured time's against ``measured``
+    (`torchscan.views.timing.measured_comparison`; None: a side was not measured, the budget is unknown)."""
+    totals = {**comparison["totals"], MEASURED: measured or NOT_TRACED}
+    return [_check(budget, totals.get(budget.metric, NOT_TRACED)) for budget in budgets]
 
 
 #: The comparison of a memory total that neither side traced: the budget cannot be checked (unknown).
@@ -140,14 +154,16 @@ def _check(budget: Budget, entry: dict[str, Any]) -> BudgetCheck:
         return BudgetCheck(budget, "unknown", before, after, None, None)
     percent = percent_change(before, delta)
     change = percent if budget.relative else delta
-    status = "exceeded" if OPERATORS[budget.op](change, budget.limit) else "met"
+    exceeded = OPERATORS[budget.op](change, budget.limit) and not entry.get("within_noise", False)
+    status = "exceeded" if exceeded else "met"  # a measured change within the spreads is noise: no regression
     return BudgetCheck(budget, status, before, after, delta, percent)
 
 
 def _numbers(entry: dict[str, Any]) -> tuple[Any, Any, float | None]:
     """(before, after, delta) of one compared total; the delta is None unless both sides are complete."""
-    if not isinstance(entry["delta"], dict):  # parameters: plain counts
-        return entry["before"], entry["after"], entry["delta"]
+    if not isinstance(entry["delta"], dict) or "within_noise" in entry:  # parameters: counts; a time: seconds
+        delta = entry["delta"]["value"] if isinstance(entry["delta"], dict) else entry["delta"]
+        return entry["before"], entry["after"], delta
     before, after = (_known(entry[side]) for side in ("before", "after"))
     return before, after, entry["delta"]["value"] if entry["delta"]["status"] == "complete" else None
 

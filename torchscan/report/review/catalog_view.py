@@ -13,6 +13,7 @@ from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
 from ...views.parallel import NO_PLAN, ParallelView
 from ...views.sweep import SweepView, sweep_view
+from ...views.timing import NO_TIME, time_view
 from ...views.training import TrainingView
 from ..registry.jobs import LAST_GOOD_SUFFIX, Run
 from ..registry.parsing import Entry, Registry
@@ -78,6 +79,10 @@ class RunSummary:
     #: smallest analyzed world size whose devices hold it (``training.parallel.fit``); "—" without a plan.
     per_device_peak: Cell = NO_PLAN
     fits_on: Cell = NO_PLAN
+    #: The forward's roofline bound on the entry's ``hardware`` and its measured latency on the build machine
+    #: (`torchscan.views.timing`); "—" cells where the entry asks for neither.
+    bound: Cell = NO_TIME
+    latency: Cell = NO_TIME
     training: TrainingView | None = None
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
@@ -231,6 +236,12 @@ class CatalogView:
         return any(run.per_device_peak is not NO_PLAN for run in self.runs)
 
     @property
+    def has_time(self) -> bool:
+        """Whether some run is bounded on a named device or measured: only then does the catalog show its Time
+        column (the bound over the measured latency)."""
+        return any(run.bound is not NO_TIME or run.latency is not NO_TIME for run in self.runs)
+
+    @property
     def has_memory(self) -> bool:
         """Whether some run's report traced memory: only then does the site's catalog show the memory columns."""
         return any(run.forward_peak is not NO_MEMORY for run in self.runs)
@@ -297,6 +308,9 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.training = summary.view.training
     summarize_parallel(summary, summary.view.parallel)
+    summary.view.time = time_view(report, run.hardware)
+    if summary.view.time is not None:
+        summary.bound, summary.latency = summary.view.time.bound, summary.view.time.latency
     summary.view.extra["notices"] = summary.notices
     if summary.strict_failed:
         summary.status = "incomplete (strict)"

@@ -20,11 +20,13 @@ from ...views.formatting import (
     format_count,
     format_parameters,
     format_percent,
+    format_seconds,
     format_signed,
     format_signed_bytes,
 )
 from ...views.parallel import plan_text
-from .budgets import Budget, BudgetCheck, check_budgets, percent_change
+from ...views.timing import latency_cell, measured_comparison
+from .budgets import MEASURED, Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
 #: The compared totals in the catalog's column order (Module FLOPs, Operator FLOPs, then DMAs), which every review
@@ -44,7 +46,10 @@ MEMORY_LABELS = (("forward_peak_bytes", "Forward peak", "memory"), ("activations
                  ("per_device_peak_bytes", "Per-device peak", "memory, sharded"))
 #: The totals counted in bytes: their numbers and changes are written with ``B`` (``+1.2MB``).
 BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
+#: The measured forward's row and budget label (`torchscan.views.timing.measured_comparison`).
+MEASURED_LABEL = ("Measured forward time", "measured")
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in (*TOTAL_LABELS, *MEMORY_LABELS)}
+BUDGET_LABELS[MEASURED] = f"{MEASURED_LABEL[0]} ({MEASURED_LABEL[1]})"
 BUDGET_VERDICTS = {"met": "met", "exceeded": "exceeded", "unknown": "cannot be checked"}
 #: By `DiffView.verdict_status`: the first words of a review's verdict line, the status class that colours them and
 #: the colour of the line's border (a variable of the report's style sheet).
@@ -219,6 +224,7 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
               budgets: Sequence[Budget] = ()) -> DiffView:
     """The review of ``before`` → ``after``; ``title`` defaults to one naming both models."""
     comparison = compare_reports(before, after)
+    measured = measured_comparison(before, after)
     sides = comparison["context"]["before"], comparison["context"]["after"]
     models = (sides[0].get("model_type") or "", sides[1].get("model_type") or "")
     layers = comparison["layers"]
@@ -226,7 +232,7 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
         title=title or default_title(*models),
         context=_context(*sides),
         totals=[_total_row(comparison["totals"][name], label, view, name) for name, label, view in TOTAL_LABELS]
-        + training_rows(before, after) + memory_rows(comparison["totals"]),
+        + training_rows(before, after) + memory_rows(comparison["totals"]) + measured_rows(measured),
         added=[_identity(item) for item in layers["added"]],
         removed=[_identity(item) for item in layers["removed"]],
         changed=[LayerChange(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
@@ -234,7 +240,7 @@ def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
         cost_deltas={name: _cost_deltas(layers, name) for name in ("macs", "module_flops")},
         models=models,
         warnings=_warnings(*models) + plan_warnings(before, after),
-        budgets=[_budget_row(check) for check in check_budgets(budgets, comparison)],
+        budgets=[_budget_row(check) for check in check_budgets(budgets, comparison, measured)],
     )
 
 
@@ -289,7 +295,30 @@ def _budget_numbers(metric: str, delta: float) -> tuple[Callable[[Any], str], st
         return format_parameters, format_signed(delta, PARAMETER_SCALES)
     if metric in BYTE_TOTALS:
         return format_bytes, format_signed_bytes(delta)
+    if metric == MEASURED:
+        return format_seconds, ("+" if delta > 0 else "−" if delta < 0 else "") + format_seconds(abs(delta))
     return format_count, signed(delta)
+
+
+def measured_rows(measured: dict[str, Any] | None) -> list[DeltaRow]:
+    """The measured forward's row when both reports were measured: a change within the combined interquartile
+    ranges reads ``unchanged`` (noise, not a regression); times from two machines are not compared."""
+    if measured is None:
+        return []
+    before, after = (latency_cell(side) for side in measured["sides"])
+    label, view = MEASURED_LABEL
+    if measured["delta"]["status"] != "complete":
+        machines = " → ".join(measured["machines"])
+        return [DeltaRow(label, view, before, after, f"unknown (measured on different machines: {machines})",
+                         "unknown", "unknown", MEASURED)]
+    _, written = _budget_numbers(MEASURED, measured["delta"]["value"])
+    spread = format_seconds(measured["spread"])
+    if measured["within_noise"]:
+        return [DeltaRow(label, view, before, after, f"{written} (within the IQRs, {spread}: noise)", "unchanged",
+                         percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
+    return [DeltaRow(label, view, before, after, f"{written} (beyond the IQRs, {spread})",
+                     _direction(measured["delta"]["value"]),
+                     percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
 
 
 def memory_rows(totals: dict[str, Any]) -> list[DeltaRow]:

@@ -80,7 +80,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
             if "meta_kernels" in job:  # on meta, the attention kernels the entry asks for
                 call["meta_kernels"] = job["meta_kernels"]
             stage = "analysis"
-            report = analyze_model(model, call, extensions, job.get("training"))
+            report = analyze_model(model, call, extensions, job.get("training"), job.get("time", False))
         except BaseException as error:
             if isinstance(error, KeyboardInterrupt):
                 raise
@@ -92,7 +92,7 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
-                  training: dict[str, Any] | None) -> dict[str, Any]:
+                  training: dict[str, Any] | None, time: Any = False) -> dict[str, Any]:
     """``crawl_module``'s report of the model; with ``training`` options, plus the ``training`` section of
     ``crawl_training_step`` on the same call.
 
@@ -102,9 +102,10 @@ def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
     Both trace memory (``memory=True``): the forward's memory section is the report's ``memory``, the step's comes
     with its section as ``training.memory``, so the catalog, the model pages and the reviews show both peaks. A
     sharded plan (``training["parallel"]``) adds ``training.parallel`` at the declared world size and its ``fit``
-    across the entry's world sizes (`torchscan.report.runs.sizing`).
+    across the entry's world sizes (`torchscan.report.runs.sizing`). ``time`` (the entry's ``time``) measures the
+    forward per layer call on the model's device (the report's ``time`` section; the training step is not timed).
     """
-    report = crawl_module(model, **call, **extensions, memory=True)
+    report = crawl_module(model, **call, **extensions, memory=True, time=time)
     if training is not None:
         parallel = training.get("parallel")
         step = crawl_training_step(model, **call, **extensions, optimizer=training.get("optimizer"), memory=True,

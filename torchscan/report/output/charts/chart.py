@@ -33,8 +33,9 @@ class Chart:
 
     @property
     def section(self) -> str:
-        """Where a page shows the chart: ``memory`` (its memory section) or ``cost`` (where the cost goes)."""
-        return "memory" if self.key.startswith("memory") else "cost"
+        """Where a page shows the chart: ``memory`` (its memory section), ``time`` (its time section) or ``cost``
+        (where the cost goes)."""
+        return next((section for section in ("memory", "time") if self.key.startswith(section)), "cost")
 
 
 Painter = Callable[[], "Canvas"]

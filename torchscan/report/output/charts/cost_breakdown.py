@@ -24,6 +24,7 @@ from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .device_memory import device_memory_chart
 from .memory_breakdown import memory_charts
+from .roofline import roofline_chart
 from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
 from .svg_output import draw
 from .top_calls import covered_sentence, top_calls_chart
@@ -41,7 +42,8 @@ def report_charts(view: ReportView) -> list[Chart]:
     """Cost and parameters by layer type, the most expensive calls, the profile along execution order and, for a
     report that traced memory, what is live at the peak and the calls with the most bytes (keys ``memory...``: the
     page shows them in its memory section) and, for a sized sharded step, per-device memory against world size (the
-    page shows it in its sharded-training section)."""
+    page shows it in its sharded-training section) and, for a run bounded on a named device, the roofline of its
+    layer calls (key ``time-roofline``: the page's time section)."""
     metric = cost_metric(view.layers)
     calls = [row for row in view.layers if metric in row.own]
     colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])
@@ -49,7 +51,8 @@ def report_charts(view: ReportView) -> list[Chart]:
               draw(*profile_chart(view, calls, metric))]
     charts += memory_charts(view.memory) if view.memory is not None else []
     sizing = view.parallel.sizing if view.parallel is not None else None
-    return charts + ([device_memory_chart(sizing)] if sizing is not None else [])
+    charts += [device_memory_chart(sizing)] if sizing is not None else []
+    return charts + ([roofline_chart(view.time)] if view.time is not None and view.time.has_roofline else [])
 
 
 def cost_metric(rows: Sequence[LayerRow]) -> str:

@@ -116,8 +116,8 @@ def measure_hardware(device: Any = "cpu", *, repeats: int = 5) -> Hardware:
     Matrix-multiply FLOP/s per dtype (float32 always; bfloat16 where the CPU has bfloat16 instructions, and bfloat16
     and float16 on CUDA), the streaming bandwidth of a copy between two buffers at least four times the last-level
     cache (bytes read plus written per second), and the last-level cache size, read from sysfs,
-    ``os.sysconf`` or ``lscpu`` (``measurement.cache_source`` says which). Each figure is the best of ``repeats``
-    runs after a warm-up: a peak, not a typical rate. Takes a few seconds; the torch thread count, grad mode, default dtype and
+    ``os.sysconf`` or ``lscpu`` (``measurement.cache_source`` says which). Each figure is the best of at least
+    ``repeats`` runs and half a second of runs, after a warm-up: a peak, not a typical rate. Takes a few seconds; the torch thread count, grad mode, default dtype and
     random generators are left as they were (inputs are filled, never drawn).
     """
     import torch
@@ -188,20 +188,27 @@ def _key(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _best_seconds(run: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
+def _best_seconds(run: Callable[[], Any], repeats: int, sync: Callable[[], None], at_least: float = 0.5) -> float:
+    """The least time of ``run`` over at least ``repeats`` runs and at least ``at_least`` seconds of running (a
+    peak is a maximum rate: more tries can only find it, and a busy moment spoils a few runs, not all)."""
     run()  # warm-up: first-use costs (thread pools, kernel selection) are not the device's rate
     sync()
-    best = float("inf")
-    for _ in range(repeats):
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < repeats or (spent < at_least and runs < MOST_RUNS):
         start = time.perf_counter()
         run()
         sync()
-        best = min(best, time.perf_counter() - start)
+        elapsed = time.perf_counter() - start
+        best, spent, runs = min(best, elapsed), spent + elapsed, runs + 1
     return best
 
 
+#: The most runs `_best_seconds` makes to fill its time.
+MOST_RUNS = 200
+
+
 def _matmul_rate(dtype: Any, device: Any, size: int, repeats: int, sync: Callable[[], None]) -> float:
-    """FLOP/s of a square ``size`` matrix product (2 * size**3 FLOPs), best of ``repeats``."""
+    """FLOP/s of a square ``size`` matrix product (2 * size**3 FLOPs), its best run (`_best_seconds`)."""
     import torch
 
     a = torch.full((size, size), 0.5, dtype=dtype, device=device)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from torch.distributed.tensor import DTensor
-from torch.utils._pytree import tree_map_only
 
 from ..operator_cache import FormulaCache
 from ..operators import build_formula_table, flops_result
 from ..results import MODEL, MetricResult
+from ..values import map_tensors
 from .sharding import local_tensor
 
 #: Operator namespaces that move data between ranks or into FSDP's buffers, or mark profiler ranges: no arithmetic.
@@ -38,7 +38,7 @@ class RankFlops:
         """One dispatched operator, priced on the rank's local tensors in the current phase."""
         if self.phase is None or func.namespace in COMMUNICATION:
             return
-        args, kwargs, out = tree_map_only(DTensor, local_tensor, (args, kwargs, out))
+        args, kwargs, out = map_tensors((args, kwargs, out), _local)
         plan = self.cache.plan(func)
         outcome = plan.fixed or self.cache.outcome(plan, args, kwargs, out)
         self.flops[self.phase] += outcome.flops
@@ -50,3 +50,8 @@ class RankFlops:
         results = {phase: flops_result(self.flops[phase], MODEL, self.partial[phase]) for phase in PHASES}
         results["step"] = flops_result(sum(self.flops.values()), MODEL, any(self.partial.values()))
         return results
+
+
+def _local(tensor: Any) -> Any:
+    """The rank's own part of a distributed tensor; any other tensor as it is."""
+    return local_tensor(tensor) if isinstance(tensor, DTensor) else tensor

@@ -97,8 +97,6 @@ def accelerate_adam(weights: int) -> int:
 def tracker_peak(model_name: str, plan: dict[str, Any]) -> int:
     """``FSDPMemTracker``'s peak (the ``Total`` of its peak snapshot) of the third step of the real run that
     ``measured_peak`` measures (real CPU tensors, FSDP2 over the fake process group)."""
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-
     build, call = MODELS[model_name]
     args, kwargs, loss = call()
     with fake_world(parse_plan(plan)) as world:
@@ -107,19 +105,13 @@ def tracker_peak(model_name: str, plan: dict[str, Any]) -> int:
         optimizer = adamw(trainable(model))
         for _ in range(2):
             loop_step(model, args, kwargs, loss, optimizer)
-        tracker = FSDPMemTracker(model, optimizer)
-        tracker.track_inputs((args, kwargs))
-        with tracker:
-            loop_step(model, args, kwargs, loss, optimizer)
-        snapshot = tracker.get_tracker_snapshot("peak")
-    return max(device["Total"] for device in snapshot.values())
+        return tracked_step_peak(model, args, kwargs, loss, optimizer)
 
 
 def tracker_peak_fake(build: Any, call: tuple, plan: dict[str, Any]) -> int:
     """``FSDPMemTracker``'s peak of the second (steady-state) step, everything under a ``FakeTensorMode``: the
     model built by ``build()``, sharded over the fake process group, AdamW ``foreach``."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
     args, kwargs, loss = call
     with fake_world(parse_plan(plan)) as world, FakeTensorMode(allow_non_fake_inputs=True):
@@ -127,11 +119,18 @@ def tracker_peak_fake(build: Any, call: tuple, plan: dict[str, Any]) -> int:
         shard(model, world)
         optimizer = torch.optim.AdamW(trainable(model), foreach=True)
         loop_step(model, args, kwargs, loss, optimizer)
-        tracker = FSDPMemTracker(model, optimizer)
-        tracker.track_inputs((args, kwargs))
-        with tracker:
-            loop_step(model, args, kwargs, loss, optimizer)
-        snapshot = tracker.get_tracker_snapshot("peak")
+        return tracked_step_peak(model, args, kwargs, loss, optimizer)
+
+
+def tracked_step_peak(model: Any, args: tuple, kwargs: dict[str, Any], loss: Any, optimizer: Any) -> int:
+    """``FSDPMemTracker``'s peak (the ``Total`` of its peak snapshot) of one more `loop_step`."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    tracker = FSDPMemTracker(model, optimizer)
+    tracker.track_inputs((args, kwargs))
+    with tracker:
+        loop_step(model, args, kwargs, loss, optimizer)
+    snapshot = tracker.get_tracker_snapshot("peak")
     return max(device["Total"] for device in snapshot.values())
 
 

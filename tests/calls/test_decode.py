@@ -12,7 +12,7 @@ import torch
 from integrations.third_party_models import import_transformers
 from torchscan_testing import analyze_call
 
-from torchscan import cost_curve, decode_step_inputs
+from torchscan import HARDWARE, cost_curve, decode_step_inputs, roofline
 from torchscan.calls.decode import kv_cache_section
 from torchscan.curves.schema import validate_cost_curve
 
@@ -54,6 +54,30 @@ def test_the_report_states_the_bytes_of_the_context_the_step_reads(library, devi
     assert field["dtype"] == "float32" and field["reason"] is None
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     assert cache.get_seq_length() == context + 1  # the step appended its own position after it was measured
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_static_cache_is_preallocated_for_the_step_and_its_attention_reads_it_whole(library, device) -> None:
+    model, context = llama(library, device), 10
+    _, kwargs = decode_step_inputs(model, context, batch_size=3, device=device, cache="static")
+    field = analyze_call(model, kwargs=kwargs)["inputs"]["kv_cache"]
+    assert field["cache_class"] == "StaticCache" and field["positions"] == context + 1 and field["reason"] is None
+    assert field["bytes"]["value"] == 2 * LAYERS * 3 * KV_HEADS * (WIDTH // HEADS) * (context + 1) * 4
+    if device == "cpu":  # a meta cache counts its positions in a meta tensor
+        assert int(kwargs["cache"].get_seq_length()) == context + 1
+
+
+def test_a_static_step_moves_the_dynamic_one_less_its_concatenated_copy_of_the_cache(library) -> None:
+    """``DynamicCache`` appends with ``torch.cat``: per layer it reads the keys and values it holds and the new
+    position's, and writes all of them again; a static cache writes the new position in place."""
+    model, context, batch = llama(library, "meta"), 10, 3
+    concatenated = {}
+    for kind in ("dynamic", "static"):
+        _, kwargs = decode_step_inputs(model, context, batch_size=batch, device="meta", cache=kind)
+        rows = roofline(analyze_call(model, kwargs=kwargs), HARDWARE["A100 SXM 80GB"])["operators"]
+        concatenated[kind] = sum(row["bytes"]["value"] for row in rows if row["operator"] == "aten.cat")
+    position = batch * KV_HEADS * (WIDTH // HEADS) * 4
+    assert concatenated["dynamic"] - concatenated["static"] == LAYERS * 2 * 2 * (context + 1) * position
 
 
 def test_the_step_is_the_call_generate_makes(library) -> None:
@@ -118,6 +142,8 @@ def test_bad_arguments_are_named(library) -> None:
         decode_step_inputs(gpt2(library, "meta"), 256, device="meta")
     with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
         decode_step_inputs(llama(library, "meta"), 4, batch_size=0)
+    with pytest.raises(ValueError, match="cache must be one of 'dynamic', 'static', got 'paged'"):
+        decode_step_inputs(llama(library, "meta"), 4, cache="paged")
 
 
 def test_importing_torchscan_and_its_decode_module_does_not_import_transformers() -> None:

@@ -1,10 +1,10 @@
 """Decode steps with a KV cache: the call of one generated token, and the bytes of the cache that call reads.
 
 `decode_step_inputs` builds what ``transformers``' ``generate()`` passes to a causal language model for one new
-token after ``context_length`` positions: the token, a fresh cache of the model's own class filled with that many
-positions, the position of the new token. `kv_cache_section` finds such a cache in any analyzed call (by the
-shape of ``transformers``' Cache API, without importing ``transformers``) and states the bytes of the keys and
-values the step reads, before the step appends its own position. ``transformers`` is imported only when
+token after ``context_length`` positions: the token, a fresh cache (``generate()``'s default dynamic one, or a
+preallocated static one) filled with that many positions, the position of the new token. `kv_cache_section` finds
+such a cache in any analyzed call (by the shape of ``transformers``' Cache API, without importing ``transformers``)
+and states the bytes of the keys and values the step reads, before the step appends its own position. ``transformers`` is imported only when
 `decode_step_inputs` runs, so ``import torchscan`` never imports it.
 """
 
@@ -20,11 +20,15 @@ from torch import nn
 from ..results import MODEL, MetricResult, complete, unavailable
 from ..values import dtype_name
 
-__all__ = ["KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_section"]
+__all__ = ["CACHE_KINDS", "KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_section"]
 
 #: The method label of the KV-cache bytes: the bytes of the key and value tensors the cache holds.
 KV_CACHE_METHOD = "key_value_cache_tensors"
 KV_CACHE_UNIT = "bytes"
+#: The caches `decode_step_inputs` builds: ``generate()``'s default, which appends by concatenation (a copy of every
+#: layer's keys and values per step), and the preallocated one of ``cache_implementation="static"`` and compiled
+#: serving, which writes the new position in place and whose attention reads every preallocated position.
+CACHE_KINDS = ("dynamic", "static")
 
 
 def _transformers() -> Any:
@@ -66,16 +70,23 @@ def _attention_shape(config: Any) -> tuple[int, int]:
     return kv_heads, head_dim
 
 
-def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int, device: torch.device) -> Any:
-    """A ``DynamicCache`` built from the model's configuration (its layer types included), each key/value layer
-    holding ``positions`` positions of the model's dtype on ``device``."""
+def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int, device: torch.device,
+                  kind: str) -> Any:
+    """A cache of ``kind`` built from the model's configuration (its layer types included), each key/value layer
+    holding ``positions`` positions of the model's dtype on ``device``; a static cache is preallocated for exactly
+    one more position, the step's own."""
     config = model.config.get_text_config(decoder=True)
-    cache = transformers.DynamicCache(config=model.config)
+    if kind == "static":
+        cache = transformers.StaticCache(config=model.config, max_cache_len=positions + 1)
+        expected = transformers.cache_utils.StaticLayer
+    else:
+        cache = transformers.DynamicCache(config=model.config)
+        expected = transformers.cache_utils.DynamicLayer
     kv_heads, head_dim = _attention_shape(config)
     for index, layer in enumerate(cache.layers):
-        if not isinstance(layer, transformers.cache_utils.DynamicLayer) or cache.is_linear[index]:
-            raise ValueError(f"layer {index} of the model's cache is a {type(layer).__name__}: decode_step_inputs "
-                             "fills key/value layers only")
+        if not isinstance(layer, expected) or cache.is_linear[index]:
+            raise ValueError(f"layer {index} of the model's {kind} cache is a {type(layer).__name__}: "
+                             "decode_step_inputs fills key/value layers only")
         states = torch.zeros(batch_size, kv_heads, positions, head_dim, dtype=model.dtype, device=device)
         cache.update(states, states.clone(), index)
     return cache
@@ -90,14 +101,18 @@ def _accepted_keywords(model: nn.Module) -> set[str]:
 
 
 def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int = 1,
-                       device: torch.device | str | None = None) -> tuple[tuple, dict[str, Any]]:
+                       device: torch.device | str | None = None,
+                       cache: str = "dynamic") -> tuple[tuple, dict[str, Any]]:
     """The ``(args, kwargs)`` of one decode step of a ``transformers`` causal language model.
 
     One new token per sequence after ``context_length`` positions: ``input_ids`` of shape ``(batch_size, 1)``, a
-    fresh ``DynamicCache`` built from the model's configuration and filled with ``context_length`` positions, the
+    fresh cache built from the model's configuration and filled with ``context_length`` positions, the
     new token's ``position_ids``, and the flags ``generate()`` sets (``use_cache``, ``logits_to_keep=1``,
     ``return_dict``), each only where the forward takes it; ``cache_position`` only for a forward that names it
     (``transformers`` 5 no longer does). As in ``generate()`` for an unpadded batch, no attention mask is passed.
+    ``cache`` is one of `CACHE_KINDS`: ``"dynamic"`` (``generate()``'s default ``DynamicCache``, whose append
+    copies each layer's keys and values) or ``"static"`` (a ``StaticCache`` preallocated for ``context_length + 1``
+    positions, written in place, as ``generate(cache_implementation="static")`` and compiled serving run it).
     Tensors go to ``device`` (``"meta"`` for a large model), by default the model's. Analyzing the call appends one
     position to the cache (except on stand-ins, ``as_device``, which leave it as it was): build a new call for
     every analysis. Raises ``TypeError`` for a model that is not a causal language model and ``ImportError``
@@ -108,11 +123,13 @@ def decode_step_inputs(model: nn.Module, context_length: int, *, batch_size: int
     positions = _check_count("context_length", context_length, 0)
     _check_position_limit(model, positions)
     batch = _check_count("batch_size", batch_size, 1)
+    if cache not in CACHE_KINDS:
+        raise ValueError(f"cache must be one of {', '.join(map(repr, CACHE_KINDS))}, got {cache!r}")
     target = torch.device(device) if device is not None else next(model.parameters()).device
     accepted = _accepted_keywords(model)
-    cache = _filled_cache(model, transformers, positions, batch, target)
+    filled = _filled_cache(model, transformers, positions, batch, target, cache)
     kwargs: dict[str, Any] = {"input_ids": torch.zeros(batch, 1, dtype=torch.long, device=target),
-                              "cache" if "cache" in accepted else "past_key_values": cache}
+                              "cache" if "cache" in accepted else "past_key_values": filled}
     optional = {"position_ids": lambda: torch.full((batch, 1), positions, dtype=torch.long, device=target),
                 "cache_position": lambda: torch.arange(positions, positions + 1, device=target),
                 "use_cache": lambda: True, "logits_to_keep": lambda: 1, "return_dict": lambda: True}
@@ -151,6 +168,8 @@ def _not_plain(cache: Any) -> str | None:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
             return f"layer {index} ({kind}) holds no key/value tensors of shape (batch, heads, positions, head_dim)"
+        if _preallocated(layer, keys):
+            continue
         length = _length(cache, index)
         if not isinstance(length, int):
             return f"layer {index} ({kind}) has a length that cannot be read here ({length})"
@@ -159,9 +178,15 @@ def _not_plain(cache: Any) -> str | None:
     return None if layers else "the cache has no layers"
 
 
+def _preallocated(layer: Any, keys: torch.Tensor) -> bool:
+    """Whether ``layer`` is a static (preallocated) layer: its keys span ``max_cache_len`` positions whatever its
+    length, and attention reads all of them (the unwritten ones masked), so its tensors are what the step reads."""
+    return isinstance(getattr(layer, "max_cache_len", None), int) and keys.shape[-2] == layer.max_cache_len
+
+
 def _length(cache: Any, index: int) -> int | str:
-    """The number of positions layer ``index`` holds, or why it cannot be read: a static cache counts them in a
-    tensor, whose value a meta tensor does not have."""
+    """The number of positions layer ``index`` holds, or why it cannot be read: a layer that counts them in a
+    tensor has no value for it on ``meta``."""
     try:
         length = cache.get_seq_length(index)
         return length if isinstance(length, int) else int(length)

@@ -63,8 +63,9 @@ collectives, then with the in-place ones, in the same job):
    waited until it let go;
 4. with ``both``, the largest difference of each rank's parameter shards between the in-place and the stock run.
 
-The exit status is 1 when a configuration fails at 2% in any first table (the stock runs do, so far) or when the
-in-place run's parameters are not ``torch.allclose`` to the stock run's.
+The exit status is 1 when a configuration of the in-place runs fails at 2% (with ``--collectives gloo`` alone, of
+the stock runs: with ``both`` their staging is printed, not judged) or when the in-place run's parameters are not
+``torch.allclose`` to the stock run's.
 """
 
 from __future__ import annotations
@@ -422,14 +423,16 @@ def main() -> None:
     by_key = {(m["model"], m["strategy"], m["precision"], m["collectives"], m["rank"]): m for m in measured}
     analyses = {key: analyzed_peak(key[0], plan_of(*key[1:]))["per_device"]["peak"]["value"]
                 for key in configurations(options)}
-    failures = sum(peak_table(analyses, by_key, collectives) for collectives in collectives_of(options))
+    failures = {collectives: peak_table(analyses, by_key, collectives) for collectives in collectives_of(options)}
     for collectives in collectives_of(options):
         repeats_table(analyses, by_key, collectives, options.repeats)
     if INPLACE in collectives_of(options):
         release_table(analyses, by_key, wait=not options.no_release_wait)
+    # The verdict: the in-place runs where they ran (the stock runs' staging is printed, not judged), else gloo's.
+    failed = failures.get(INPLACE, failures.get(GLOO, 0))
     if options.collectives == "both":
-        failures += parameters_table(analyses, by_key)
-    sys.exit(1 if failures else 0)
+        failed += parameters_table(analyses, by_key)
+    sys.exit(1 if failed else 0)
 
 
 def plan_label(strategy: str, precision: str) -> str:

@@ -165,17 +165,26 @@ def _not_plain(cache: Any) -> str | None:
             return f"layer {index} is a sliding-window layer ({kind}): it keeps a window, not every position"
         if flags["is_linear"][index]:
             return f"layer {index} holds linear-attention states ({kind}): the cache is hybrid"
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
-            return f"layer {index} ({kind}) holds no key/value tensors of shape (batch, heads, positions, head_dim)"
-        if _preallocated(layer, keys):
-            continue
-        length = _length(cache, index)
-        if not isinstance(length, int):
-            return f"layer {index} ({kind}) has a length that cannot be read here ({length})"
-        if keys.shape != values.shape or keys.shape[-2] != length:
-            return f"layer {index} ({kind}) holds keys that do not cover its {length} positions"
+        reason = _uncovered(cache, index, layer)
+        if reason is not None:
+            return f"layer {index} ({kind}) {reason}"
     return None if layers else "the cache has no layers"
+
+
+def _uncovered(cache: Any, index: int, layer: Any) -> str | None:
+    """Why key/value layer ``index`` does not hold one (batch, heads, positions, head_dim) pair of the positions the
+    step reads, or ``None``."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
+        return "holds no key/value tensors of shape (batch, heads, positions, head_dim)"
+    if _preallocated(layer, keys):
+        return None if keys.shape == values.shape else "holds keys and values of different shapes"
+    length = _length(cache, index)
+    if not isinstance(length, int):
+        return f"has a length that cannot be read here ({length})"
+    if keys.shape != values.shape or keys.shape[-2] != length:
+        return f"holds keys that do not cover its {length} positions"
+    return None
 
 
 def _preallocated(layer: Any, keys: torch.Tensor) -> bool:

@@ -25,6 +25,7 @@ such output: the dtype its arithmetic runs in (under ``autocast`` a matrix produ
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -60,20 +61,38 @@ ACCUMULATING_SCATTERS = frozenset(packets(["index_add_", "scatter_add_", "scatte
 READ, READ_WRITE, WRITE = 1, 2, 3
 #: A call's bytes when some tensor has no ``numel * element_size`` figure (sparse, nested, symbolic sizes).
 UNKNOWN: Final = None
+#: Overload -> its `BytePlan` (weak: an operator library that goes away takes its plans with it).
+_BYTE_PLANS: weakref.WeakKeyDictionary[Any, BytePlan] = weakref.WeakKeyDictionary()
+
+
+def byte_plan(func: Any) -> BytePlan:
+    """The `BytePlan` of overload ``func``: a function of its schema alone, so it is read once per process."""
+    plan = _BYTE_PLANS.get(func)
+    if plan is None:
+        plan = _BYTE_PLANS[func] = BytePlan(func, func._overloadpacket)
+    return plan
 
 
 class BytePlan:
     """How the calls of one overload move bytes, read from its schema once: ``free`` (no bytes at all), or the
-    role of each argument (by position and by keyword), which returns are created (written), and the family rule
-    (`WRITE_ONLY`, `GATHERS`, `SCATTERS`) that replaces the generic one."""
+    role of each argument (by position and by keyword), which returns are created (written), which arguments the
+    schema types as tensors (the generic rule reads only those), and the family rule (`WRITE_ONLY`, `GATHERS`,
+    `SCATTERS`) that replaces the generic one."""
 
-    __slots__ = ("free", "fresh_returns", "keyword_roles", "roles", "rule")
+    __slots__ = ("__weakref__", "free", "fresh_returns", "keyword_roles", "keyword_tensors", "positional_tensors",
+                 "roles", "rule")
 
     def __init__(self, func: Any, packet: Any) -> None:
         schema = func._schema
         arguments = schema.arguments
         self.roles = tuple(_role(argument, packet) for argument in arguments)
         self.keyword_roles = {argument.name: role for argument, role in zip(arguments, self.roles, strict=True)}
+        # (position, times counted) of each tensor argument: a mutated one is read and written
+        tensors = [(index, argument.name, 2 if role == READ_WRITE else 1)
+                   for index, (argument, role) in enumerate(zip(arguments, self.roles, strict=True))
+                   if "Tensor" in str(argument.type)]
+        self.positional_tensors = tuple((index, times) for index, _, times in tensors)
+        self.keyword_tensors = {name: times for _, name, times in tensors}
         self.fresh_returns = tuple(ret.alias_info is None for ret in schema.returns)
         self.free = _moves_nothing(schema, packet, self.roles)
         self.rule = _family_rule(packet)
@@ -97,13 +116,18 @@ class BytePlan:
         return _RULES[self.rule](written, list(self._arguments(args, kwargs)))
 
     def _generic_reads(self, args: tuple, kwargs: dict[str, Any]) -> int:
-        """The generic rule's argument bytes: each tensor argument read once, a mutated one read and written (one
-        loop without generators: this runs for every new signature of every analysis)."""
-        roles, total = self.roles, 0
-        for index, value in enumerate(args):
-            total += _size(value) * (2 if index < len(roles) and roles[index] == READ_WRITE else 1)
-        for name, value in kwargs.items():
-            total += _size(value) * (2 if self.keyword_roles.get(name, READ) == READ_WRITE else 1)
+        """The generic rule's argument bytes: each tensor argument read once, a mutated one read and written (plain
+        loops over the schema's tensor arguments only: this runs for every new signature of every analysis)."""
+        total, given = 0, len(args)
+        for index, times in self.positional_tensors:
+            if index < given:
+                total += _size(args[index]) * times
+        if kwargs:
+            keyword_tensors = self.keyword_tensors
+            for name, value in kwargs.items():
+                counted = keyword_tensors.get(name)
+                if counted is not None:
+                    total += _size(value) * counted
         return total
 
     def _arguments(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[int, Any]]:
@@ -183,9 +207,12 @@ def _size(value: Any) -> int:
         if value.layout is not torch.strided or value.is_nested:
             raise _NoSize
         try:
-            return int(value.numel()) * value.element_size()
-        except (TypeError, RuntimeError, ValueError):  # a symbolic size
+            nbytes = value.nbytes
+        except (TypeError, RuntimeError, ValueError):  # a size without a value
             raise _NoSize from None
+        if type(nbytes) is not int:  # a symbolic size
+            raise _NoSize
+        return nbytes
     if isinstance(value, (list, tuple)):
         return sum(map(_size, value))
     return 0

@@ -25,7 +25,7 @@ from torch.utils import flop_counter
 
 from .formulas.operators.functional import FUNCTIONAL_ESTIMATES
 from .formulas.operators.table import OPERATOR_FORMULAS, ZERO_WORK_OPERATORS
-from .operator_bytes import BytePlan, compute_dtype
+from .operator_bytes import byte_plan, compute_dtype
 from .results import is_count
 from .values import Unkeyable, call_key
 
@@ -80,7 +80,7 @@ _NOT_ESTIMATED = object()
 
 class Plan:
     """How calls of one overload are priced: a fixed outcome (no formula and no bytes: a view), or per signature by
-    its formula (or its fixed kind, ``IGNORED`` or ``UNCOUNTED``, when it has none) and its `BytePlan`."""
+    its formula (or its fixed kind, ``IGNORED`` or ``UNCOUNTED``, when it has none) and its byte plan."""
 
     __slots__ = ("bytes", "estimator", "fixed", "formula", "func", "kind", "memoized", "packet", "run")
 
@@ -92,7 +92,7 @@ class Plan:
         self.kind = kind  # the kind of every call when there is no formula
         # the byte rules read shapes and dtypes only, so calls without a formula are priced by signature too
         self.memoized = formula is None or id(formula) in _BUILTIN_FORMULAS or _shape_wrapped(formula)
-        self.bytes = BytePlan(func, packet)
+        self.bytes = byte_plan(func)
         self.fixed: Outcome | None = None  # set by the cache for calls that need no pricing at all
         self.estimator = FUNCTIONAL_ESTIMATES.get(packet)
 

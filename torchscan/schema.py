@@ -32,16 +32,30 @@ def _validator() -> Any:
     return jsonschema.Draft202012Validator(report_schema())
 
 
+@cache
+def _compiled_validator() -> Any:
+    """``jsonschema-rs``'s validator of the report schema when it is installed (a compiled validator, a few hundred
+    times faster on a report of thousands of layer calls), else None."""
+    try:
+        import jsonschema_rs
+    except ImportError:
+        return None
+    return jsonschema_rs.validator_for(report_schema())
+
+
 def validate_report(report: Mapping[str, Any]) -> None:
     """Raise ``jsonschema.ValidationError`` when ``report`` breaks the schema or a MetricResult invariant.
 
     JSON Schema checks the shape; the invariants it cannot express (a complete value equals its known value,
     counts are finite, each field has its own unit) are checked on every MetricResult afterwards. Needs the
-    ``jsonschema`` package (the ``test`` extra).
+    ``jsonschema`` package (the ``test`` extra). With ``jsonschema-rs`` installed too (also in the ``test`` extra),
+    a report it accepts is not checked again; one it rejects is, by ``jsonschema``, whose error is raised.
     """
     import jsonschema
 
-    _validator().validate(report)
+    compiled = _compiled_validator()
+    if compiled is None or not compiled.is_valid(report):
+        _validator().validate(report)
     for where, name, result in _metric_results(report):
         problem = validation_error(result, unit=_UNITS.get(name, "FLOPs"), spatial=name in SPATIAL_METRICS)
         if problem:

@@ -274,3 +274,17 @@ def test_a_bad_meta_kernels_value_is_refused_naming_the_argument(bad: Any) -> No
         with pytest.raises(ValueError) as caught:
             analyze()
         assert str(caught.value) == expected
+
+
+def test_an_analysis_runs_on_meta_when_any_parameter_buffer_or_call_tensor_is_a_meta_tensor() -> None:
+    """Nested modules, buffers, children and parameters registered as None, the call's own tensors."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.BatchNorm1d(2), nn.Identity()))
+    model.add_module("empty", None)
+    model[0].register_parameter("unused", None)
+    assert not meta_kernels.runs_on_meta(model, (torch.zeros(1, 2),), {})
+    assert meta_kernels.runs_on_meta(model, (), {"x": [torch.zeros(1, 2, device="meta")]})
+    model[1][0].register_buffer("running_mean", torch.zeros(2, device="meta"))
+    assert meta_kernels.runs_on_meta(model, (torch.zeros(1, 2),), {})
+    model[1][0].register_buffer("running_mean", torch.zeros(2))
+    model[1][1].weight = nn.Parameter(torch.zeros(2, device="meta"))
+    assert meta_kernels.runs_on_meta(model, (torch.zeros(1, 2),), {})

@@ -109,12 +109,15 @@ def nothing_known() -> ModuleEstimates:
 
 
 def _dropout_active(module: nn.Module) -> bool:
-    """Training-mode dropout anywhere in the subtree (never under the crawler, which runs eval)."""
-    for child in module.modules():
-        if isinstance(child, nn.MultiheadAttention) and child.training and child.dropout > 0:
+    """Training-mode dropout anywhere in the subtree (never under the crawler, which runs eval). The subtree is
+    walked through a stack, not ``modules()``, whose nested generators cost more than the formula (every call)."""
+    pending = [module]
+    while pending:
+        child = pending.pop()
+        if child.training and (isinstance(child, nn.MultiheadAttention) and child.dropout > 0
+                               or isinstance(child, nn.modules.dropout._DropoutNd) and child.p > 0):
             return True
-        if isinstance(child, nn.modules.dropout._DropoutNd) and child.training and child.p > 0:
-            return True
+        pending.extend(grandchild for grandchild in child._modules.values() if grandchild is not None)
     return False
 
 

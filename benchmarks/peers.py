@@ -18,7 +18,10 @@ the rounds of those minimums (``--stat min``: their minimum), and its ratio is t
 How to read it: the two verdicts per model are ratios of ratios, that is, of times measured in the same rounds.
 ``full / FlopCounterMode`` is TorchScan's full analysis over PyTorch's FLOP counter, and ``structure / torchinfo``
 is structure mode over the faster of the two torchinfo variants; at or below 1.00 means TorchScan costs no more than
-the peer on that model. Each number is one run's: run it on a quiet machine, with ``--threads 1`` (the default)
+the peer on that model. A model with fused fast paths (``nn.Transformer``'s encoder layers) also gets
+``FCM_decomposed``: ``FlopCounterMode`` on the decomposed path that TorchScan's tracer keeps PyTorch on (the fused
+kernels have no formula in PyTorch's registry, so on the fast path it counts nothing for them), with the FLOPs each
+counts, and ``full`` over it: the comparison on the same operators. Each number is one run's: run it on a quiet machine, with ``--threads 1`` (the default)
 so that kernels do not compete with the load for cores; the load average is printed at start and end.
 
     python benchmarks/peers.py [--models mobilenet,resnet50,bert,transformer] [--rounds 7] [--repeats 3]
@@ -49,9 +52,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "site_models"), str(ROOT / "benchmarks")]
 import overhead  # noqa: E402
 import third_party  # noqa: E402
 from selection import selected  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from zoo.torchvision_ops import ensure_torchvision  # noqa: E402
 
 from torchscan import crawl_module  # noqa: E402
+from torchscan.module_facts import FUSED_PATH_TYPES  # noqa: E402
 
 WARMUP_CALLS = 2
 
@@ -82,11 +87,12 @@ VARIANTS = ("plain", "FlopCounterMode", "full", "torchinfo", "torchinfo_out", "s
 
 
 def variants(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Callable[[], object]]:
-    """The measured calls: overhead.py's plain forward and ``FlopCounterMode``, torchinfo, and both TorchScan modes."""
+    """The measured calls: overhead.py's plain forward and ``FlopCounterMode``, torchinfo, and both TorchScan modes;
+    for a model with fused fast paths, also ``FlopCounterMode`` on the decomposed path TorchScan observes."""
     from torchinfo import summary
 
     ours = overhead.variants(model, args, kwargs)
-    return {
+    measured = {
         "plain": ours["plain"],
         "FlopCounterMode": ours["FlopCounterMode"],
         "full": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="full"),
@@ -94,6 +100,42 @@ def variants(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, Cal
         "torchinfo_out": lambda: summary(model, input_data=args, verbose=0, col_names=("output_size",), **kwargs),
         "structure": lambda: crawl_module(model, args=args, kwargs=kwargs, mode="structure"),
     }
+    if fused_path_owners(model):
+        measured[DECOMPOSED] = lambda: flop_counter_on_the_decomposed_path(model, args, kwargs)
+    return measured
+
+
+#: ``FlopCounterMode`` with the module hooks that keep PyTorch on the decomposed path (as TorchScan's tracer does).
+DECOMPOSED = "FCM_decomposed"
+
+
+def fused_path_owners(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules whose fused fast path (``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention``) PyTorch leaves
+    while a module hook is registered on them."""
+    return [module for module in model.modules() if isinstance(module, FUSED_PATH_TYPES)]
+
+
+def flop_counter_on_the_decomposed_path(model: torch.nn.Module, args: tuple, kwargs: dict) -> int:
+    """``FlopCounterMode``'s FLOPs of a forward on the decomposed path: the fused kernels of the fast path have no
+    FLOP formula in PyTorch's registry, so on that path it counts nothing for them."""
+    handles = [module.register_forward_pre_hook(lambda module, inputs: None) for module in fused_path_owners(model)]
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*args, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return counter.get_total_flops()
+
+
+def counted_flops(model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
+    """What each counts on this model: ``FlopCounterMode`` as it runs, on the decomposed path, and TorchScan."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(*args, **kwargs)
+    report = crawl_module(model, args=args, kwargs=kwargs)
+    return (f"FLOPs counted: FlopCounterMode {counter.get_total_flops():,}, on the decomposed path "
+            f"{flop_counter_on_the_decomposed_path(model, args, kwargs):,}; TorchScan "
+            f"{report['operator_flops']['total']['value']:,} ({report['operator_flops']['total']['status']})")
 
 
 def interleaved(functions: dict[str, Callable[[], object]], rounds: int, repeats: int) -> dict[str, list[float]]:
@@ -156,12 +198,16 @@ def main() -> None:
         samples = interleaved(variants(model, args, kwargs), options.rounds, options.repeats)
         times = {variant: statistic(values) for variant, values in samples.items()}
         print(f"\n{name:<17}{'ms':>10}{'x plain':>10}")
-        for variant in VARIANTS:
-            print(f"  {variant:<15}{times[variant] * 1e3:>10.2f}{times[variant] / times['plain']:>9.2f}x")
+        for variant in (*VARIANTS, DECOMPOSED):
+            if variant in times:
+                print(f"  {variant:<15}{times[variant] * 1e3:>10.2f}{times[variant] / times['plain']:>9.2f}x")
         results[name] = verdicts(times)
         full, structure = results[name]
         print(f"  full / FlopCounterMode {full:.2f} ({met(full)}), structure / torchinfo {structure:.2f} "
               f"({met(structure)})", flush=True)
+        if DECOMPOSED in times:
+            print(f"  full / FlopCounterMode on the decomposed path {times['full'] / times[DECOMPOSED]:.2f}; "
+                  f"{counted_flops(model, args, kwargs)}", flush=True)
         del model, args, kwargs, samples
     print(f"\nload average {os.getloadavg()[0]:.2f} at end")
     print("verdicts (at or below 1.00 meets the goal)")

@@ -4,8 +4,8 @@
 token after ``context_length`` positions: the token, a fresh cache (``generate()``'s default dynamic one, or a
 preallocated static one) filled with that many positions, the position of the new token. `kv_cache_section` finds
 such a cache in any analyzed call (by the shape of ``transformers``' Cache API, without importing ``transformers``)
-and states the bytes of the keys and values the step reads, before the step appends its own position. ``transformers`` is imported only when
-`decode_step_inputs` runs, so ``import torchscan`` never imports it.
+and states the bytes of the keys and values the step reads, before the step appends its own position.
+``transformers`` is imported only when `decode_step_inputs` runs, so ``import torchscan`` never imports it.
 """
 
 from __future__ import annotations

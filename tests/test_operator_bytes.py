@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torchscan_testing import analyze, analyze_call
 
-from torchscan.operator_bytes import BytePlan, compute_dtype
+from torchscan.operator_bytes import BytePlan, byte_plan, compute_dtype
 
 aten = torch.ops.aten
 F32 = 4  # bytes per float32 element
@@ -38,7 +38,7 @@ def bytes_of(workload, overload) -> int | None:
     with Calls() as mode:
         workload()
     func, args, kwargs, out = [call for call in mode.calls if call[0] is overload][-1]
-    return BytePlan(func, func._overloadpacket).bytes(args, kwargs, out)
+    return byte_plan(func).bytes(args, kwargs, out)
 
 
 x, y = torch.ones(4, 8), torch.ones(4, 8)
@@ -78,11 +78,21 @@ ELEMENTS = 4 * 8
     # an accumulating scatter also reads where it writes
     (lambda: torch.zeros(100, 8).index_add_(0, torch.tensor([5, 7]), torch.ones(2, 8)), aten.index_add_.default,
      2 * 8 + 3 * 2 * 8 * F32),
+    # a convolution reads input, weight and bias (its stride, padding and groups are no tensors) and writes the output
+    (lambda: nn.functional.conv2d(torch.ones(1, 2, 5, 5), torch.ones(3, 2, 3, 3), torch.ones(3)),
+     aten.convolution.default, (50 + 54 + 3 + 27) * F32),
     # a bfloat16 product: 2 bytes per element
     (lambda: x.bfloat16() @ y.bfloat16().t(), aten.mm.default, (32 + 32 + 16) * 2),
 ])
 def test_each_rule_counts_the_bytes_by_hand(workload, overload, expected) -> None:
     assert bytes_of(workload, overload) == expected
+
+
+def test_an_overload_has_one_byte_plan_read_from_its_schema() -> None:
+    plan = byte_plan(aten.convolution.default)
+    assert byte_plan(aten.convolution.default) is plan  # shared by every analysis: the schema never changes
+    assert plan.positional_tensors == ((0, 1), (1, 1), (2, 1))  # input, weight, bias; each read once
+    assert byte_plan(aten.add_.Tensor).positional_tensors == ((0, 2), (1, 1))  # self read and written
 
 
 def test_a_tensor_without_a_plain_size_makes_the_bytes_unknown() -> None:

@@ -225,6 +225,16 @@ def run_cli(*args: object, cwd: Path, timeout: float = 300) -> subprocess.Comple
                           timeout=timeout, check=False)
 
 
+def write_registry_folder(folder: Path, module: str, models: str, registry: str | None = None) -> Path:
+    """``folder`` with the model module ``module`` (``models`` is its source) and, when given, ``models.toml``
+    (``registry``); a module of that name imported before is forgotten, so the next import reads this one."""
+    (folder / f"{module}.py").write_text(models, encoding="utf-8")
+    if registry is not None:
+        (folder / "models.toml").write_text(registry, encoding="utf-8")
+    sys.modules.pop(module, None)
+    return folder
+
+
 def write_models(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "e2e_models.py").write_text(MODELS, encoding="utf-8")

@@ -7,10 +7,10 @@ The reports carry memory sections in the engine's contract (``crawl_module(..., 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from e2e import write_registry_folder
 from torchscan_testing import with_memory
 
 from torchscan import compare_reports
@@ -51,10 +51,7 @@ input_shape = [8]
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
     folder = tmp_path_factory.mktemp("memory")
-    (folder / "memory_models.py").write_text(MODELS, encoding="utf-8")
-    (folder / "models.toml").write_text(REGISTRY, encoding="utf-8")
-    sys.modules.pop("memory_models", None)
-    return load_registry(folder / "models.toml")
+    return load_registry(write_registry_folder(folder, "memory_models", MODELS, REGISTRY) / "models.toml")
 
 
 @pytest.fixture(scope="module")
@@ -328,9 +325,7 @@ def memory_site(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     analyze = worker.analyze_model
     monkeypatch.setattr(worker, "analyze_model", lambda *args: with_memory(analyze(*args)))
-    (folder / "memory_site_models.py").write_text(SITE_MODELS, encoding="utf-8")
-    (folder / "models.toml").write_text(SITE_REGISTRY, encoding="utf-8")
-    sys.modules.pop("memory_site_models", None)
+    write_registry_folder(folder, "memory_site_models", SITE_MODELS, SITE_REGISTRY)
     build(load_registry(folder / "models.toml"), BuildOptions(output=folder / "out", jobs=1, timeout=120),
           Progress(io.StringIO()), executor_factory=lambda jobs, timeout: ThreadPoolExecutor(max_workers=1))
     return folder / "out"

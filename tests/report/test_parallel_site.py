@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e import write_registry_folder
 
 from torchscan import compare_reports, fit_devices
 from torchscan.parallel.fit import fit_summary
@@ -83,10 +84,7 @@ training = {{ optimizer = "adamw" }}
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A registry folder whose model module is importable by the worker (as in a build's worker process)."""
-    path = tmp_path_factory.mktemp("parallel")
-    (path / "parallel_models.py").write_text(MODELS, encoding="utf-8")
-    sys.modules.pop("parallel_models", None)
-    return path
+    return write_registry_folder(tmp_path_factory.mktemp("parallel"), "parallel_models", MODELS)
 
 
 def registry(folder: Path, plan: str = PLAN) -> Registry:

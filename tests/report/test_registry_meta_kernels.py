@@ -4,10 +4,10 @@ when set, for the forward and the training step."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from e2e import write_registry_folder
 
 from torchscan.report.registry.parsing import RegistryError, load_registry
 from torchscan.report.runs.worker import analyze_run
@@ -53,10 +53,7 @@ training = { optimizer = "sgd" }
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
-    (tmp_path / "meta_kernel_models.py").write_text(MODELS, encoding="utf-8")
-    (tmp_path / "models.toml").write_text(REGISTRY, encoding="utf-8")
-    sys.modules.pop("meta_kernel_models", None)
-    return tmp_path
+    return write_registry_folder(tmp_path, "meta_kernel_models", MODELS, REGISTRY)
 
 
 def test_meta_kernels_reaches_the_job_only_when_set(folder: Path) -> None:

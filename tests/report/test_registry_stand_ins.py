@@ -3,10 +3,10 @@ as_device=...)``), validated with the entry and the key named, carried to the wo
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from e2e import write_registry_folder
 
 from torchscan.report.registry.parsing import RegistryError, load_registry
 from torchscan.report.registry.placement import GPU_RESOURCE, dask_resources
@@ -50,10 +50,7 @@ device = "meta"
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
-    (tmp_path / "stand_in_models.py").write_text(MODELS, encoding="utf-8")
-    (tmp_path / "models.toml").write_text(REGISTRY, encoding="utf-8")
-    sys.modules.pop("stand_in_models", None)
-    return tmp_path
+    return write_registry_folder(tmp_path, "stand_in_models", MODELS, REGISTRY)
 
 
 def test_as_device_reaches_the_job_only_when_set(folder: Path) -> None:

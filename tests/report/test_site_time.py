@@ -6,10 +6,10 @@ enters a golden."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from e2e import write_registry_folder
 from torchscan_testing import golden_text
 
 from torchscan.report.output.charts import report_charts
@@ -55,10 +55,7 @@ input_shape = [8, 16]
 
 @pytest.fixture()
 def folder(tmp_path: Path) -> Path:
-    (tmp_path / "time_site_models.py").write_text(MODELS, encoding="utf-8")
-    (tmp_path / "models.toml").write_text(REGISTRY, encoding="utf-8")
-    sys.modules.pop("time_site_models", None)
-    return tmp_path
+    return write_registry_folder(tmp_path, "time_site_models", MODELS, REGISTRY)
 
 
 def _problems(folder: Path, registry: str) -> list[str]:

@@ -4,10 +4,10 @@ its own type, for the forward and the training step, with and without ``as_devic
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from e2e import write_registry_folder
 
 from torchscan.report.registry.parsing import load_registry
 from torchscan.report.runs.worker import analyze_run
@@ -69,12 +69,9 @@ KINDS = ("namedtuple", "dataclass", "mapping", "list")
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("containers")
-    (folder / "container_models.py").write_text(MODELS, encoding="utf-8")
     entries = [ENTRY.format(kind=kind, suffix=suffix, extra=extra) for kind in KINDS
                for suffix, extra in (("", ""), ("-stand-ins", 'as_device = "cpu"'))]
-    (folder / "models.toml").write_text("".join(entries), encoding="utf-8")
-    sys.modules.pop("container_models", None)
-    return folder
+    return write_registry_folder(folder, "container_models", MODELS, "".join(entries))
 
 
 @pytest.mark.parametrize("as_device", [False, True])

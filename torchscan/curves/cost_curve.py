@@ -51,14 +51,13 @@ def _exact_integer(value: Any, size: int) -> int | str:
     return value
 
 
-def _series(name: str, sizes: Sequence[int], totals: Sequence[Mapping[str, Any]]) -> Series:
+def _series(name: str, sizes: Sequence[int], counts: Sequence[Mapping[str, Any]]) -> Series:
     """One metric's integers at every size, or the first reason it has no exact curve."""
     values = []
-    for size, total in zip(sizes, totals, strict=True):
-        counts = dict(_counts(total))
-        if name not in counts:
+    for size, found in zip(sizes, counts, strict=True):
+        if name not in found:
             return f"missing at size {size}"
-        value = _exact_integer(counts[name], size)
+        value = _exact_integer(found[name], size)
         if isinstance(value, str):
             return value
         values.append(value)
@@ -85,10 +84,10 @@ def fit_curves(sizes: Sequence[int], totals: Sequence[Mapping[str, Any]]) -> dic
     sizes = _check_sizes(sizes)
     if len(totals) != len(sizes):
         raise ValueError(f"totals must hold one report's totals per size: {len(sizes)} sizes, {len(totals)} totals")
-    names = dict.fromkeys(name for total in totals for name, _ in _counts(total))
+    counts = [dict(_counts(total)) for total in totals]
     curves = {}
-    for name in names:
-        series = _series(name, sizes, totals)
+    for name in dict.fromkeys(name for found in counts for name in found):
+        series = _series(name, sizes, counts)
         fit = Fit("points", (), series) if isinstance(series, str) else fit_points(sizes, series)
         curves[name] = fit.to_json()
     return curves

@@ -48,14 +48,19 @@ def lattice_step(sizes: Sequence[int]) -> int:
     return math.gcd(*(size - sizes[0] for size in sizes)) or 1
 
 
+def on_lattice(piece: Mapping[str, Any], size: int) -> bool:
+    """Whether ``size`` lies in a piece's domain (wire form): ``from``, ``from + step``, ... up to ``to``."""
+    return piece["from"] <= size <= piece["to"] and (size - piece["from"]) % piece["step"] == 0
+
+
 def evaluate_piece(piece: Mapping[str, Any], size: int) -> Fraction:
     """The value of a piece's polynomial at ``size``, which must lie on the piece's lattice.
 
     For tests and for displaying a formula; a size off the lattice is refused, because the curve states nothing
     there.
     """
-    start, stop, step = piece["from"], piece["to"], piece["step"]
-    if not (start <= size <= stop and (size - start) % step == 0):
+    if not on_lattice(piece, size):
+        start, stop, step = piece["from"], piece["to"], piece["step"]
         raise ValueError(f"size {size} is outside the piece's domain: {start}, {start} + {step}, ... up to {stop}")
     return sum((Fraction(c) * size**power for power, c in enumerate(piece["coefficients"])), Fraction(0))
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, partial
 from importlib import resources
 from typing import Any
 
 from ..schema import report_schema
 from .cost_curve import counts_of_point
-from .exact_fit import evaluate_piece
+from .exact_fit import evaluate_piece, on_lattice
 
 __all__ = ["CURVE_SCHEMA_FILE", "cost_curve_schema", "validate_cost_curve"]
 
@@ -35,11 +35,6 @@ def _report_part(definition: Mapping[str, Any]) -> Any:
     return jsonschema.Draft202012Validator({**definition, "$defs": report_schema()["$defs"]})
 
 
-def _lattice_sizes(piece: Mapping[str, Any], sizes: list[int]) -> list[int]:
-    start, stop, step = piece["from"], piece["to"], piece["step"]
-    return [size for size in sizes if start <= size <= stop and (size - start) % step == 0]
-
-
 def _check_pieces(curve: Mapping[str, Any]) -> None:
     """Every piece reproduces the count of every point on its lattice."""
     import jsonschema
@@ -47,7 +42,7 @@ def _check_pieces(curve: Mapping[str, Any]) -> None:
     counts = {point["size"]: counts_of_point(point) for point in curve["points"]}
     for name, fitted in curve["curves"].items():
         for piece in fitted["pieces"]:
-            for size in _lattice_sizes(piece, list(counts)):
+            for size in filter(partial(on_lattice, piece), counts):
                 value, formula = counts[size].get(name), evaluate_piece(piece, size)
                 if formula != value:
                     raise jsonschema.ValidationError(f"curves.{name}: the piece {piece} gives {formula} at size "

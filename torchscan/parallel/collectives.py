@@ -27,7 +27,7 @@ else ``param_dtype``, else their own; the reduction covers the parameters that r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -57,42 +57,39 @@ def _nbytes(value: Any) -> int:
     return sum(tensor.numel() * tensor.element_size() for tensor in tensors_in(value))
 
 
-def _measures() -> dict[Any, Callable[[tuple, Any], Collective]]:
-    """Operator -> the collective it is, measured from its arguments (first) or its result (``out``)."""
-    table: dict[tuple[str, str], Callable[[tuple, Any], Collective]] = {
-        ("c10d", "_allgather_base_"): lambda args, out: Collective(ALL_GATHER, _nbytes(args[0])),
-        ("c10d", "allgather_into_tensor_coalesced_"): lambda args, out: Collective(ALL_GATHER, _nbytes(args[0])),
-        ("c10d", "allgather_"): lambda args, out: Collective(ALL_GATHER, _nbytes(args[0])),
-        ("c10d", "_reduce_scatter_base_"): lambda args, out: Collective(REDUCE_SCATTER, _nbytes(args[1])),
-        ("c10d", "reduce_scatter_tensor_coalesced_"): lambda args, out: Collective(REDUCE_SCATTER, _nbytes(args[1])),
-        ("c10d", "reduce_scatter_"): lambda args, out: Collective(REDUCE_SCATTER, _nbytes(args[1])),
-        ("c10d", "allreduce_"): lambda args, out: Collective(ALL_REDUCE, _nbytes(args[0])),
-        ("c10d", "allreduce_coalesced_"): lambda args, out: Collective(ALL_REDUCE, _nbytes(args[0])),
-        ("_c10d_functional", "all_gather_into_tensor"): lambda args, out: Collective(ALL_GATHER, _nbytes(out)),
-        ("_c10d_functional", "all_gather_into_tensor_coalesced"): lambda args, out: Collective(ALL_GATHER,
-                                                                                              _nbytes(out)),
-        ("_c10d_functional", "reduce_scatter_tensor"): lambda args, out: Collective(REDUCE_SCATTER, _nbytes(args[0])),
-        ("_c10d_functional", "reduce_scatter_tensor_coalesced"): lambda args, out: Collective(REDUCE_SCATTER,
-                                                                                             _nbytes(args[0])),
-        ("_c10d_functional", "all_reduce"): lambda args, out: Collective(ALL_REDUCE, _nbytes(args[0])),
-        ("_c10d_functional", "all_reduce_"): lambda args, out: Collective(ALL_REDUCE, _nbytes(args[0])),
-        ("_c10d_functional", "all_reduce_coalesced"): lambda args, out: Collective(ALL_REDUCE, _nbytes(args[0])),
-    }
-    return {op: measure for (namespace, name), measure in table.items()
-            if (op := operator(namespace, name)) is not None}
+#: Each collective operator: its kind, and the argument that is its full buffer (``None``: its result).
+BUFFERS: dict[tuple[str, str], tuple[str, int | None]] = {
+    ("c10d", "_allgather_base_"): (ALL_GATHER, 0),
+    ("c10d", "allgather_into_tensor_coalesced_"): (ALL_GATHER, 0),
+    ("c10d", "allgather_"): (ALL_GATHER, 0),
+    ("c10d", "_reduce_scatter_base_"): (REDUCE_SCATTER, 1),
+    ("c10d", "reduce_scatter_tensor_coalesced_"): (REDUCE_SCATTER, 1),
+    ("c10d", "reduce_scatter_"): (REDUCE_SCATTER, 1),
+    ("c10d", "allreduce_"): (ALL_REDUCE, 0),
+    ("c10d", "allreduce_coalesced_"): (ALL_REDUCE, 0),
+    ("_c10d_functional", "all_gather_into_tensor"): (ALL_GATHER, None),
+    ("_c10d_functional", "all_gather_into_tensor_coalesced"): (ALL_GATHER, None),
+    ("_c10d_functional", "reduce_scatter_tensor"): (REDUCE_SCATTER, 0),
+    ("_c10d_functional", "reduce_scatter_tensor_coalesced"): (REDUCE_SCATTER, 0),
+    ("_c10d_functional", "all_reduce"): (ALL_REDUCE, 0),
+    ("_c10d_functional", "all_reduce_"): (ALL_REDUCE, 0),
+    ("_c10d_functional", "all_reduce_coalesced"): (ALL_REDUCE, 0),
+}
 
 
 class CollectiveLog:
     """The collectives one rank dispatched, in order; fed with each dispatched operator."""
 
     def __init__(self) -> None:
-        self.measures = _measures()
+        self.buffers = {op: found for (namespace, name), found in BUFFERS.items()
+                        if (op := operator(namespace, name)) is not None}
         self.calls: list[Collective] = []
 
     def record(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
-        measure = self.measures.get(func)
-        if measure is not None:
-            self.calls.append(measure(args, out))
+        found = self.buffers.get(func)
+        if found is not None:
+            kind, index = found
+            self.calls.append(Collective(kind, _nbytes(out if index is None else args[index])))
 
     def totals(self) -> dict[str, dict[str, int]]:
         return totals(self.calls)
@@ -145,24 +142,19 @@ def _dtype_size(parameter: torch.Tensor, *choices: torch.dtype | None) -> int:
     return torch.empty((), dtype=dtype, device="meta").element_size()
 
 
-def _group_bytes(group: Group, plan: ParallelPlan) -> tuple[int, int]:
-    """(all-gathered bytes, reduced bytes) of one group's full buffers."""
+def _group_collectives(group: Group, plan: ParallelPlan) -> Iterator[Collective]:
+    """One group's collectives in one step, from its all-gathered and its reduced full buffers."""
     k = plan.shard_size
     gathered = sum(padded_elements(p, k) * _dtype_size(p, plan.param_dtype) for p in group.parameters)
     reduced = sum(padded_elements(p, k) * _dtype_size(p, plan.reduce_dtype, plan.param_dtype)
                   for p in group.parameters if p.requires_grad)
-    return gathered, reduced
-
-
-def _group_collectives(group: Group, plan: ParallelPlan) -> Iterator[Collective]:
-    gathered, reduced = _group_bytes(group, plan)
-    if plan.shard_size > 1 and gathered:
+    if k > 1 and gathered:
         times = 2 if plan.reshard_after_forward and not group.is_root else 1
         yield from [Collective(ALL_GATHER, gathered)] * times
-    if plan.shard_size > 1 and reduced:
+    if k > 1 and reduced:
         yield Collective(REDUCE_SCATTER, reduced)
     if plan.replicate_size > 1 and reduced:
-        yield Collective(ALL_REDUCE, reduced // plan.shard_size)
+        yield Collective(ALL_REDUCE, reduced // k)
 
 
 def collective_formula(model: nn.Module, plan: ParallelPlan) -> dict[str, dict[str, int]]:

@@ -235,15 +235,11 @@ class Labels:
     def saving(self) -> Any:
         """The context in which autograd's saved tensors are noted: a storage the step created, saved, and not
         labelled otherwise is a saved activation."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         self.claim(tensor, SAVED)
         return tensor
-
-
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def operator(namespace: str, name: str) -> Any:

@@ -52,11 +52,8 @@ def unit_modules(model: nn.Module, plan: ParallelPlan) -> list[nn.Module]:
     if plan.units is not None:
         return _matching(model, plan.units)
     no_split = getattr(model, "_no_split_modules", None)
-    if no_split:
-        found = _matching(model, tuple(no_split))
-        if found:
-            return found
-    return _largest_module_list(model)
+    found = _matching(model, tuple(no_split)) if no_split else []
+    return found or _largest_module_list(model)
 
 
 def _matching(model: nn.Module, units: tuple[type | str, ...]) -> list[nn.Module]:
@@ -78,12 +75,6 @@ def _largest_module_list(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-def mixed_precision_policy(plan: ParallelPlan) -> MixedPrecisionPolicy:
-    """The plan's dtypes as FSDP2's policy (unset dtypes keep FSDP2's defaults)."""
-    return MixedPrecisionPolicy(param_dtype=plan.param_dtype, reduce_dtype=plan.reduce_dtype,
-                                output_dtype=plan.output_dtype)
-
-
 def shard(model: nn.Module, world: FakeWorld, activation_checkpointing: bool = False) -> list[str]:
     """Apply the world's plan to ``model`` in place: ``fully_shard`` on every unit (innermost first) and on the
     root, each unit's forward checkpointed when asked; returns the units' class names, in module order (FSDP2
@@ -91,10 +82,11 @@ def shard(model: nn.Module, world: FakeWorld, activation_checkpointing: bool = F
     plan = world.plan
     units = unit_modules(model, plan)
     names = [type(unit).__name__ for unit in units]
-    policy = mixed_precision_policy(plan)
+    policy = MixedPrecisionPolicy(param_dtype=plan.param_dtype, reduce_dtype=plan.reduce_dtype,
+                                  output_dtype=plan.output_dtype)  # unset dtypes keep FSDP2's defaults
     for unit in reversed(units):
         if activation_checkpointing:
-            checkpoint_forward(unit)
+            unit.forward = functools.partial(_checkpointed, unit.forward)
         fully_shard(unit, mesh=world.mesh, reshard_after_forward=plan.reshard_after_forward, mp_policy=policy)
     # FSDP2's default for the root: it keeps its parameters from the forward to the backward (they would be
     # gathered again at once); given explicitly, ``True`` would reshard the root too.
@@ -103,13 +95,9 @@ def shard(model: nn.Module, world: FakeWorld, activation_checkpointing: bool = F
     return names
 
 
-def checkpoint_forward(module: nn.Module) -> None:
-    """Run ``module``'s forward under non-reentrant activation checkpointing: it keeps its inputs and recomputes
-    the rest in the backward."""
-    module.forward = functools.partial(_checkpointed, module.forward)
-
-
 def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``forward`` under non-reentrant activation checkpointing: it keeps its inputs and recomputes the rest in the
+    backward."""
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 

@@ -127,11 +127,8 @@ class RankStep(StepObserver):
 
     def phase_at(self, index: int) -> str | None:
         """The phase the operator ``index`` ran in (None before the first)."""
-        found = None
-        for name, start in sorted(self.starts.items(), key=lambda item: item[1]):
-            if start <= index:
-                found = name
-        return found
+        started = [name for name, start in sorted(self.starts.items(), key=lambda item: item[1]) if start <= index]
+        return started[-1] if started else None
 
 
 def traced_step(model: nn.Module, args: tuple, kwargs: Mapping[str, Any], loss: Callable[[Any], Any] | None,
@@ -189,7 +186,10 @@ def sharded_step(model: nn.Module, args: tuple | list = (), kwargs: Mapping[str,
     ``collectives`` holds the bytes per step of each collective, observed and from the plan's formula. The user's
     model, the process-group state and the default device are as they were afterwards, also after an error.
     """
-    checked = parse_plan(_required_plan(plan))
+    if plan is None:
+        raise ValueError("sharded_step needs a plan: a ParallelPlan or a mapping such as "
+                         "{'strategy': 'fsdp', 'world_size': 8}")
+    checked = parse_plan(plan)
     activation_checkpointing = activation_checkpointing or checked.activation_checkpointing
     factory = optimizer_factory(make_optimizer)
     if factory is None:
@@ -212,8 +212,7 @@ def _run(model: nn.Module, world: FakeWorld, stand_ins: StandIns, args: tuple, k
          ) -> tuple[RankStep, RankStep, list[str]]:
     """Shard the stand-in model, build the optimizer, and trace the first and the steady-state step."""
     units = shard(model, world, activation_checkpointing)
-    parameters: list[torch.Tensor] = list(trainable(model))
-    optimizer = factory(parameters)
+    optimizer = factory(list(trainable(model)))
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"make_optimizer must build a torch.optim.Optimizer, got {type(optimizer).__name__}")
     settle_implementation(optimizer, foreach)
@@ -246,10 +245,3 @@ def _section(world: FakeWorld, stand_ins: StandIns, first: RankStep, steady: Ran
         "collectives": collectives_section(steady.collectives, formula, world.plan),
         "not_modelled": NOT_MODELLED,
     }
-
-
-def _required_plan(plan: Any) -> Any:
-    if plan is None:
-        raise ValueError("sharded_step needs a plan: a ParallelPlan or a mapping such as "
-                         "{'strategy': 'fsdp', 'world_size': 8}")
-    return plan

@@ -19,6 +19,7 @@ why it was skipped (``efficiency_skipped``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
@@ -86,9 +87,7 @@ def join_layers(layers: list[dict[str, Any]], time: Mapping[str, Any]) -> None:
 def join_operators(operators: list[dict[str, Any]], time: Mapping[str, Any]) -> None:
     """The forward kernel time of each operator computed in one dtype only (an operator in several dtypes has one
     time and several bounds: left unjoined)."""
-    rows_of: dict[str, int] = {}
-    for row in operators:
-        rows_of[row["operator"]] = rows_of.get(row["operator"], 0) + 1
+    rows_of = Counter(row["operator"] for row in operators)
     times = {row["operator"]: row["time"]["median"] for row in time["operators"] if row["phase"] == "forward"}
     for row in operators:
         if rows_of[row["operator"]] == 1 and row["operator"] in times:

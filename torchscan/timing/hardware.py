@@ -13,6 +13,7 @@ bandwidth on buffers well above the last-level cache, and that cache's size, rea
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -102,11 +103,6 @@ HARDWARE: Final[dict[str, Hardware]] = {
 }
 
 
-def hardware_names() -> list[str]:
-    """The names `HARDWARE` knows, in table order (error messages list them)."""
-    return list(HARDWARE)
-
-
 # -- this machine ---------------------------------------------------------------------------------------------------
 
 
@@ -141,9 +137,8 @@ def _measure_cpu(device: Any, repeats: int) -> Hardware:
     size = 1024
     peaks = {_key(dtype): _matmul_rate(dtype, device, size, repeats, _no_sync) for dtype in dtypes}
     copy_bytes, bandwidth = _copy_rate(device, cache, repeats, _no_sync)
-    memory = _physical_memory()
     return {"name": f"this machine: {cpu_model()}", "kind": "cpu", "peak_flops": peaks,
-            "memory_bandwidth": bandwidth, "memory_bytes": memory, "last_level_cache_bytes": cache,
+            "memory_bandwidth": bandwidth, "memory_bytes": _physical_memory(), "last_level_cache_bytes": cache,
             "source": "measured",
             "notes": f"{torch.get_num_threads()} torch thread(s); float32 and bfloat16 (when the CPU has bfloat16 "
                      "instructions) matrix products; copy bandwidth counts bytes read plus written",
@@ -164,10 +159,7 @@ def _measure_cuda(device: Any, repeats: int) -> Hardware:
     properties = torch.cuda.get_device_properties(device)
     cache = int(getattr(properties, "L2_cache_size", 0)) or None
     size = 4096
-
-    def sync() -> None:
-        torch.cuda.synchronize(device)
-
+    sync = functools.partial(torch.cuda.synchronize, device)
     peaks = {_key(dtype): _matmul_rate(dtype, device, size, repeats, sync)
              for dtype in (torch.float32, torch.bfloat16, torch.float16)}
     copy_bytes, bandwidth = _copy_rate(device, cache, repeats, sync, minimum=1 << 30)
@@ -214,8 +206,7 @@ def _matmul_rate(dtype: Any, device: Any, size: int, repeats: int, sync: Callabl
     a = torch.full((size, size), 0.5, dtype=dtype, device=device)
     b = torch.full((size, size), 0.25, dtype=dtype, device=device)
     out = torch.empty((size, size), dtype=dtype, device=device)
-    seconds = _best_seconds(lambda: torch.mm(a, b, out=out), repeats, sync)
-    return 2 * size**3 / seconds
+    return 2 * size**3 / _best_seconds(lambda: torch.mm(a, b, out=out), repeats, sync)
 
 
 def _copy_rate(device: Any, cache: int | None, repeats: int, sync: Callable[[], None],
@@ -250,8 +241,7 @@ def _cpu_has_bfloat16() -> bool:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
     except OSError:
         return False
-    flags = set(re.findall(r"\b(avx512_bf16|amx_bf16)\b", text))
-    return bool(flags)
+    return re.search(r"\b(avx512_bf16|amx_bf16)\b", text) is not None
 
 
 def cpu_last_level_cache() -> tuple[int | None, str]:

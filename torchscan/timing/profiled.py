@@ -297,16 +297,10 @@ def _operators(event: Any, phase: str, kernel: Callable[[Any], float],
                table: dict[tuple[str, str], list[float]]) -> None:
     """An operator's time in the operators table: dispatched operators whole (as the operator FLOPs name them);
     composite operators, autograd nodes and annotations through what they run, their own remainder under their name."""
-    if not _transparent(event):
-        row = table[(phase, _operator_name(event))]
-        row[0] += 1
-        row[1] += kernel(event)
-        return
-    children = _children(event)
-    own = kernel(event) - sum(kernel(child) for child in children)
+    children = _children(event) if _transparent(event) else []
     row = table[(phase, _operator_name(event))]
     row[0] += 1
-    row[1] += own
+    row[1] += kernel(event) - sum(kernel(child) for child in children)
     for child in children:
         _operators(child, "backward" if child.name == RECOMPUTATION else phase, kernel, table)
 

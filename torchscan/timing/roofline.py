@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+from ..curves.exact_fit import on_lattice
 from ..results import DIRECT, INCLUSIVE, MODEL, MetricResult, Scope, complete, lower_bound, unavailable
 from .efficiency import (
     Efficiency,
@@ -233,23 +234,21 @@ def _operator_bytes(report: Any) -> Mapping[str, Any]:
     return section
 
 
-def _compute(flops: MetricResult, peak: float | None) -> tuple[float | None, bool]:
-    """Known FLOPs over the peak, and whether that is the whole compute time."""
+def _bound_at(flops: MetricResult, nbytes: MetricResult, peak: float | None, bandwidth: float, scope: Scope
+              ) -> RooflinePoint:
+    """The bound of work whose FLOPs all run at ``peak``: known FLOPs over the peak (no peak: zero FLOPs only)."""
     known = flops["known_value"]
-    if known is None:
-        return None, False
-    if peak is None:
-        return (0.0, flops["status"] == "complete") if known == 0 else (None, False)
-    return known / peak, flops["status"] == "complete"  # type: ignore[operator]
+    if known is None or (peak is None and known != 0):
+        return bound_point(flops, nbytes, None, False, bandwidth, scope)
+    seconds = 0.0 if peak is None else known / peak  # type: ignore[operator]
+    return bound_point(flops, nbytes, seconds, flops["status"] == "complete", bandwidth, scope)
 
 
 def _operator(row: Mapping[str, Any], peaks: Mapping[str, float], bandwidth: float, tf32: bool
               ) -> RooflineOperator:
     peak = peaks.get(peak_key(row["dtype"], tf32) or "")
-    seconds, known = _compute(row["flops"], peak)
-    point = bound_point(row["flops"], row["bytes"], seconds, known, bandwidth, MODEL)
     return {"operator": row["operator"], "dtype": row["dtype"], "calls": row["calls"], "peak_flops": peak,
-            **point}
+            **_bound_at(row["flops"], row["bytes"], peak, bandwidth, MODEL)}
 
 
 def _layers(layers: list[Mapping[str, Any]], peaks: Mapping[str, float], bandwidth: float, tf32: bool,
@@ -260,11 +259,9 @@ def _layers(layers: list[Mapping[str, Any]], peaks: Mapping[str, float], bandwid
     for layer, dtypes in zip(layers, subtree, strict=True):
         dtype = _fastest(dtypes or fallback, peaks, tf32)
         peak = None if dtype is None else peaks.get(peak_key(dtype, tf32) or "")
-        points = {}
-        for scope in (DIRECT, INCLUSIVE):
-            flops, nbytes = layer["operator_flops"][scope], layer["operator_bytes"][scope]
-            seconds, known = _compute(flops, peak)
-            points[scope] = bound_point(flops, nbytes, seconds, known, bandwidth, scope)
+        points = {scope: _bound_at(layer["operator_flops"][scope], layer["operator_bytes"][scope], peak,
+                                   bandwidth, scope)
+                  for scope in (DIRECT, INCLUSIVE)}
         yield {"path": layer["path"], "call_index": layer["call_index"], "dtype": dtype, "peak_flops": peak,
                "direct": points[DIRECT], "inclusive": points[INCLUSIVE]}
 
@@ -297,8 +294,7 @@ def _tensor_dtypes(value: Any) -> Iterator[str]:
         if value.get("kind") in ("tensor", "nested_tensor") and isinstance(value.get("dtype"), str):
             yield value["dtype"]
         for item in value.values():
-            if isinstance(item, (dict, list, tuple)):
-                yield from _tensor_dtypes(item)
+            yield from _tensor_dtypes(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
             yield from _tensor_dtypes(item)
@@ -347,9 +343,7 @@ def roofline_curve(curve: Mapping[str, Any], hardware: Any, *, dtype: str, tf32:
     points: list[RooflineCurvePoint] = []
     for point in curve["points"]:
         totals = point["totals"]
-        seconds, known = _compute(totals["operator_flops"], peak)
-        bound = bound_point(totals["operator_flops"], totals["operator_bytes"], seconds, known,
-                            device["memory_bandwidth"], MODEL)
+        bound = _bound_at(totals["operator_flops"], totals["operator_bytes"], peak, device["memory_bandwidth"], MODEL)
         size = point["size"]
         exact = all(_covers(curves[name], size) for name in ("operator_flops", "operator_bytes"))
         points.append({"size": size, "exact": exact, **bound})
@@ -359,5 +353,4 @@ def roofline_curve(curve: Mapping[str, Any], hardware: Any, *, dtype: str, tf32:
 
 def _covers(fitted: Mapping[str, Any], size: int) -> bool:
     """Whether an exact piece of a fitted curve holds at ``size``."""
-    return any(piece["from"] <= size <= piece["to"] and (size - piece["from"]) % piece["step"] == 0
-               for piece in fitted.get("pieces", ()))
+    return any(on_lattice(piece, size) for piece in fitted.get("pieces", ()))

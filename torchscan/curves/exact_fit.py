@@ -88,11 +88,8 @@ def _reproduces(coefficients: Sequence[Fraction], sizes: Sequence[int], values: 
 
 
 def lowest_degree_fit(sizes: Sequence[int], values: Sequence[int]) -> Piece | None:
-    """The lowest-degree polynomial that reproduces every point with two points to spare, or ``None``.
-
-    Degree d is solved from the first d + 1 sizes (the fewest points that determine it); it counts only when
-    the remaining points, at least `VERIFYING_POINTS` of them, all agree.
-    """
+    """The lowest-degree polynomial that reproduces every point with `VERIFYING_POINTS` to spare, or ``None``
+    (degree d is solved from the first d + 1 sizes, the fewest points that determine it)."""
     for degree in range(min(MAX_DEGREE, len(sizes) - 1 - VERIFYING_POINTS) + 1):
         coefficients = solve_polynomial(sizes[: degree + 1], values[: degree + 1])
         if _reproduces(coefficients, sizes, values):

@@ -61,11 +61,7 @@ def local_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
 
 
 class RankTimeline(MemoryTimeline):
-    """A `MemoryTimeline` that follows wrapper subclasses through their local tensors and books storage resizes.
-
-    A resize closes the storage's record (freed after the operators that had returned) and opens a new one with the
-    new bytes and the same category, so that what was live after each operator stays exact.
-    """
+    """A `MemoryTimeline` that follows wrapper subclasses through their local tensors and books storage resizes."""
 
     def _follow(self, following: dict[int, tuple[weakref.ref, StorageRecord]], tensor: torch.Tensor, index: int
                 ) -> bool:
@@ -136,7 +132,8 @@ class RankTimeline(MemoryTimeline):
             self.peak, self.peak_index = self.level, index
 
     def _replace(self, key: int, ref: weakref.ref, record: StorageRecord, nbytes: int) -> None:
-        """Close ``record`` now and follow the storage under a new record of ``nbytes`` and the same category."""
+        """Close ``record`` now (freed after the operators that had returned) and follow the storage under a new
+        record of ``nbytes`` and the same category, so that what was live after each operator stays exact."""
         at = len(self.operators)
         record.freed_after = at
         self.level -= record.nbytes

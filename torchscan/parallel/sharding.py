@@ -88,8 +88,7 @@ def shard(model: nn.Module, world: FakeWorld, activation_checkpointing: bool = F
         if activation_checkpointing:
             unit.forward = functools.partial(_checkpointed, unit.forward)
         fully_shard(unit, mesh=world.mesh, reshard_after_forward=plan.reshard_after_forward, mp_policy=policy)
-    # FSDP2's default for the root: it keeps its parameters from the forward to the backward (they would be
-    # gathered again at once); given explicitly, ``True`` would reshard the root too.
+    # None: FSDP2's default for the root, which keeps its parameters for the backward (True would reshard it too)
     fully_shard(model, mesh=world.mesh, reshard_after_forward=None if plan.reshard_after_forward else False,
                 mp_policy=policy)
     return names

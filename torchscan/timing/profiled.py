@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -480,7 +480,7 @@ def _inclusive(own: list[float], parents: list[int]) -> list[float]:
 
 def _phases(times: list[IterationTimes]) -> dict[str, dict[str, float]]:
     """A training step's kernel time by phase; they add up to ``kernels`` in every iteration."""
-    per_phase: dict[str, list[float]] = {name: [] for name in ("forward", "loss_forward", "backward", "optimizer")}
+    per_phase: dict[str, list[float]] = {name: [] for name in PHASES}
     for iteration in times:
         lines = iteration.lines
         per_phase["forward"].append(sum(iteration.forward) + lines["outside_layer_calls"])
@@ -558,14 +558,14 @@ def time_training_step(analysis: Analysis, loss: Callable[[Any], Any] | None,
         analysis.step.set_modes(model, flags)
         step = LoopStep(analysis, tracer, loss, make_optimizer, zero_grad)
         with torch.enable_grad(), tracer.subscribed(ranges):
-            measured, times = alternated(step.plain, step.traced, ranges, request)
+            measured, times = alternated(partial(step.run, False), partial(step.run, True), ranges, request)
     return time_section("training_step", request, measured, ranges, times, layer_keys)
 
 
 class LoopStep:
     """One iteration of a training loop: forward, loss, backward, optimizer step, gradients cleared as ``zero_grad``
-    says. ``traced`` runs it with the tracer attached (through the backward, replaying recomputed calls) and each
-    phase in a profiler range; ``plain`` runs it bare.
+    says. `run` runs it bare, or traced: with the tracer attached (through the backward, replaying recomputed calls)
+    and each phase in a profiler range.
 
     The optimizer steps on copies of the trainable parameters that receive the model's gradients, so the weights
     never change (the copies and the optimizer's state are allocated while the step is timed).
@@ -578,12 +578,6 @@ class LoopStep:
         self.trainable = [p for p in analysis.model.parameters() if p.requires_grad]
         self.copies = [parameter.detach().clone().requires_grad_() for parameter in self.trainable]
         self.optimizer = None if make_optimizer is None else make_optimizer(self.copies)
-
-    def plain(self) -> None:
-        self.run(False)
-
-    def traced(self) -> None:
-        self.run(True)
 
     def run(self, traced: bool) -> None:
         from ..training.loop import compute_loss

@@ -79,6 +79,12 @@ def _exact_text(result: dict[str, Any], number: Any) -> str:
     return f"{bound}{exact_count(number)} {result['unit']} ({status})"
 
 
+def counted(result: dict[str, Any] | None) -> float:
+    """The counted part of a MetricResult (0 when nothing was counted or there is none): what ranks the calls."""
+    number = None if result is None else result["known_value"]
+    return float(number) if isinstance(number, (int, float)) else 0.0
+
+
 def parameter_cell(count: int, what: str = "parameters") -> Cell:
     """A parameter count in model-card style (``124M``), the exact number in the tooltip."""
     return Cell(format_parameters(count), "complete", f"{exact_count(count)} {what}", count)

@@ -7,7 +7,7 @@ world size all read this view, so they cannot disagree on a number.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .cells import Cell, metric_cell
@@ -119,14 +119,12 @@ class ParallelView:
     parts: list[MemoryPart]
     first_step: Cell
     collectives: list[CollectiveRow]
-    collectives_match: bool
     sizing: SizingView | None
 
     @property
     def per_device_peak(self) -> Cell:
         """The catalog's per-device cell: the steady-state peak at the declared world size, the plan in its note."""
-        peak = self.peak
-        return Cell(peak.text, peak.status, f"{peak.note}; one device of {self.plan}", peak.sort)
+        return replace(self.peak, note=f"{self.peak.note}; one device of {self.plan}")
 
 
 def parallel_view(report: dict[str, Any]) -> ParallelView | None:
@@ -147,7 +145,6 @@ def parallel_view(report: dict[str, Any]) -> ParallelView | None:
         collectives=[CollectiveRow(label, observed[key]["count"], format_bytes(observed[key]["bytes"]),
                                    format_bytes(observed[key]["ring_bytes_sent_per_rank"]))
                      for key, label in COLLECTIVE_LABELS if observed[key]["count"]],
-        collectives_match=section["collectives"]["matches"],
         sizing=sizing_view(section.get("fit"), plan["world_size"]),
     )
 

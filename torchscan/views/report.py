@@ -139,10 +139,9 @@ class ReportView:
 
     def legend(self, columns: Iterable[str], items: Iterable[LayerRow] | None = None) -> list[tuple[str, str]]:
         """The markers the layer table shows in ``columns`` (over ``items``, default every row), explained."""
-        rows = list(self.layers if items is None else items)
         keys = list(columns)
         markers: set[str] = set()
-        for row in rows:
+        for row in self.layers if items is None else items:
             for key in keys:
                 markers |= cell_markers(row.cell(key))
                 markers |= {"owner"} if key == "ownership" and row.ownership.status == "owner" else set()

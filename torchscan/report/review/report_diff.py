@@ -74,7 +74,8 @@ class DeltaRow:
     def name(self) -> str:
         """The total named without a View column (``Module FLOPs``, ``Backward FLOPs``), as a catalog review's
         per-entry table names it."""
-        return capitalize(_short_label(self))
+        label = _short_label(self)
+        return label[:1].upper() + label[1:]
 
     @property
     def change_text(self) -> str:
@@ -186,10 +187,6 @@ class DiffView:
         return f"{self.verdict_style[0]}: {self.verdict_details}"
 
 
-def capitalize(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 def _short_label(row: DeltaRow) -> str:
     """``MACs``, ``parameters``, ``module FLOPs``: a total named without its table's View column."""
     if row.view == TRAINING_VIEW:
@@ -203,9 +200,7 @@ def signed(value: float | list) -> str:
     """``+1.20 M`` / ``−3`` / ``0``; per-dimension values (receptive fields) element by element."""
     if isinstance(value, list):
         return "×".join(signed(item) for item in value)
-    if value == 0:
-        return "0"
-    return ("+" if value > 0 else "−") + format_count(abs(value))
+    return format_signed(value)
 
 
 def percent_text(before: Any, delta: Any) -> str:
@@ -213,11 +208,7 @@ def percent_text(before: Any, delta: Any) -> str:
     if not isinstance(before, (int, float)) or not isinstance(delta, (int, float)):
         return ""
     percent = percent_change(before, delta)
-    if math.isinf(percent):
-        return "new"
-    if percent == 0:
-        return "0%"
-    return format_percent(percent, signed=True)
+    return "new" if math.isinf(percent) else format_percent(percent, signed=True)
 
 
 def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
@@ -311,14 +302,13 @@ def measured_rows(measured: dict[str, Any] | None) -> list[DeltaRow]:
         machines = " → ".join(measured["machines"])
         return [DeltaRow(label, view, before, after, f"unknown (measured on different machines: {machines})",
                          "unknown", "unknown", MEASURED)]
-    _, written = _budget_numbers(MEASURED, measured["delta"]["value"])
+    delta = measured["delta"]["value"]
+    _, written = _budget_numbers(MEASURED, delta)
     spread = format_seconds(measured["spread"])
-    if measured["within_noise"]:
-        return [DeltaRow(label, view, before, after, f"{written} (within the IQRs, {spread}: noise)", "unchanged",
-                         percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
-    return [DeltaRow(label, view, before, after, f"{written} (beyond the IQRs, {spread})",
-                     _direction(measured["delta"]["value"]),
-                     percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
+    noise = measured["within_noise"]
+    shown = f"{written} (within the IQRs, {spread}: noise)" if noise else f"{written} (beyond the IQRs, {spread})"
+    return [DeltaRow(label, view, before, after, shown, "unchanged" if noise else _direction(delta),
+                     percent_text(measured["before"], delta), MEASURED)]
 
 
 def memory_rows(totals: dict[str, Any]) -> list[DeltaRow]:
@@ -344,8 +334,7 @@ def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[Lay
             continue
         known = entry["delta"]["status"] == "complete"
         deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
-                                 "changed", metric_cell(entry["before"]) if entry["before"] else EMPTY,
-                                 metric_cell(entry["after"]) if entry["after"] else EMPTY,
+                                 "changed", metric_cell(entry["before"]), metric_cell(entry["after"]),
                                  "complete" if known else "unavailable", entry["delta"]["value"] if known else None,
                                  percent_text(entry["before"]["value"], entry["delta"]["value"]) if known else ""))
     return deltas
@@ -364,8 +353,7 @@ def _added_or_removed(item: dict[str, Any], change: str, sign: int, cell: Cell) 
 
 
 def _context(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
-    keys = [*before, *(key for key in after if key not in before)]
-    return [(key.replace("_", " "), _text(before.get(key)), _text(after.get(key))) for key in keys]
+    return [(key.replace("_", " "), _text(before.get(key)), _text(after.get(key))) for key in {**before, **after}]
 
 
 def _text(value: Any) -> str:
@@ -448,8 +436,8 @@ def _details(changes: dict[str, Any]) -> list[str]:
     if "output" in changes:
         details.append(f"output {shape_text(changes['output']['before'])} → {shape_text(changes['output']['after'])}")
     for name, entry in changes.get("metrics", {}).items():
-        old = metric_cell(entry["before"]) if entry["before"] else EMPTY
-        new = metric_cell(entry["after"]) if entry["after"] else EMPTY
+        old = metric_cell(entry["before"])
+        new = metric_cell(entry["after"])
         delta = entry["delta"]
         shown = (_signed_with_percent(entry["before"]["value"], delta["value"]) if delta["status"] == "complete"
                  else "delta unknown")

@@ -34,8 +34,6 @@ MARKERS = {
 #: Cell status -> the marker it shows.
 STATUS_MARKERS = {"partial": "≥", "unavailable": "n/a", "not_applicable": "n/a*", "not_requested": "—",
                   "covered": "covered"}
-
-
 #: The status of a breakdown row's name cell: a part of its owner's estimate, styled apart from the layer rows.
 PART_STATUS = "part"
 

@@ -304,12 +304,11 @@ def _ownership_cell(layer: dict[str, Any]) -> Cell:
     """A compact badge (``owner``, ``covered`` or both); the full sentence is the tooltip."""
     owned = owned_metrics(layer)
     covered = _covered_text(layer)
-    words = (["owner"] if owned else []) + (["covered"] if covered else [])
-    if not words:
+    badges = [("owner", f"owns its subtree for {', '.join(owned)}")] if owned else []
+    badges += [("covered", f"covered: {covered}")] if covered else []
+    if not badges:
         return EMPTY
-    notes = ([f"owns its subtree for {', '.join(owned)}"] if owned else []) + (
-        [f"covered: {covered}"] if covered else [])
-    return Cell(", ".join(words), "owner" if owned else "covered", "; ".join(notes))
+    return Cell(", ".join(word for word, _ in badges), badges[0][0], "; ".join(note for _, note in badges))
 
 
 def _covered_text(layer: dict[str, Any]) -> str:

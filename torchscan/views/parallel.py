@@ -155,10 +155,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     if plan["strategy"] == "hsdp":
         words.append(f"shard groups of {plan['shard_group_size']}")
     precision = plan["mixed_precision"]
-    if precision["param_dtype"]:
-        words.append(f"{precision['param_dtype']} parameters")
-    if precision["reduce_dtype"]:
-        words.append(f"{precision['reduce_dtype']} reductions")
+    words += [f"{precision[key]} {what}" for key, what in (("param_dtype", "parameters"), ("reduce_dtype", "reductions"))
+              if precision[key]]
     if plan["activation_checkpointing"]:
         words.append("activation checkpointing")
     return ", ".join(words)

@@ -259,8 +259,4 @@ def _failed(old: CatalogRun | None, new: CatalogRun, applying: list[Budget]) -> 
 
 def _layers(view: DiffView) -> str:
     """``2 changed, 0 added, 0 removed`` layer calls; empty when none moved."""
-    counts = (len(view.changed), len(view.added), len(view.removed))
-    if not any(counts):
-        return ""
-    return ", ".join(f"{count_text(count)} {word}" for count, word in zip(counts, ("changed", "added", "removed"),
-                                                                             strict=True))
+    return view.layer_counts if view.changed or view.added or view.removed else ""

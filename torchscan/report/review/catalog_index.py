@@ -67,11 +67,10 @@ def catalog_index(catalog: CatalogView) -> str:
 
 
 def _run_record(run: RunSummary, sweep: Sweep | None) -> dict[str, Any]:
-    last_good = None
-    if run.last_good is not None:
-        last_good = {"key": run.last_good.key, "report": f"reports/{run.last_good_stem}.json"}
-    record: dict[str, Any] = {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant, "outcome": run.outcome,
-                              "status": run.status,
+    last_good = None if run.last_good is None else {"key": run.last_good.key,
+                                                    "report": f"reports/{run.last_good_stem}.json"}
+    record: dict[str, Any] = {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant,
+                              "outcome": run.outcome, "status": run.status,
                               "report": f"reports/{run.stem}.json" if run.report is not None else None,
                               "reason": run.reason, "last_good": last_good}
     if sweep is not None:  # only then: the index of a catalog without sweeps keeps its bytes

@@ -6,6 +6,7 @@ in the entry or ``--strict``) and the report is incomplete; the site then shows 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,20 +18,16 @@ from ...views.timing import NO_TIME, time_view
 from ...views.training import TrainingView
 from ..registry.jobs import LAST_GOOD_SUFFIX, Run
 from ..registry.parsing import Entry, Registry
-from .sweep_record import sweep_record
+from .sweep_record import failure_text, sweep_record
 from .wording import count_text, plural
 
 #: Run status -> the badge class the site colours it with.
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
                   "incomplete (strict)": "failed"}
-
-
 #: The training column's cell of a run that did not ask for its training step.
 NO_TRAINING = Cell("—", "not_requested", "no training step requested (training = { ... } in models.toml)")
-
 #: The memory columns' cell of a run whose report has no memory sections (an analysis that did not trace memory).
 NO_MEMORY = Cell("—", "not_requested", "memory was not traced for this run")
-
 #: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
 SHORT_HASH = 12
 
@@ -145,8 +142,7 @@ class RunSummary:
         """What went wrong, on one line: the stage, the exception type and the first line of its message (for a
         strict failure, the check that failed); empty for a run that did not fail."""
         if self.error:
-            message = (self.error["message"].splitlines() or [""])[0]
-            return f"{self.error['stage']} stage, {self.error['type']}: {message}"
+            return failure_text(self.result)
         return self.notices[0] if self.notices else ""
 
     @property
@@ -194,9 +190,7 @@ class EntrySummary:
     def sweep_label(self) -> str:
         """``seq_len 128 · sweep 128–1,024 (4 points)``: the declared point and the swept range of a catalog row."""
         sweep = self.entry.sweep
-        if sweep is None:
-            return ""
-        return f"{sweep.name} {sweep.default:,} · sweep {sweep.range_text}"
+        return "" if sweep is None else f"{sweep.name} {sweep.default:,} · sweep {sweep.range_text}"
 
     @property
     def failed(self) -> bool:
@@ -250,10 +244,7 @@ class CatalogView:
     def tag_counts(self) -> dict[str, int]:
         """Each tag of the entries, in alphabetical order, with the number of entries carrying it (the site's
         catalog offers them as filter facets)."""
-        counts: dict[str, int] = {}
-        for entry in self.entries:
-            for tag in dict.fromkeys(entry.entry.tags):
-                counts[tag] = counts.get(tag, 0) + 1
+        counts = Counter(tag for entry in self.entries for tag in set(entry.entry.tags))
         return dict(sorted(counts.items()))
 
     @property
@@ -267,10 +258,8 @@ class CatalogView:
     @property
     def counts(self) -> dict[str, int]:
         """Runs by outcome: complete, partial (some number a lower bound or unavailable) and failed."""
-        counts = {"complete": 0, "partial": 0, "failed": 0}
-        for run in self.runs:
-            counts[run.outcome] += 1
-        return counts
+        outcomes = [run.outcome for run in self.runs]
+        return {outcome: outcomes.count(outcome) for outcome in ("complete", "partial", "failed")}
 
     @property
     def counts_text(self) -> str:
@@ -293,8 +282,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
         summary.last_good = last_good(run, result.get("last_good"))
         return summary
     totals = report["totals"]
-    params = totals["parameters"]["total"]
-    summary.params = parameter_cell(params)
+    summary.params = parameter_cell(totals["parameters"]["total"])
     summary.macs = metric_cell(totals["macs"])
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])

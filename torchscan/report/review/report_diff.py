@@ -154,6 +154,12 @@ class DiffView:
         return self.models[0] == self.models[1]
 
     @property
+    def layer_counts(self) -> str:
+        """``2 changed, 0 added, 0 removed``: the layer calls that moved."""
+        return ", ".join(f"{count_text(len(rows))} {word}" for rows, word in
+                         ((self.changed, "changed"), (self.added, "added"), (self.removed, "removed")))
+
+    @property
     def budget_failed(self) -> bool:
         return any(row.failed for row in self.budgets)
 
@@ -176,9 +182,7 @@ class DiffView:
         parts = [f"{met} of {plural(len(self.budgets), 'budget')} met"] if self.budgets else []
         moved = [f"{_short_label(row)} {row.percent or row.delta}" for row in self.totals if row.change != "unchanged"]
         parts.append(", ".join(moved) if moved else "every total unchanged")
-        layers = (self.changed, self.added, self.removed)
-        parts.append("layer calls: " + ", ".join(f"{count_text(len(rows))} {word}" for rows, word in
-                                                 zip(layers, ("changed", "added", "removed"), strict=True)))
+        parts.append(f"layer calls: {self.layer_counts}")
         return "; ".join(parts)
 
     @property
@@ -258,9 +262,8 @@ def plan_warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     plans = [report.get("training", {}).get("parallel", {}).get("plan") for report in (before, after)]
     if plans[0] is None or plans[1] is None or plans[0] == plans[1]:
         return []
-    warning = (f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
-               f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")
-    return [warning]
+    return [(f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
+             f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")]
 
 
 def _budget_row(check: BudgetCheck) -> BudgetRow:

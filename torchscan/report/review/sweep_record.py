@@ -30,7 +30,7 @@ def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, 
     for run in entry.runs:
         report = results.get(run.stem, {}).get("report")
         if report is None:
-            missing.append({"size": run.size, "stem": run.stem, "reason": _failure(results.get(run.stem, {}))})
+            missing.append({"size": run.size, "stem": run.stem, "reason": failure_text(results.get(run.stem, {}))})
         else:
             points.append(point_record(run.size or 0, report))
             stems[str(run.size)] = run.stem
@@ -56,8 +56,8 @@ def fitted_counts(point: dict[str, Any]) -> dict[str, Any]:
     return {**point["totals"], "kv_cache": point["kv_cache"]["bytes"]} if "kv_cache" in point else point["totals"]
 
 
-def _failure(result: dict[str, Any]) -> str:
-    """Why a point has no report, on one line."""
+def failure_text(result: dict[str, Any]) -> str:
+    """Why a run has no report, on one line: the stage, the exception type and the first line of its message."""
     error = result.get("error")
     if not error:
         return "not analyzed"

@@ -1,9 +1,5 @@
-"""Display cells: one number as every renderer shows it, next to the status it came from.
-
-A cell is computed once, so the terminal table, Markdown, the site and the standalone HTML cannot disagree on how a
-number reads: exact numbers plain, lower bounds with ``≥``, unavailable ones as ``n/a`` (never 0). `legend` explains
-the markers a table uses.
-"""
+"""Display cells: one number as every renderer shows it, next to the status it came from: exact numbers plain,
+lower bounds with ``≥``, unavailable ones as ``n/a`` (never 0). `legend` explains the markers a table uses."""
 
 from __future__ import annotations
 

@@ -89,8 +89,7 @@ class LayerRow:
     ownership: Cell = EMPTY
     problems: int = 0
     problem_note: str = ""
-    #: The name shown in the tree: the path relative to the parent row, the full path when the call was made from
-    #: outside its module's parent (it would be misplaced under the row it follows).
+    #: The name shown in the tree (`display_name`; the full path where the relative one would be misplaced).
     display_name: str = ""
     #: This call's own retained estimates of the summable metrics (covered and absent ones left out): what the
     #: charts add up, so a subtree owner counts once and its covered calls not at all.

@@ -1,5 +1,5 @@
 """The memory of a report (``crawl_module(..., memory=True)``'s ``memory`` section, and the training step's) as
-plain rows: what is live at the peak and where the peak is, so that every renderer shows the same cells.
+plain rows: what is live at the peak and where the peak is.
 
 Every byte figure is the traced definition (``traced_live_tensor_bytes``): the bytes of live tensors, without the
 allocator's caching, fragmentation or kernel workspaces. A report without the section was not asked for memory;
@@ -106,14 +106,10 @@ class TrainingMemory:
     operator: str
     parts: list[MemoryPart]
     top_saved: list[MemoryCall]
-    #: Which step the peak fields describe (``steady_state``).
     describes: str
     #: ``set_to_none`` or ``zeros``: whether the gradients are kept between steps.
     zero_grad: str
-    #: What is resident at the step's start (optimizer state, kept gradients), each with its share of the peak;
-    #: exact zeros left out.
     resident: list[MemoryPart]
-    #: The first step, when it peaks otherwise than the steady state or was not traced; else None.
     first_step: FirstStepMemory | None
 
     @property

@@ -1,8 +1,5 @@
 """A sharded training step (a report's ``training.parallel``) as plain rows: the plan in words, what one device holds
 at its peak, the collectives, and, when the report has one, the sizing across world sizes (``training.parallel.fit``).
-
-The model page, the standalone report, the catalog's per-device column and the chart of per-device memory against
-world size all read this view, so they cannot disagree on a number.
 """
 
 from __future__ import annotations

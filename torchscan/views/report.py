@@ -1,9 +1,5 @@
-"""The view of one report: everything the terminal table, Markdown, the site and the standalone HTML show, in
-display order, computed once.
-
-A view holds display-ready text next to the status it came from, so no renderer formats a number or decides how a
-lower bound reads.
-"""
+"""The view of one report, in display order: display-ready text next to the status it came from, so no renderer
+formats a number or decides how a lower bound reads."""
 
 from __future__ import annotations
 
@@ -242,18 +238,13 @@ def hosted_parts(rows: list[LayerRow]) -> list[list[PartRow]]:
 
 
 def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]:
-    """Each subtree owner with the metrics it owns and the rows it covers."""
+    """Each subtree owner with the metrics it owns and the rows it covers (``rows``: one per layer of the report)."""
     covered: dict[tuple[str, int], list[str]] = {}
     for layer in report["layers"]:
         for owner in {call_key(ref) for ref in layer.get("metric_owners", {}).values()}:
             covered.setdefault(owner, []).append(layer_label(layer["path"], layer["call_index"]))
-    views = []
-    for layer, row in zip(report["layers"], rows, strict=True):  # rows: layer_rows(report), one per layer
-        owned = owned_metrics(layer)
-        if owned:
-            views.append(OwnerView(row.label, row.type_name, ", ".join(owned),
-                                   covered.get(call_key(layer), [])))
-    return views
+    return [OwnerView(row.label, row.type_name, ", ".join(owned), covered.get(call_key(layer), []))
+            for layer, row in zip(report["layers"], rows, strict=True) if (owned := owned_metrics(layer))]
 
 
 def method_rows(report: dict[str, Any]) -> list[tuple[str, str]]:

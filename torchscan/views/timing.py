@@ -4,8 +4,7 @@ Two different things, never merged (docs/time.md): a **bound** (`torchscan.roofl
 the device a registry entry names: the time below which the forward cannot run there, compute- or memory-bound) and
 a **measured** time (the report's ``time`` section, ``crawl_module(..., time=True)``: the median of the plain run on
 the build machine, with its interquartile range, the machine named). `time_view` computes both once, with the points
-of the model page's roofline chart and the table of the calls that take the most time: the catalog cell, the chart
-and the tables read the same numbers.
+of the model page's roofline chart and the table of the calls that take the most time.
 """
 
 from __future__ import annotations

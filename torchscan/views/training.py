@@ -1,8 +1,6 @@
-"""The training step of a report (``crawl_training_step``'s ``training`` section) as plain rows.
-
-`training_view` turns the section into the breakdown of one step (forward, loss, backward and its parts, optimizer,
-whole step) and the layer calls that cost the most backward FLOPs, so that every renderer shows the same cells.
-"""
+"""The training step of a report (``crawl_training_step``'s ``training`` section) as plain rows: the breakdown of
+one step (forward, loss, backward and its parts, optimizer, whole step) and the layer calls that cost the most
+backward FLOPs."""
 
 from __future__ import annotations
 
@@ -52,13 +50,11 @@ class TrainingLayer:
 
 @dataclass(frozen=True)
 class TrainingView:
-    #: ``adamw (torch.optim.adamw.AdamW, foreach)``: the optimizer, its class and the implementation that ran.
+    """The step in words (`optimizer_text`, `devices_text`, `precision_text`), its breakdown and top layer calls."""
+
     optimizer: str
     loss: str
-    #: Where the step's operators ran: ``the meta device``.
     devices: str
-    #: The precision policy in words: ``float32``, ``pure bfloat16``, ``autocast bfloat16 on cpu, float32
-    #: parameters, gradients and optimizer state``.
     precision: str
     parts: list[TrainingPart]
     top_layers: list[TrainingLayer]

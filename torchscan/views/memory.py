@@ -29,7 +29,8 @@ TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"),
 SHOWN_WHEN_PRESENT = frozenset({"autocast_weight_copies"})
 #: The steps a training memory section may describe, in words.
 DESCRIBED_STEPS = {"steady_state": "steady state"}
-#: What a training step may find resident at its start, left by the step before: key, label.
+#: What a training step may find resident at its start, left by the step before: key, label. Shown only when not an
+#: exact zero (no optimizer state without an optimizer, no gradients with ``zero_grad="set_to_none"``).
 RESIDENT_PARTS = (("optimizer_state", "Resident from the step's start: optimizer state"),
                   ("gradients", "Resident from the step's start: gradients (zero_grad='zeros' keeps them)"))
 #: The same, in a phrase: key, words.
@@ -284,14 +285,9 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
                               types.get(call_key(item), ""), metric_cell(item["bytes"]))
                    for item in saved[:TOP_MEMORY_CALLS]],
         describes=section["describes"], zero_grad=section["zero_grad"],
-        resident=resident_parts(section["resident_at_start"], section["peak"]),
+        resident=memory_parts(section["resident_at_start"], section["peak"], RESIDENT_PARTS,
+                              frozenset(key for key, _ in RESIDENT_PARTS)),
         first_step=first_step_memory(section))
-
-
-def resident_parts(resident: dict[str, Any], peak: dict[str, Any]) -> list[MemoryPart]:
-    """What the step finds resident at its start, each with its share of the peak; exact zeros left out (no
-    optimizer state without an optimizer, no gradients with ``zero_grad="set_to_none"``)."""
-    return memory_parts(resident, peak, RESIDENT_PARTS, frozenset(key for key, _ in RESIDENT_PARTS))
 
 
 def first_step_memory(section: dict[str, Any]) -> FirstStepMemory | None:

@@ -39,9 +39,7 @@ class EntryRow:
     stem: str
     label: str
     change: str
-    #: The entry's totals as the two-report review compares them (training step and memory rows included); an
-    #: added entry's have no before side, a removed one's no after side, a failed one's none without a last good
-    #: report.
+    #: The entry's totals as the two-report review compares them (training step and memory rows included).
     totals: tuple[DeltaRow, ...] = ()
     budgets: tuple[BudgetRow, ...] = ()
     reason: str = ""

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from ...views.parallel import NO_PLAN, ParallelView
+from ...views.parallel import NO_PLAN
 from ...views.sweep import SweepView, sweep_view
 from ...views.timing import NO_TIME, time_view
 from ...views.training import TrainingView
@@ -295,7 +295,11 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.training = summary.view.training
-    summarize_parallel(summary, summary.view.parallel)
+    parallel = summary.view.parallel
+    if parallel is not None:
+        summary.per_device_peak = parallel.per_device_peak
+        if parallel.sizing is not None:
+            summary.fits_on = parallel.sizing.fits_on
     summary.view.time = time_view(report, run.hardware)
     if summary.view.time is not None:
         summary.bound, summary.latency = summary.view.time.bound, summary.view.time.latency
@@ -316,15 +320,6 @@ def summarize_memory(summary: RunSummary, report: dict[str, Any]) -> None:
         summary.training_peak = metric_cell(training["training_peak_bytes"])
     elif "training" in report:
         summary.training_peak = Cell("—", "not_requested", "memory was not traced for this training step")
-
-
-def summarize_parallel(summary: RunSummary, parallel: ParallelView | None) -> None:
-    """The per-device cells of a run with a sharded plan (the others keep their "—" cells)."""
-    if parallel is None:
-        return
-    summary.per_device_peak = parallel.per_device_peak
-    if parallel.sizing is not None:
-        summary.fits_on = parallel.sizing.fits_on
 
 
 def incomplete_training(report: dict[str, Any]) -> list[str]:

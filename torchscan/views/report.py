@@ -103,11 +103,8 @@ class ReportView:
     inputs: list[tuple[str, str]]
     #: What is incomplete, in one sentence ("" for a complete report).
     incomplete: str = ""
-    #: The training step of a `crawl_training_step` report (its ``training`` section), else None.
     training: TrainingView | None = None
-    #: The memory sections (``crawl_module(..., memory=True)``), else None (memory was not asked for).
     memory: MemoryView | None = None
-    #: The sharded training step (``crawl_training_step(..., parallel=...)``) and its sizing, else None.
     parallel: ParallelView | None = None
     #: The forward's bound on a named device and its measured time (`torchscan.views.timing.time_view`: the site
     #: sets it from the registry entry's ``hardware`` and the report's ``time``), else None.

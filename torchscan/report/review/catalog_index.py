@@ -62,8 +62,7 @@ class Catalog:
 def catalog_index(catalog: CatalogView) -> str:
     """``catalog.json``: every run in registry order, as stable JSON (no timestamps)."""
     runs = [_run_record(run, entry.entry.sweep) for entry in catalog.entries for run in entry.runs]
-    index = {"format": INDEX_FORMAT, "title": catalog.title, "runs": runs}
-    return json.dumps(index, sort_keys=True, indent=1) + "\n"
+    return json.dumps({"format": INDEX_FORMAT, "title": catalog.title, "runs": runs}, sort_keys=True, indent=1) + "\n"
 
 
 def _run_record(run: RunSummary, sweep: Sweep | None) -> dict[str, Any]:

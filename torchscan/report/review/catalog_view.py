@@ -62,8 +62,7 @@ class RunSummary:
     flops: Cell = EMPTY
     operator_flops: Cell = EMPTY
     dmas: Cell = EMPTY
-    #: The whole training step's FLOPs (forward, loss, backward, optimizer) when the run asked for its training
-    #: step, else a "—" cell.
+    #: The whole training step's FLOPs (forward, loss, backward, optimizer).
     training_flops: Cell = NO_TRAINING
     #: The bytes created during the forward and live at its peak (parameters and buffers excluded).
     forward_peak: Cell = NO_MEMORY
@@ -72,8 +71,7 @@ class RunSummary:
     #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations): the
     #: steady state's (``totals.training_peak_bytes``), the optimizer state resident from the step's start.
     training_peak: Cell = NO_TRAINING
-    #: A sharded plan's steady-state peak on one device at the declared world size (``training.parallel``), and the
-    #: smallest analyzed world size whose devices hold it (``training.parallel.fit``); "—" without a plan.
+    #: `ParallelView.per_device_peak` and `SizingView.fits_on`; "—" without a sharded plan.
     per_device_peak: Cell = NO_PLAN
     fits_on: Cell = NO_PLAN
     #: The forward's roofline bound on the entry's ``hardware`` and its measured latency on the build machine
@@ -84,7 +82,6 @@ class RunSummary:
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
     view: ReportView | None = None
-    #: For a run that failed: its last good report from an earlier build, when there is one.
     last_good: LastGood | None = None
 
     @property
@@ -242,8 +239,7 @@ class CatalogView:
 
     @property
     def tag_counts(self) -> dict[str, int]:
-        """Each tag of the entries, in alphabetical order, with the number of entries carrying it (the site's
-        catalog offers them as filter facets)."""
+        """Each tag of the entries (the catalog's filter facets), alphabetically, with how many entries carry it."""
         counts = Counter(tag for entry in self.entries for tag in set(entry.entry.tags))
         return dict(sorted(counts.items()))
 
@@ -323,8 +319,7 @@ def summarize_memory(summary: RunSummary, report: dict[str, Any]) -> None:
 
 
 def incomplete_training(report: dict[str, Any]) -> list[str]:
-    """The training step's totals that are partial or unavailable (``training.totals.backward``), so that a strict
-    entry fails when its training step is incomplete too."""
+    """The training step's incomplete totals (``training.totals.backward``): a strict entry fails on them too."""
     totals = report.get("training", {}).get("totals", {})
     return [f"training.totals.{name}" for name, result in totals.items() if is_incomplete(result)]
 

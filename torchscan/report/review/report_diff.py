@@ -26,7 +26,7 @@ from ...views.formatting import (
 )
 from ...views.parallel import plan_text
 from ...views.timing import latency_cell, measured_comparison
-from .budgets import MEASURED, Budget, BudgetCheck, check_budgets, percent_change
+from .budgets import BYTE_METRICS, MEASURED, Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
 #: The compared totals in the catalog's column order (Module FLOPs, Operator FLOPs, then DMAs), which every review
@@ -44,8 +44,6 @@ LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", 
 MEMORY_LABELS = (("forward_peak_bytes", "Forward peak", "memory"), ("activations", "Activations", "memory"),
                  ("training_peak_bytes", "Training peak", "memory"),
                  ("per_device_peak_bytes", "Per-device peak", "memory, sharded"))
-#: The totals counted in bytes: their numbers and changes are written with ``B`` (``+1.2MB``).
-BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 #: The measured forward's row and budget label (`torchscan.views.timing.measured_comparison`).
 MEASURED_LABEL = ("Measured forward time", "measured")
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in (*TOTAL_LABELS, *MEMORY_LABELS)}
@@ -72,8 +70,7 @@ class DeltaRow:
 
     @property
     def name(self) -> str:
-        """The total named without a View column (``Module FLOPs``, ``Backward FLOPs``), as a catalog review's
-        per-entry table names it."""
+        """The total named without a View column (``Module FLOPs``), as a catalog review's entry table names it."""
         label = _short_label(self)
         return label[:1].upper() + label[1:]
 
@@ -284,10 +281,10 @@ def unscoped(budget: Budget) -> str:
 
 
 def _budget_numbers(metric: str, delta: float) -> tuple[Callable[[Any], str], str]:
-    """How a budget's values are written (parameters model-card style, bytes with ``B``) and its written delta."""
+    """How a total's values are written (parameters model-card style, bytes with ``B``) and its written delta."""
     if metric == "parameters":
         return format_parameters, format_signed(delta, PARAMETER_SCALES)
-    if metric in BYTE_TOTALS:
+    if metric in BYTE_METRICS:
         return format_bytes, format_signed_bytes(delta)
     if metric == MEASURED:
         return format_seconds, ("+" if delta > 0 else "−" if delta < 0 else "") + format_seconds(abs(delta))
@@ -407,7 +404,7 @@ def _total_row(entry: dict[str, Any], label: str, view: str, key: str = "") -> D
     if delta["status"] != "complete":
         why = "a side did not trace memory" if None in (entry["before"], entry["after"]) else "a side is incomplete"
         return DeltaRow(label, view, before, after, f"unknown ({why})", "unknown", "unknown", key)
-    written = format_signed_bytes(delta["value"]) if key in BYTE_TOTALS else signed(delta["value"])
+    _, written = _budget_numbers(key, delta["value"])
     return DeltaRow(label, view, before, after, written, _direction(delta["value"]),
                     percent_text(entry["before"]["value"], delta["value"]), key)
 

@@ -42,8 +42,7 @@ def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, 
 
 
 def point_record(size: int, report: dict[str, Any]) -> dict[str, Any]:
-    """One analyzed point as `torchscan.cost_curve` writes it: the report's totals, and for a decode step the
-    report's ``inputs.kv_cache`` (the KV cache the step reads)."""
+    """One analyzed point as `torchscan.cost_curve` writes it (a decode step's with the KV cache it reads)."""
     point = {"size": size, "totals": report["totals"]}
     if "kv_cache" in report["inputs"]:
         point["kv_cache"] = report["inputs"]["kv_cache"]
@@ -51,8 +50,7 @@ def point_record(size: int, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def fitted_counts(point: dict[str, Any]) -> dict[str, Any]:
-    """What the curves are fitted on, as `torchscan.cost_curve` fits them: the totals, and the KV-cache bytes
-    (curve ``kv_cache``) of a decode step."""
+    """What the curves are fitted on, as `torchscan.cost_curve` fits them (a decode step's KV cache included)."""
     return {**point["totals"], "kv_cache": point["kv_cache"]["bytes"]} if "kv_cache" in point else point["totals"]
 
 

@@ -185,9 +185,8 @@ def catalog_diff_view(before: Catalog, after: Catalog, budgets: Sequence[Budget]
     old, new = before.by_stem(), after.by_stem()
     rows = [entry_row(old.get(run.stem), run, budgets) for run in after.runs]
     rows += [entry_row(run, None, budgets) for run in before.runs if run.stem not in new]
-    named = after.title or before.title or "Catalog"
-    return CatalogDiffView(title=title or f"{named}: before / after", before=str(before.source),
-                           after=str(after.source), rows=rows, budgets=list(budgets))
+    return CatalogDiffView(title=title or f"{after.title or before.title or 'Catalog'}: before / after",
+                           before=str(before.source), after=str(after.source), rows=rows, budgets=list(budgets))
 
 
 def _check_points(budgets: Sequence[Budget], *catalogs: Catalog) -> None:

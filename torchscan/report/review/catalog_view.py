@@ -136,8 +136,7 @@ class RunSummary:
 
     @property
     def cause(self) -> str:
-        """What went wrong, on one line: the stage, the exception type and the first line of its message (for a
-        strict failure, the check that failed); empty for a run that did not fail."""
+        """What went wrong, on one line (`failure_text`, or the strict check that failed); empty if nothing did."""
         if self.error:
             return failure_text(self.result)
         return self.notices[0] if self.notices else ""

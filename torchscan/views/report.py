@@ -267,7 +267,7 @@ def describe_method(label: str, custom: set[str]) -> str:
 def context_rows(context: dict[str, Any]) -> list[tuple[str, str]]:
     execution = context["execution"]
     prior = context["prior_training"]
-    rows = [
+    return [
         ("Model type", context["model_type"]),
         ("torchscan", context["torchscan"]), ("torch", context["torch"]), ("Python", context["python"]),
         ("Analysis mode", context["analysis_mode"]),
@@ -276,9 +276,8 @@ def context_rows(context: dict[str, Any]) -> list[tuple[str, str]]:
                                    f"{prior['modules']} modules in training mode (restored afterwards)")),
         ("Devices", ", ".join(context["devices"]) or "none (no parameters or buffers)"),
         ("Dtypes", ", ".join(context["dtypes"]) or "none"),
+        *(("Warning", f"{item['category']}: {item['message']}") for item in context.get("warnings", [])),
     ]
-    rows += [("Warning", f"{item['category']}: {item['message']}") for item in context.get("warnings", [])]
-    return rows
 
 
 def input_rows(inputs: dict[str, Any]) -> list[tuple[str, str]]:

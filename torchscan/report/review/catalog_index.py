@@ -8,6 +8,7 @@ from a plain folder of JSON reports (one run per file, named by the file's stem)
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,7 @@ def report_name(path: Path) -> str:
     in a built site's ``reports/`` (``tiny · w8``; ``tiny · w8 (last good report)`` for a kept copy), else the file's
     stem."""
     site = path.resolve().parent.parent
-    try:
+    with suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         records = json.loads((site / CATALOG_INDEX).read_text(encoding="utf-8"))["runs"]
         relative = path.resolve().relative_to(site).as_posix()
         for record in records:
@@ -135,8 +136,6 @@ def report_name(path: Path) -> str:
                 return run_label(record)
             if (record.get("last_good") or {}).get("report") == relative:
                 return f"{run_label(record)} (last good report)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
     return path.stem
 
 

@@ -14,12 +14,10 @@ from typing import Any
 from ...curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 from ..registry.parsing import Entry
 
-SWEEP_SUFFIX = ".sweep"
-
 
 def sweep_stem(entry: str) -> str:
     """The file stem of an entry's sweep JSON: ``reports/<entry>.sweep.json``."""
-    return entry + SWEEP_SUFFIX
+    return entry + ".sweep"
 
 
 def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -37,8 +37,7 @@ TIME_FACTORS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
-#: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``; ``B``
-#: (billions) is the parameter style only, every other count writes ``G``.
+#: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``.
 SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARAMETER_SCALES)}}
 SUFFIXES = ("k (or K), M, G, T, B (billions for parameters, bytes for a byte total), kB (or KB), MB, GB, TB (byte "
             "totals only, powers of 1000) or % (relative to before)")

@@ -7,7 +7,7 @@ owner, and nothing ever adds a part to a total again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..results import SUMMABLE_METRICS
@@ -35,15 +35,11 @@ class PartRow:
 
 def part_rows(owner: str, owner_path: str, breakdown: list[dict[str, Any]]) -> list[PartRow]:
     """The owner's parts in the order its handler reported them."""
-    rows = []
-    for item in breakdown:
-        module = item["module"]
-        path = ".".join(filter(None, (owner_path, module)))
-        cells = {}
-        for name in SUMMABLE_METRICS:
-            if name in item:
-                cell = metric_cell(item[name])
-                cells[name] = Cell(cell.text, cell.status, f"part of {owner}'s estimate, already included in it; "
-                                   f"{cell.note}", cell.sort)
-        rows.append(PartRow(owner=owner, path=path, module=module, part=item["part"], cells=cells))
-    return rows
+    return [PartRow(owner, ".".join(filter(None, (owner_path, item["module"]))), item["module"], item["part"],
+                    {name: _part_cell(owner, item[name]) for name in SUMMABLE_METRICS if name in item})
+            for item in breakdown]
+
+
+def _part_cell(owner: str, result: dict[str, Any]) -> Cell:
+    cell = metric_cell(result)
+    return replace(cell, note=f"part of {owner}'s estimate, already included in it; {cell.note}")

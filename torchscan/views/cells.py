@@ -1,9 +1,5 @@
-"""Display cells: one number as every renderer shows it, next to the status it came from.
-
-A cell is computed once, so the terminal table, Markdown, the site and the standalone HTML cannot disagree on how a
-number reads: exact numbers plain, lower bounds with ``≥``, unavailable ones as ``n/a`` (never 0). `legend` explains
-the markers a table uses.
-"""
+"""Display cells: one number as every renderer shows it, next to the status it came from: exact numbers plain,
+lower bounds with ``≥``, unavailable ones as ``n/a`` (never 0). `legend` explains the markers a table uses."""
 
 from __future__ import annotations
 
@@ -34,8 +30,6 @@ MARKERS = {
 #: Cell status -> the marker it shows.
 STATUS_MARKERS = {"partial": "≥", "unavailable": "n/a", "not_applicable": "n/a*", "not_requested": "—",
                   "covered": "covered"}
-
-
 #: The status of a breakdown row's name cell: a part of its owner's estimate, styled apart from the layer rows.
 PART_STATUS = "part"
 
@@ -77,6 +71,12 @@ def _exact_text(result: dict[str, Any], number: Any) -> str:
         return status
     bound = "at least " if result["status"] == "partial" else ""
     return f"{bound}{exact_count(number)} {result['unit']} ({status})"
+
+
+def counted(result: dict[str, Any] | None) -> float:
+    """The counted part of a MetricResult (0 when nothing was counted or there is none): what ranks the calls."""
+    number = None if result is None else result["known_value"]
+    return float(number) if isinstance(number, (int, float)) else 0.0
 
 
 def parameter_cell(count: int, what: str = "parameters") -> Cell:

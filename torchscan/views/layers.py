@@ -8,7 +8,7 @@ by its full dotted path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..findings import METRIC_LABELS, layer_label
@@ -87,11 +87,9 @@ class LayerRow:
     op_direct: Cell
     op_inclusive: Cell
     ownership: Cell = EMPTY
-    covered_by: str = ""
     problems: int = 0
     problem_note: str = ""
-    #: The name shown in the tree: the path relative to the parent row, the full path when the call was made from
-    #: outside its module's parent (it would be misplaced under the row it follows).
+    #: The name shown in the tree (`display_name`; the full path where the relative one would be misplaced).
     display_name: str = ""
     #: This call's own retained estimates of the summable metrics (covered and absent ones left out): what the
     #: charts add up, so a subtree owner counts once and its covered calls not at all.
@@ -102,10 +100,6 @@ class LayerRow:
     own_parameters: int = 0
     #: Buffer elements (Σ over the subtree on a composite row) and the shares of the model's parameters and MACs.
     tensors: dict[str, Cell] = field(default_factory=dict)
-
-    @property
-    def has_children(self) -> bool:
-        return self.end > self.index + 1
 
     @property
     def label(self) -> str:
@@ -188,7 +182,7 @@ def _row(index: int, layer: dict[str, Any], parent: int | None, end: int, sums: 
         type_full=layer["type"], output=shape_text(layer["output"]), params=params, metrics=metrics, tensors=tensors,
         op_direct=metric_cell(layer["operator_flops"]["direct"]),
         op_inclusive=metric_cell(layer["operator_flops"]["inclusive"]),
-        ownership=_ownership_cell(layer), covered_by=_covered_text(layer), problems=len(problems or ()),
+        ownership=_ownership_cell(layer), problems=len(problems or ()),
         problem_note="; ".join(sorted(set(problems or ()))), display_name=display_name(layer),
         own={name: metric_cell(layer["metrics"][name]) for name in SUMMABLE_METRICS if name in layer["metrics"]},
         parts=part_rows(label, layer["path"], layer.get("breakdown", [])), own_parameters=layer["parameters"]["count"])
@@ -200,8 +194,7 @@ def display_name(layer: dict[str, Any]) -> str:
     if not layer["path"]:
         return ROOT_LABEL
     parent = layer["parent"]["path"] if layer["parent"] else ""
-    prefix = f"{parent}." if parent else ""
-    return layer["path"].removeprefix(prefix)
+    return layer["path"].removeprefix(f"{parent}.") if parent else layer["path"]
 
 
 def subtree_ends(parents: list[int | None]) -> list[int]:
@@ -262,7 +255,7 @@ def _count_cell(count: int, composite: bool, what: str) -> Cell:
     if not count:
         return Cell("", "empty", "", 0)
     cell = parameter_cell(count, what)
-    return Cell("Σ " + cell.text, cell.status, cell.note, cell.sort) if composite else cell
+    return replace(cell, text="Σ " + cell.text) if composite else cell
 
 
 def _macs_share(cell: Cell, total: dict[str, Any]) -> Cell:
@@ -294,8 +287,7 @@ def _metric_cells(layer: dict[str, Any], sums: dict[str, list[Any]], index: int,
         elif has_children and subtree is not None and (name in delegated or own is not None):
             total = metric_cell(subtree)
             mine = f"this call's own estimate of {metric_cell(own).note.split(';')[0]}, plus " if own is not None else ""
-            cells[name] = Cell("Σ " + total.text, total.status, f"sum of {mine}the calls inside: {total.note}",
-                               total.sort)
+            cells[name] = replace(total, text="Σ " + total.text, note=f"sum of {mine}the calls inside: {total.note}")
         else:
             cells[name] = metric_cell(own)
     return cells
@@ -311,12 +303,11 @@ def _ownership_cell(layer: dict[str, Any]) -> Cell:
     """A compact badge (``owner``, ``covered`` or both); the full sentence is the tooltip."""
     owned = owned_metrics(layer)
     covered = _covered_text(layer)
-    words = (["owner"] if owned else []) + (["covered"] if covered else [])
-    if not words:
+    badges = [("owner", f"owns its subtree for {', '.join(owned)}")] if owned else []
+    badges += [("covered", f"covered: {covered}")] if covered else []
+    if not badges:
         return EMPTY
-    notes = ([f"owns its subtree for {', '.join(owned)}"] if owned else []) + (
-        [f"covered: {covered}"] if covered else [])
-    return Cell(", ".join(words), "owner" if owned else "covered", "; ".join(notes))
+    return Cell(", ".join(word for word, _ in badges), badges[0][0], "; ".join(note for _, note in badges))
 
 
 def _covered_text(layer: dict[str, Any]) -> str:

@@ -1,5 +1,5 @@
 """The memory of a report (``crawl_module(..., memory=True)``'s ``memory`` section, and the training step's) as
-plain rows: what is live at the peak and where the peak is, so that every renderer shows the same cells.
+plain rows: what is live at the peak and where the peak is.
 
 Every byte figure is the traced definition (``traced_live_tensor_bytes``): the bytes of live tensors, without the
 allocator's caching, fragmentation or kernel workspaces. A report without the section was not asked for memory;
@@ -13,7 +13,7 @@ from typing import Any
 
 from ..findings import layer_label
 from ..wire import call_key
-from .cells import Cell, metric_cell
+from .cells import Cell, counted, metric_cell
 from .formatting import format_percent
 
 #: What is live at the forward's peak, in the order the breakdown shows it: key, label.
@@ -29,7 +29,8 @@ TRAINING_PARTS = (("parameters", "Parameters"), ("buffers", "Buffers"),
 SHOWN_WHEN_PRESENT = frozenset({"autocast_weight_copies"})
 #: The steps a training memory section may describe, in words.
 DESCRIBED_STEPS = {"steady_state": "steady state"}
-#: What a training step may find resident at its start, left by the step before: key, label.
+#: What a training step may find resident at its start, left by the step before: key, label. Shown only when not an
+#: exact zero (no optimizer state without an optimizer, no gradients with ``zero_grad="set_to_none"``).
 RESIDENT_PARTS = (("optimizer_state", "Resident from the step's start: optimizer state"),
                   ("gradients", "Resident from the step's start: gradients (zero_grad='zeros' keeps them)"))
 #: The same, in a phrase: key, words.
@@ -38,9 +39,6 @@ RESIDENT_WORDS = {"optimizer_state": "optimizer state", "gradients": "gradients"
 NO_OPERATOR = "no operator ran"
 #: How many layer calls the largest-outputs and largest-saved lists name.
 TOP_MEMORY_CALLS = 10
-#: The one sentence every memory figure carries (in the methodology page at length).
-TRACED_DEFINITION = ("Traced live tensor bytes: every tensor storage followed from the operator that creates it to "
-                     "its release, shared storages once; no allocator caching, fragmentation or kernel workspaces.")
 
 
 @dataclass(frozen=True)
@@ -109,14 +107,10 @@ class TrainingMemory:
     operator: str
     parts: list[MemoryPart]
     top_saved: list[MemoryCall]
-    #: Which step the peak fields describe (``steady_state``).
     describes: str
     #: ``set_to_none`` or ``zeros``: whether the gradients are kept between steps.
     zero_grad: str
-    #: What is resident at the step's start (optimizer state, kept gradients), each with its share of the peak;
-    #: exact zeros left out.
     resident: list[MemoryPart]
-    #: The first step, when it peaks otherwise than the steady state or was not traced; else None.
     first_step: FirstStepMemory | None
 
     @property
@@ -265,24 +259,23 @@ def memory_parts(at_peak: dict[str, Any], peak: dict[str, Any], parts: tuple[tup
     return rows
 
 
-def top_outputs(layers: list[dict[str, Any]], limit: int = TOP_MEMORY_CALLS) -> list[MemoryCall]:
-    """The ``limit`` layer calls with the largest outputs (ties in call order; the root and empty outputs left
-    out: the root's output is the model's)."""
-    sized = [layer for layer in layers if layer["path"] and _known(layer.get("memory", {}).get("output_bytes")) > 0]
-    ranked = sorted(sized, key=lambda layer: -_known(layer["memory"]["output_bytes"]))
+def top_outputs(layers: list[dict[str, Any]]) -> list[MemoryCall]:
+    """The `TOP_MEMORY_CALLS` layer calls with the largest outputs (ties in call order; the root and empty outputs
+    left out: the root's output is the model's)."""
+    sized = [layer for layer in layers if layer["path"] and counted(layer.get("memory", {}).get("output_bytes")) > 0]
+    ranked = sorted(sized, key=lambda layer: -counted(layer["memory"]["output_bytes"]))
     return [MemoryCall(layer_label(layer["path"], layer["call_index"]), layer["type"].rpartition(".")[2],
-                       metric_cell(layer["memory"]["output_bytes"])) for layer in ranked[:limit]]
+                       metric_cell(layer["memory"]["output_bytes"])) for layer in ranked[:TOP_MEMORY_CALLS]]
 
 
-def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]],
-                    limit: int = TOP_MEMORY_CALLS) -> TrainingMemory | None:
+def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]) -> TrainingMemory | None:
     """The training step's peak breakdown (the steady state's), what is resident at its start, the first step where
     it differs, and the calls that saved the most for backward; None without a traced step."""
     if section is None:
         return None
     types = {call_key(layer): layer["type"].rpartition(".")[2] for layer in layers}
-    saved = sorted((item for item in section["saved_by_layer"] if _known(item["bytes"]) > 0),
-                   key=lambda item: -_known(item["bytes"]))
+    saved = sorted((item for item in section["saved_by_layer"] if counted(item["bytes"]) > 0),
+                   key=lambda item: -counted(item["bytes"]))
     return TrainingMemory(
         device=section["device"], kernel=kernel_text(section["attention_kernel"]),
         peak=metric_cell(section["peak"]), phase=section["phase_at_peak"],
@@ -290,16 +283,11 @@ def training_memory(section: dict[str, Any] | None, layers: list[dict[str, Any]]
         parts=memory_parts(section["at_peak"], section["peak"], TRAINING_PARTS, SHOWN_WHEN_PRESENT),
         top_saved=[MemoryCall(layer_label(item["path"], item["call_index"]),
                               types.get(call_key(item), ""), metric_cell(item["bytes"]))
-                   for item in saved[:limit]],
+                   for item in saved[:TOP_MEMORY_CALLS]],
         describes=section["describes"], zero_grad=section["zero_grad"],
-        resident=resident_parts(section["resident_at_start"], section["peak"]),
+        resident=memory_parts(section["resident_at_start"], section["peak"], RESIDENT_PARTS,
+                              frozenset(key for key, _ in RESIDENT_PARTS)),
         first_step=first_step_memory(section))
-
-
-def resident_parts(resident: dict[str, Any], peak: dict[str, Any]) -> list[MemoryPart]:
-    """What the step finds resident at its start, each with its share of the peak; exact zeros left out (no
-    optimizer state without an optimizer, no gradients with ``zero_grad="set_to_none"``)."""
-    return [part for part in memory_parts(resident, peak, RESIDENT_PARTS) if not _exact_zero(resident[part.key])]
 
 
 def first_step_memory(section: dict[str, Any]) -> FirstStepMemory | None:
@@ -319,9 +307,3 @@ def first_step_memory(section: dict[str, Any]) -> FirstStepMemory | None:
 def _exact_zero(result: dict[str, Any]) -> bool:
     """Whether a MetricResult is exactly zero (a lower bound or an unknown is never left out as one)."""
     return result["status"] == "complete" and result["value"] == 0
-
-
-def _known(result: dict[str, Any] | None) -> float:
-    """The counted part of a MetricResult (0 when nothing was counted or there is none)."""
-    number = None if result is None else result["known_value"]
-    return float(number) if isinstance(number, (int, float)) else 0.0

@@ -1,13 +1,10 @@
 """A sharded training step (a report's ``training.parallel``) as plain rows: the plan in words, what one device holds
 at its peak, the collectives, and, when the report has one, the sizing across world sizes (``training.parallel.fit``).
-
-The model page, the standalone report, the catalog's per-device column and the chart of per-device memory against
-world size all read this view, so they cannot disagree on a number.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .cells import Cell, metric_cell
@@ -119,14 +116,12 @@ class ParallelView:
     parts: list[MemoryPart]
     first_step: Cell
     collectives: list[CollectiveRow]
-    collectives_match: bool
     sizing: SizingView | None
 
     @property
     def per_device_peak(self) -> Cell:
         """The catalog's per-device cell: the steady-state peak at the declared world size, the plan in its note."""
-        peak = self.peak
-        return Cell(peak.text, peak.status, f"{peak.note}; one device of {self.plan}", peak.sort)
+        return replace(self.peak, note=f"{self.peak.note}; one device of {self.plan}")
 
 
 def parallel_view(report: dict[str, Any]) -> ParallelView | None:
@@ -147,7 +142,6 @@ def parallel_view(report: dict[str, Any]) -> ParallelView | None:
         collectives=[CollectiveRow(label, observed[key]["count"], format_bytes(observed[key]["bytes"]),
                                    format_bytes(observed[key]["ring_bytes_sent_per_rank"]))
                      for key, label in COLLECTIVE_LABELS if observed[key]["count"]],
-        collectives_match=section["collectives"]["matches"],
         sizing=sizing_view(section.get("fit"), plan["world_size"]),
     )
 
@@ -158,10 +152,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     if plan["strategy"] == "hsdp":
         words.append(f"shard groups of {plan['shard_group_size']}")
     precision = plan["mixed_precision"]
-    if precision["param_dtype"]:
-        words.append(f"{precision['param_dtype']} parameters")
-    if precision["reduce_dtype"]:
-        words.append(f"{precision['reduce_dtype']} reductions")
+    words += [f"{precision[key]} {what}" for key, what in (("param_dtype", "parameters"), ("reduce_dtype", "reductions"))
+              if precision[key]]
     if plan["activation_checkpointing"]:
         words.append("activation checkpointing")
     return ", ".join(words)

@@ -1,9 +1,5 @@
-"""The view of one report: everything the terminal table, Markdown, the site and the standalone HTML show, in
-display order, computed once.
-
-A view holds display-ready text next to the status it came from, so no renderer formats a number or decides how a
-lower bound reads.
-"""
+"""The view of one report, in display order: display-ready text next to the status it came from, so no renderer
+formats a number or decides how a lower bound reads."""
 
 from __future__ import annotations
 
@@ -107,11 +103,8 @@ class ReportView:
     inputs: list[tuple[str, str]]
     #: What is incomplete, in one sentence ("" for a complete report).
     incomplete: str = ""
-    #: The training step of a `crawl_training_step` report (its ``training`` section), else None.
     training: TrainingView | None = None
-    #: The memory sections (``crawl_module(..., memory=True)``), else None (memory was not asked for).
     memory: MemoryView | None = None
-    #: The sharded training step (``crawl_training_step(..., parallel=...)``) and its sizing, else None.
     parallel: ParallelView | None = None
     #: The forward's bound on a named device and its measured time (`torchscan.views.timing.time_view`: the site
     #: sets it from the registry entry's ``hardware`` and the report's ``time``), else None.
@@ -139,10 +132,9 @@ class ReportView:
 
     def legend(self, columns: Iterable[str], items: Iterable[LayerRow] | None = None) -> list[tuple[str, str]]:
         """The markers the layer table shows in ``columns`` (over ``items``, default every row), explained."""
-        rows = list(self.layers if items is None else items)
         keys = list(columns)
         markers: set[str] = set()
-        for row in rows:
+        for row in self.layers if items is None else items:
             for key in keys:
                 markers |= cell_markers(row.cell(key))
                 markers |= {"owner"} if key == "ownership" and row.ownership.status == "owner" else set()
@@ -243,18 +235,13 @@ def hosted_parts(rows: list[LayerRow]) -> list[list[PartRow]]:
 
 
 def owner_views(report: dict[str, Any], rows: list[LayerRow]) -> list[OwnerView]:
-    """Each subtree owner with the metrics it owns and the rows it covers."""
+    """Each subtree owner with the metrics it owns and the rows it covers (``rows``: one per layer of the report)."""
     covered: dict[tuple[str, int], list[str]] = {}
     for layer in report["layers"]:
         for owner in {call_key(ref) for ref in layer.get("metric_owners", {}).values()}:
             covered.setdefault(owner, []).append(layer_label(layer["path"], layer["call_index"]))
-    views = []
-    for layer, row in zip(report["layers"], rows, strict=True):  # rows: layer_rows(report), one per layer
-        owned = owned_metrics(layer)
-        if owned:
-            views.append(OwnerView(row.label, row.type_name, ", ".join(owned),
-                                   covered.get(call_key(layer), [])))
-    return views
+    return [OwnerView(row.label, row.type_name, ", ".join(owned), covered.get(call_key(layer), []))
+            for layer, row in zip(report["layers"], rows, strict=True) if (owned := owned_metrics(layer))]
 
 
 def method_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
@@ -280,7 +267,7 @@ def describe_method(label: str, custom: set[str]) -> str:
 def context_rows(context: dict[str, Any]) -> list[tuple[str, str]]:
     execution = context["execution"]
     prior = context["prior_training"]
-    rows = [
+    return [
         ("Model type", context["model_type"]),
         ("torchscan", context["torchscan"]), ("torch", context["torch"]), ("Python", context["python"]),
         ("Analysis mode", context["analysis_mode"]),
@@ -289,9 +276,8 @@ def context_rows(context: dict[str, Any]) -> list[tuple[str, str]]:
                                    f"{prior['modules']} modules in training mode (restored afterwards)")),
         ("Devices", ", ".join(context["devices"]) or "none (no parameters or buffers)"),
         ("Dtypes", ", ".join(context["dtypes"]) or "none"),
+        *(("Warning", f"{item['category']}: {item['message']}") for item in context.get("warnings", [])),
     ]
-    rows += [("Warning", f"{item['category']}: {item['message']}") for item in context.get("warnings", [])]
-    return rows
 
 
 def input_rows(inputs: dict[str, Any]) -> list[tuple[str, str]]:

@@ -14,7 +14,6 @@ from fractions import Fraction
 from typing import Any
 
 from .cells import Cell, metric_cell
-from .formatting import format_bytes
 
 #: The totals a sweep shows, in order, with their labels (the curves of other totals stay in the JSON).
 SWEPT_METRICS = (("macs", "MACs"), ("module_flops", "Module FLOPs"), ("operator_flops", "Operator FLOPs"),
@@ -121,14 +120,10 @@ def sweep_view(record: dict[str, Any], quantity: str = "") -> SweepView:
 
 
 def point_cell(point: dict[str, Any], key: str) -> Cell:
-    """One metric of one point: a total, or the KV-cache bytes (written as bytes: ``1.07GB``)."""
+    """One metric of one point: a total, or the KV-cache bytes (unit ``bytes``, so written as bytes: ``1.07GB``)."""
     if key != KV_CACHE[0]:
         return metric_cell(point["totals"].get(key))
-    result = point[key]["bytes"] if key in point else None
-    cell = metric_cell(result)
-    if result is None or result["status"] != "complete":
-        return cell
-    return Cell(format_bytes(result["value"]), cell.status, cell.note, cell.sort)
+    return metric_cell(point[key]["bytes"] if key in point else None)
 
 
 def curve_row(metric: str, label: str, symbol: str, curve: dict[str, Any]) -> CurveRow:

@@ -9,8 +9,7 @@ from typing import Any
 from .layers import COLUMNS_BY_KEY, LAYER_COLUMNS
 from .report import ReportView, TreeItem, report_view
 
-#: The layer-view columns of the terminal table by default, after the layer name (keys of `torchscan.views.
-#: LAYER_COLUMNS`; ``col_names`` chooses others).
+#: The terminal table's columns after the layer name by default (see `column_keys`).
 COLUMNS = ("type", "output", "params", "macs", "macs_share", "module_flops", "dmas")
 #: torchinfo's ``col_names`` that have a column here, so a torchinfo habit works as it reads.
 TORCHINFO_NAMES = {"output_size": "output", "num_params": "params", "params_percent": "params_share",

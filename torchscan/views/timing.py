@@ -4,8 +4,7 @@ Two different things, never merged (docs/time.md): a **bound** (`torchscan.roofl
 the device a registry entry names: the time below which the forward cannot run there, compute- or memory-bound) and
 a **measured** time (the report's ``time`` section, ``crawl_module(..., time=True)``: the median of the plain run on
 the build machine, with its interquartile range, the machine named). `time_view` computes both once, with the points
-of the model page's roofline chart and the table of the calls that take the most time: the catalog cell, the chart
-and the tables read the same numbers.
+of the model page's roofline chart and the table of the calls that take the most time.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..findings import layer_label
 from .cells import Cell
 from .formatting import format_count, format_seconds
 
@@ -127,8 +127,7 @@ def latency_cell(time: Mapping[str, Any]) -> Cell:
     note = (f"measured forward on {time['device']} ({time['device_name']}{threads}): median of {time['repeats']} "
             f"runs after {time['warmup']} warm-up, IQR {format_seconds(stats['iqr'])} (q1 "
             f"{format_seconds(stats['q1'])}, q3 {format_seconds(stats['q3'])})")
-    return Cell(format_seconds(stats["median"]), "complete", note,
-                stats["median"])
+    return Cell(format_seconds(stats["median"]), "complete", note, stats["median"])
 
 
 def _latency_text(time: Mapping[str, Any]) -> str:
@@ -188,10 +187,7 @@ def _dominant(operators: list[Mapping[str, Any]]) -> tuple[str | None, float | N
         if row["peak_flops"] is not None and row["dtype"] is not None and known:
             key = (row["dtype"], row["peak_flops"])
             flops[key] = flops.get(key, 0.0) + known
-    if not flops:
-        return None, None
-    dtype, peak = max(flops, key=flops.__getitem__)
-    return dtype, peak
+    return max(flops, key=flops.__getitem__) if flops else (None, None)
 
 
 def _call(layer: Mapping[str, Any], point: Mapping[str, Any], measured: float | None) -> TimedCall | None:
@@ -204,11 +200,8 @@ def _call(layer: Mapping[str, Any], point: Mapping[str, Any], measured: float | 
     flops = inclusive["flops"]["value"]
     if not flops:
         return None
-    label = layer["path"] or "(root)"
-    if layer["call_index"]:
-        label += f" #{layer['call_index']}"
-    return TimedCall(label, layer["type"].rpartition(".")[2], flops, inclusive["arithmetic_intensity"],
-                     bound["value"], inclusive["bound_by"] or "—", measured)
+    return TimedCall(layer_label(layer["path"], layer["call_index"]), layer["type"].rpartition(".")[2], flops,
+                     inclusive["arithmetic_intensity"], bound["value"], inclusive["bound_by"] or "—", measured)
 
 
 def measured_comparison(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:

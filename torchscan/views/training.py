@@ -1,8 +1,6 @@
-"""The training step of a report (``crawl_training_step``'s ``training`` section) as plain rows.
-
-`training_view` turns the section into the breakdown of one step (forward, loss, backward and its parts, optimizer,
-whole step) and the layer calls that cost the most backward FLOPs, so that every renderer shows the same cells.
-"""
+"""The training step of a report (``crawl_training_step``'s ``training`` section) as plain rows: the breakdown of
+one step (forward, loss, backward and its parts, optimizer, whole step) and the layer calls that cost the most
+backward FLOPs."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..wire import call_key, index_by_call
-from .cells import Cell, metric_cell
+from .cells import Cell, counted, metric_cell
 from .layers import layer_label
 
 #: The step's totals in the order the breakdown shows them: key, label, whether it is a part of the backward.
@@ -52,13 +50,11 @@ class TrainingLayer:
 
 @dataclass(frozen=True)
 class TrainingView:
-    #: ``adamw (torch.optim.adamw.AdamW, foreach)``: the optimizer, its class and the implementation that ran.
+    """The step in words (`optimizer_text`, `devices_text`, `precision_text`), its breakdown and top layer calls."""
+
     optimizer: str
     loss: str
-    #: Where the step's operators ran: ``the meta device``.
     devices: str
-    #: The precision policy in words: ``float32``, ``pure bfloat16``, ``autocast bfloat16 on cpu, float32
-    #: parameters, gradients and optimizer state``.
     precision: str
     parts: list[TrainingPart]
     top_layers: list[TrainingLayer]
@@ -128,21 +124,20 @@ def _and(words: list[str]) -> str:
 
 def devices_text(devices: list[str]) -> str:
     """``the meta device``, ``the cpu and cuda devices``: where the step's operators ran, in words."""
-    if len(devices) == 1:
-        return f"the {devices[0]} device"
-    return f"the {', '.join(devices[:-1])} and {devices[-1]} devices" if devices else "no device"
+    if not devices:
+        return "no device"
+    return f"the {_and(devices)} device" + ("s" if len(devices) > 1 else "")
 
 
-def top_backward_layers(layers: list[dict[str, Any]], backward: list[dict[str, Any]],
-                        limit: int = TOP_LAYER_CALLS) -> list[TrainingLayer]:
-    """The ``limit`` layer calls with the most direct backward FLOPs (ties in call order), zero-cost calls left out.
+def top_backward_layers(layers: list[dict[str, Any]], backward: list[dict[str, Any]]) -> list[TrainingLayer]:
+    """The `TOP_LAYER_CALLS` calls with the most direct backward FLOPs (ties in call order), zero-cost calls left out.
 
     Calls are joined by ``(path, call_index)``: the forward may come from another analysis of the same call."""
     by_key = index_by_call(layers)
-    ranked = sorted((item for item in backward if _known(item["backward_flops"]["direct"]) > 0),
-                    key=lambda item: -_known(item["backward_flops"]["direct"]))
+    ranked = sorted((item for item in backward if counted(item["backward_flops"]["direct"]) > 0),
+                    key=lambda item: -counted(item["backward_flops"]["direct"]))
     return [_training_layer(by_key[call_key(item)], item["backward_flops"]["direct"])
-            for item in ranked[:limit] if call_key(item) in by_key]
+            for item in ranked[:TOP_LAYER_CALLS] if call_key(item) in by_key]
 
 
 def _training_layer(layer: dict[str, Any], backward: dict[str, Any]) -> TrainingLayer:
@@ -150,9 +145,3 @@ def _training_layer(layer: dict[str, Any], backward: dict[str, Any]) -> Training
     exact = forward["status"] == backward["status"] == "complete" and forward["value"]
     ratio = f"{backward['value'] / forward['value']:.2f}×" if exact else "—"
     return TrainingLayer(layer_label(layer["path"], layer["call_index"]), layer["type"], metric_cell(forward), metric_cell(backward), ratio)
-
-
-def _known(result: dict[str, Any]) -> float:
-    """The counted part of a MetricResult (0 when nothing was counted)."""
-    number = result["known_value"]
-    return float(number) if isinstance(number, (int, float)) else 0.0

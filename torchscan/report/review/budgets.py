@@ -37,10 +37,8 @@ TIME_FACTORS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
 BYTE_METRICS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 OPERATORS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
                                                        "<=": operator.le}
-#: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``; ``B``
-#: (billions) is the parameter style only, every other count writes ``G``.
+#: The suffixes of a limit, as the views write counts (`torchscan.views.formatting`), plus ``K`` for ``k``.
 SCALE_FACTORS = {"K": 1e3, **{suffix: scale for scale, suffix in (*SCALES, *PARAMETER_SCALES)}}
-PARAMETER_ONLY = {"B"}
 SUFFIXES = ("k (or K), M, G, T, B (billions for parameters, bytes for a byte total), kB (or KB), MB, GB, TB (byte "
             "totals only, powers of 1000) or % (relative to before)")
 GRAMMAR = re.compile(r"(?:(?P<entry>[A-Za-z0-9_.-]+)(?:@(?P<point>\d+))?\s*:\s*)?(?P<metric>[A-Za-z_]+)\s*"
@@ -122,7 +120,7 @@ def _factor(text: str, metric: str, unit: str) -> float:
     if len(unit) == 2:
         raise ValueError(f"budget {text!r}: {unit!r} is a byte suffix; {metric} is not counted in bytes (byte totals: "
                          f"{', '.join(BYTE_METRICS)}); accepted suffixes: {SUFFIXES}")
-    if unit in PARAMETER_ONLY and metric != "parameters":
+    if unit == "B" and metric != "parameters":
         raise ValueError(f"budget {text!r}: {unit!r} (billions) is the parameter count's suffix; {metric} writes "
                          f"billions as 'G'; accepted suffixes: {SUFFIXES}")
     return SCALE_FACTORS.get(unit, 1)

@@ -39,9 +39,7 @@ class EntryRow:
     stem: str
     label: str
     change: str
-    #: The entry's totals as the two-report review compares them (training step and memory rows included); an
-    #: added entry's have no before side, a removed one's no after side, a failed one's none without a last good
-    #: report.
+    #: The entry's totals as the two-report review compares them (training step and memory rows included).
     totals: tuple[DeltaRow, ...] = ()
     budgets: tuple[BudgetRow, ...] = ()
     reason: str = ""
@@ -187,9 +185,8 @@ def catalog_diff_view(before: Catalog, after: Catalog, budgets: Sequence[Budget]
     old, new = before.by_stem(), after.by_stem()
     rows = [entry_row(old.get(run.stem), run, budgets) for run in after.runs]
     rows += [entry_row(run, None, budgets) for run in before.runs if run.stem not in new]
-    named = after.title or before.title or "Catalog"
-    return CatalogDiffView(title=title or f"{named}: before / after", before=str(before.source),
-                           after=str(after.source), rows=rows, budgets=list(budgets))
+    return CatalogDiffView(title=title or f"{after.title or before.title or 'Catalog'}: before / after",
+                           before=str(before.source), after=str(after.source), rows=rows, budgets=list(budgets))
 
 
 def _check_points(budgets: Sequence[Budget], *catalogs: Catalog) -> None:
@@ -259,8 +256,4 @@ def _failed(old: CatalogRun | None, new: CatalogRun, applying: list[Budget]) -> 
 
 def _layers(view: DiffView) -> str:
     """``2 changed, 0 added, 0 removed`` layer calls; empty when none moved."""
-    counts = (len(view.changed), len(view.added), len(view.removed))
-    if not any(counts):
-        return ""
-    return ", ".join(f"{count_text(count)} {word}" for count, word in zip(counts, ("changed", "added", "removed"),
-                                                                             strict=True))
+    return view.layer_counts if view.changed or view.added or view.removed else ""

@@ -8,6 +8,7 @@ from a plain folder of JSON reports (one run per file, named by the file's stem)
 from __future__ import annotations
 
 import json
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,16 +63,14 @@ class Catalog:
 def catalog_index(catalog: CatalogView) -> str:
     """``catalog.json``: every run in registry order, as stable JSON (no timestamps)."""
     runs = [_run_record(run, entry.entry.sweep) for entry in catalog.entries for run in entry.runs]
-    index = {"format": INDEX_FORMAT, "title": catalog.title, "runs": runs}
-    return json.dumps(index, sort_keys=True, indent=1) + "\n"
+    return json.dumps({"format": INDEX_FORMAT, "title": catalog.title, "runs": runs}, sort_keys=True, indent=1) + "\n"
 
 
 def _run_record(run: RunSummary, sweep: Sweep | None) -> dict[str, Any]:
-    last_good = None
-    if run.last_good is not None:
-        last_good = {"key": run.last_good.key, "report": f"reports/{run.last_good_stem}.json"}
-    record: dict[str, Any] = {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant, "outcome": run.outcome,
-                              "status": run.status,
+    last_good = None if run.last_good is None else {"key": run.last_good.key,
+                                                    "report": f"reports/{run.last_good_stem}.json"}
+    record: dict[str, Any] = {"stem": run.stem, "entry": run.run.entry, "variant": run.run.variant,
+                              "outcome": run.outcome, "status": run.status,
                               "report": f"reports/{run.stem}.json" if run.report is not None else None,
                               "reason": run.reason, "last_good": last_good}
     if sweep is not None:  # only then: the index of a catalog without sweeps keeps its bytes
@@ -129,7 +128,7 @@ def report_name(path: Path) -> str:
     in a built site's ``reports/`` (``tiny · w8``; ``tiny · w8 (last good report)`` for a kept copy), else the file's
     stem."""
     site = path.resolve().parent.parent
-    try:
+    with suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         records = json.loads((site / CATALOG_INDEX).read_text(encoding="utf-8"))["runs"]
         relative = path.resolve().relative_to(site).as_posix()
         for record in records:
@@ -137,8 +136,6 @@ def report_name(path: Path) -> str:
                 return run_label(record)
             if (record.get("last_good") or {}).get("report") == relative:
                 return f"{run_label(record)} (last good report)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
     return path.stem
 
 

@@ -6,31 +6,28 @@ in the entry or ``--strict``) and the report is incomplete; the site then shows 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...results import SUMMABLE_METRICS, incomplete_metrics, is_incomplete
 from ...views import EMPTY, Cell, ReportView, metric_cell, parameter_cell, report_view, value_text, worst_status
-from ...views.parallel import NO_PLAN, ParallelView
+from ...views.parallel import NO_PLAN
 from ...views.sweep import SweepView, sweep_view
 from ...views.timing import NO_TIME, time_view
 from ...views.training import TrainingView
 from ..registry.jobs import LAST_GOOD_SUFFIX, Run
 from ..registry.parsing import Entry, Registry
-from .sweep_record import sweep_record
+from .sweep_record import failure_text, sweep_record
 from .wording import count_text, plural
 
 #: Run status -> the badge class the site colours it with.
 STATUS_CLASSES = {"complete": "complete", "partial": "partial", "unavailable": "unavailable", "failed": "failed",
                   "incomplete (strict)": "failed"}
-
-
 #: The training column's cell of a run that did not ask for its training step.
 NO_TRAINING = Cell("—", "not_requested", "no training step requested (training = { ... } in models.toml)")
-
 #: The memory columns' cell of a run whose report has no memory sections (an analysis that did not trace memory).
 NO_MEMORY = Cell("—", "not_requested", "memory was not traced for this run")
-
 #: How many hex digits of an inputs' hash the pages show (the full hash is in the cache and the page's hover text).
 SHORT_HASH = 12
 
@@ -65,8 +62,7 @@ class RunSummary:
     flops: Cell = EMPTY
     operator_flops: Cell = EMPTY
     dmas: Cell = EMPTY
-    #: The whole training step's FLOPs (forward, loss, backward, optimizer) when the run asked for its training
-    #: step, else a "—" cell.
+    #: The whole training step's FLOPs (forward, loss, backward, optimizer).
     training_flops: Cell = NO_TRAINING
     #: The bytes created during the forward and live at its peak (parameters and buffers excluded).
     forward_peak: Cell = NO_MEMORY
@@ -75,8 +71,7 @@ class RunSummary:
     #: All live bytes at the training step's peak (parameters, gradients, optimizer state, saved activations): the
     #: steady state's (``totals.training_peak_bytes``), the optimizer state resident from the step's start.
     training_peak: Cell = NO_TRAINING
-    #: A sharded plan's steady-state peak on one device at the declared world size (``training.parallel``), and the
-    #: smallest analyzed world size whose devices hold it (``training.parallel.fit``); "—" without a plan.
+    #: `ParallelView.per_device_peak` and `SizingView.fits_on`; "—" without a sharded plan.
     per_device_peak: Cell = NO_PLAN
     fits_on: Cell = NO_PLAN
     #: The forward's roofline bound on the entry's ``hardware`` and its measured latency on the build machine
@@ -87,7 +82,6 @@ class RunSummary:
     status: str = "failed"
     incomplete: list[str] = field(default_factory=list)
     view: ReportView | None = None
-    #: For a run that failed: its last good report from an earlier build, when there is one.
     last_good: LastGood | None = None
 
     @property
@@ -142,11 +136,9 @@ class RunSummary:
 
     @property
     def cause(self) -> str:
-        """What went wrong, on one line: the stage, the exception type and the first line of its message (for a
-        strict failure, the check that failed); empty for a run that did not fail."""
+        """What went wrong, on one line (`failure_text`, or the strict check that failed); empty if nothing did."""
         if self.error:
-            message = (self.error["message"].splitlines() or [""])[0]
-            return f"{self.error['stage']} stage, {self.error['type']}: {message}"
+            return failure_text(self.result)
         return self.notices[0] if self.notices else ""
 
     @property
@@ -194,9 +186,7 @@ class EntrySummary:
     def sweep_label(self) -> str:
         """``seq_len 128 · sweep 128–1,024 (4 points)``: the declared point and the swept range of a catalog row."""
         sweep = self.entry.sweep
-        if sweep is None:
-            return ""
-        return f"{sweep.name} {sweep.default:,} · sweep {sweep.range_text}"
+        return "" if sweep is None else f"{sweep.name} {sweep.default:,} · sweep {sweep.range_text}"
 
     @property
     def failed(self) -> bool:
@@ -248,12 +238,8 @@ class CatalogView:
 
     @property
     def tag_counts(self) -> dict[str, int]:
-        """Each tag of the entries, in alphabetical order, with the number of entries carrying it (the site's
-        catalog offers them as filter facets)."""
-        counts: dict[str, int] = {}
-        for entry in self.entries:
-            for tag in dict.fromkeys(entry.entry.tags):
-                counts[tag] = counts.get(tag, 0) + 1
+        """Each tag of the entries (the catalog's filter facets), alphabetically, with how many entries carry it."""
+        counts = Counter(tag for entry in self.entries for tag in set(entry.entry.tags))
         return dict(sorted(counts.items()))
 
     @property
@@ -267,10 +253,8 @@ class CatalogView:
     @property
     def counts(self) -> dict[str, int]:
         """Runs by outcome: complete, partial (some number a lower bound or unavailable) and failed."""
-        counts = {"complete": 0, "partial": 0, "failed": 0}
-        for run in self.runs:
-            counts[run.outcome] += 1
-        return counts
+        outcomes = [run.outcome for run in self.runs]
+        return {outcome: outcomes.count(outcome) for outcome in ("complete", "partial", "failed")}
 
     @property
     def counts_text(self) -> str:
@@ -293,8 +277,7 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
         summary.last_good = last_good(run, result.get("last_good"))
         return summary
     totals = report["totals"]
-    params = totals["parameters"]["total"]
-    summary.params = parameter_cell(params)
+    summary.params = parameter_cell(totals["parameters"]["total"])
     summary.macs = metric_cell(totals["macs"])
     summary.flops = metric_cell(totals["module_flops"])
     summary.operator_flops = metric_cell(totals["operator_flops"])
@@ -307,7 +290,11 @@ def summarize_run(run: Run, result: dict[str, Any], strict: bool) -> RunSummary:
     summary.incomplete = incomplete_metrics(report) + incomplete_training(report)
     summary.view = report_view(report, title=run_title(run), description=run.description)
     summary.training = summary.view.training
-    summarize_parallel(summary, summary.view.parallel)
+    parallel = summary.view.parallel
+    if parallel is not None:
+        summary.per_device_peak = parallel.per_device_peak
+        if parallel.sizing is not None:
+            summary.fits_on = parallel.sizing.fits_on
     summary.view.time = time_view(report, run.hardware)
     if summary.view.time is not None:
         summary.bound, summary.latency = summary.view.time.bound, summary.view.time.latency
@@ -330,18 +317,8 @@ def summarize_memory(summary: RunSummary, report: dict[str, Any]) -> None:
         summary.training_peak = Cell("—", "not_requested", "memory was not traced for this training step")
 
 
-def summarize_parallel(summary: RunSummary, parallel: ParallelView | None) -> None:
-    """The per-device cells of a run with a sharded plan (the others keep their "—" cells)."""
-    if parallel is None:
-        return
-    summary.per_device_peak = parallel.per_device_peak
-    if parallel.sizing is not None:
-        summary.fits_on = parallel.sizing.fits_on
-
-
 def incomplete_training(report: dict[str, Any]) -> list[str]:
-    """The training step's totals that are partial or unavailable (``training.totals.backward``), so that a strict
-    entry fails when its training step is incomplete too."""
+    """The training step's incomplete totals (``training.totals.backward``): a strict entry fails on them too."""
     totals = report.get("training", {}).get("totals", {})
     return [f"training.totals.{name}" for name, result in totals.items() if is_incomplete(result)]
 

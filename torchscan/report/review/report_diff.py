@@ -26,7 +26,7 @@ from ...views.formatting import (
 )
 from ...views.parallel import plan_text
 from ...views.timing import latency_cell, measured_comparison
-from .budgets import MEASURED, Budget, BudgetCheck, check_budgets, percent_change
+from .budgets import BYTE_METRICS, MEASURED, Budget, BudgetCheck, check_budgets, percent_change
 from .wording import count_text, plural
 
 #: The compared totals in the catalog's column order (Module FLOPs, Operator FLOPs, then DMAs), which every review
@@ -44,8 +44,6 @@ LAYER_METRIC_LABELS = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs", 
 MEMORY_LABELS = (("forward_peak_bytes", "Forward peak", "memory"), ("activations", "Activations", "memory"),
                  ("training_peak_bytes", "Training peak", "memory"),
                  ("per_device_peak_bytes", "Per-device peak", "memory, sharded"))
-#: The totals counted in bytes: their numbers and changes are written with ``B`` (``+1.2MB``).
-BYTE_TOTALS = ("forward_peak_bytes", "training_peak_bytes", "per_device_peak_bytes")
 #: The measured forward's row and budget label (`torchscan.views.timing.measured_comparison`).
 MEASURED_LABEL = ("Measured forward time", "measured")
 BUDGET_LABELS = {name: f"{label} ({view})" for name, label, view in (*TOTAL_LABELS, *MEMORY_LABELS)}
@@ -72,9 +70,9 @@ class DeltaRow:
 
     @property
     def name(self) -> str:
-        """The total named without a View column (``Module FLOPs``, ``Backward FLOPs``), as a catalog review's
-        per-entry table names it."""
-        return capitalize(_short_label(self))
+        """The total named without a View column (``Module FLOPs``), as a catalog review's entry table names it."""
+        label = _short_label(self)
+        return label[:1].upper() + label[1:]
 
     @property
     def change_text(self) -> str:
@@ -153,6 +151,12 @@ class DiffView:
         return self.models[0] == self.models[1]
 
     @property
+    def layer_counts(self) -> str:
+        """``2 changed, 0 added, 0 removed``: the layer calls that moved."""
+        return ", ".join(f"{count_text(len(rows))} {word}" for rows, word in
+                         ((self.changed, "changed"), (self.added, "added"), (self.removed, "removed")))
+
+    @property
     def budget_failed(self) -> bool:
         return any(row.failed for row in self.budgets)
 
@@ -175,19 +179,13 @@ class DiffView:
         parts = [f"{met} of {plural(len(self.budgets), 'budget')} met"] if self.budgets else []
         moved = [f"{_short_label(row)} {row.percent or row.delta}" for row in self.totals if row.change != "unchanged"]
         parts.append(", ".join(moved) if moved else "every total unchanged")
-        layers = (self.changed, self.added, self.removed)
-        parts.append("layer calls: " + ", ".join(f"{count_text(len(rows))} {word}" for rows, word in
-                                                 zip(layers, ("changed", "added", "removed"), strict=True)))
+        parts.append(f"layer calls: {self.layer_counts}")
         return "; ".join(parts)
 
     @property
     def verdict(self) -> str:
         """The review on one line: ``Budgets met: 2 of 2 budgets met; MACs +2.5%; layer calls: …``."""
         return f"{self.verdict_style[0]}: {self.verdict_details}"
-
-
-def capitalize(text: str) -> str:
-    return text[:1].upper() + text[1:]
 
 
 def _short_label(row: DeltaRow) -> str:
@@ -203,9 +201,7 @@ def signed(value: float | list) -> str:
     """``+1.20 M`` / ``−3`` / ``0``; per-dimension values (receptive fields) element by element."""
     if isinstance(value, list):
         return "×".join(signed(item) for item in value)
-    if value == 0:
-        return "0"
-    return ("+" if value > 0 else "−") + format_count(abs(value))
+    return format_signed(value)
 
 
 def percent_text(before: Any, delta: Any) -> str:
@@ -213,11 +209,7 @@ def percent_text(before: Any, delta: Any) -> str:
     if not isinstance(before, (int, float)) or not isinstance(delta, (int, float)):
         return ""
     percent = percent_change(before, delta)
-    if math.isinf(percent):
-        return "new"
-    if percent == 0:
-        return "0%"
-    return format_percent(percent, signed=True)
+    return "new" if math.isinf(percent) else format_percent(percent, signed=True)
 
 
 def diff_view(before: dict[str, Any], after: dict[str, Any], title: str = "",
@@ -267,9 +259,8 @@ def plan_warnings(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     plans = [report.get("training", {}).get("parallel", {}).get("plan") for report in (before, after)]
     if plans[0] is None or plans[1] is None or plans[0] == plans[1]:
         return []
-    warning = (f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
-               f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")
-    return [warning]
+    return [(f"The sharded training steps follow different plans: before {plan_text(plans[0])}, after "
+             f"{plan_text(plans[1])}. The per-device peaks compare the two plans.")]
 
 
 def _budget_row(check: BudgetCheck) -> BudgetRow:
@@ -290,10 +281,10 @@ def unscoped(budget: Budget) -> str:
 
 
 def _budget_numbers(metric: str, delta: float) -> tuple[Callable[[Any], str], str]:
-    """How a budget's values are written (parameters model-card style, bytes with ``B``) and its written delta."""
+    """How a total's values are written (parameters model-card style, bytes with ``B``) and its written delta."""
     if metric == "parameters":
         return format_parameters, format_signed(delta, PARAMETER_SCALES)
-    if metric in BYTE_TOTALS:
+    if metric in BYTE_METRICS:
         return format_bytes, format_signed_bytes(delta)
     if metric == MEASURED:
         return format_seconds, ("+" if delta > 0 else "−" if delta < 0 else "") + format_seconds(abs(delta))
@@ -311,14 +302,13 @@ def measured_rows(measured: dict[str, Any] | None) -> list[DeltaRow]:
         machines = " → ".join(measured["machines"])
         return [DeltaRow(label, view, before, after, f"unknown (measured on different machines: {machines})",
                          "unknown", "unknown", MEASURED)]
-    _, written = _budget_numbers(MEASURED, measured["delta"]["value"])
+    delta = measured["delta"]["value"]
+    _, written = _budget_numbers(MEASURED, delta)
     spread = format_seconds(measured["spread"])
-    if measured["within_noise"]:
-        return [DeltaRow(label, view, before, after, f"{written} (within the IQRs, {spread}: noise)", "unchanged",
-                         percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
-    return [DeltaRow(label, view, before, after, f"{written} (beyond the IQRs, {spread})",
-                     _direction(measured["delta"]["value"]),
-                     percent_text(measured["before"], measured["delta"]["value"]), MEASURED)]
+    noise = measured["within_noise"]
+    shown = f"{written} (within the IQRs, {spread}: noise)" if noise else f"{written} (beyond the IQRs, {spread})"
+    return [DeltaRow(label, view, before, after, shown, "unchanged" if noise else _direction(delta),
+                     percent_text(measured["before"], delta), MEASURED)]
 
 
 def memory_rows(totals: dict[str, Any]) -> list[DeltaRow]:
@@ -344,8 +334,7 @@ def _cost_deltas(layers: dict[str, list[dict[str, Any]]], name: str) -> list[Lay
             continue
         known = entry["delta"]["status"] == "complete"
         deltas.append(LayerDelta(layer_label(item["path"], item["call_index"]), item["type"].rpartition(".")[2],
-                                 "changed", metric_cell(entry["before"]) if entry["before"] else EMPTY,
-                                 metric_cell(entry["after"]) if entry["after"] else EMPTY,
+                                 "changed", metric_cell(entry["before"]), metric_cell(entry["after"]),
                                  "complete" if known else "unavailable", entry["delta"]["value"] if known else None,
                                  percent_text(entry["before"]["value"], entry["delta"]["value"]) if known else ""))
     return deltas
@@ -364,8 +353,7 @@ def _added_or_removed(item: dict[str, Any], change: str, sign: int, cell: Cell) 
 
 
 def _context(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, str, str]]:
-    keys = [*before, *(key for key in after if key not in before)]
-    return [(key.replace("_", " "), _text(before.get(key)), _text(after.get(key))) for key in keys]
+    return [(key.replace("_", " "), _text(before.get(key)), _text(after.get(key))) for key in {**before, **after}]
 
 
 def _text(value: Any) -> str:
@@ -416,7 +404,7 @@ def _total_row(entry: dict[str, Any], label: str, view: str, key: str = "") -> D
     if delta["status"] != "complete":
         why = "a side did not trace memory" if None in (entry["before"], entry["after"]) else "a side is incomplete"
         return DeltaRow(label, view, before, after, f"unknown ({why})", "unknown", "unknown", key)
-    written = format_signed_bytes(delta["value"]) if key in BYTE_TOTALS else signed(delta["value"])
+    _, written = _budget_numbers(key, delta["value"])
     return DeltaRow(label, view, before, after, written, _direction(delta["value"]),
                     percent_text(entry["before"]["value"], delta["value"]), key)
 
@@ -448,8 +436,8 @@ def _details(changes: dict[str, Any]) -> list[str]:
     if "output" in changes:
         details.append(f"output {shape_text(changes['output']['before'])} → {shape_text(changes['output']['after'])}")
     for name, entry in changes.get("metrics", {}).items():
-        old = metric_cell(entry["before"]) if entry["before"] else EMPTY
-        new = metric_cell(entry["after"]) if entry["after"] else EMPTY
+        old = metric_cell(entry["before"])
+        new = metric_cell(entry["after"])
         delta = entry["delta"]
         shown = (_signed_with_percent(entry["before"]["value"], delta["value"]) if delta["status"] == "complete"
                  else "delta unknown")

@@ -14,12 +14,10 @@ from typing import Any
 from ...curves.cost_curve import CURVE_SCHEMA_VERSION, fit_curves
 from ..registry.parsing import Entry
 
-SWEEP_SUFFIX = ".sweep"
-
 
 def sweep_stem(entry: str) -> str:
     """The file stem of an entry's sweep JSON: ``reports/<entry>.sweep.json``."""
-    return entry + SWEEP_SUFFIX
+    return entry + ".sweep"
 
 
 def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -30,7 +28,7 @@ def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, 
     for run in entry.runs:
         report = results.get(run.stem, {}).get("report")
         if report is None:
-            missing.append({"size": run.size, "stem": run.stem, "reason": _failure(results.get(run.stem, {}))})
+            missing.append({"size": run.size, "stem": run.stem, "reason": failure_text(results.get(run.stem, {}))})
         else:
             points.append(point_record(run.size or 0, report))
             stems[str(run.size)] = run.stem
@@ -42,8 +40,7 @@ def sweep_record(entry: Entry, results: dict[str, dict[str, Any]]) -> dict[str, 
 
 
 def point_record(size: int, report: dict[str, Any]) -> dict[str, Any]:
-    """One analyzed point as `torchscan.cost_curve` writes it: the report's totals, and for a decode step the
-    report's ``inputs.kv_cache`` (the KV cache the step reads)."""
+    """One analyzed point as `torchscan.cost_curve` writes it (a decode step's with the KV cache it reads)."""
     point = {"size": size, "totals": report["totals"]}
     if "kv_cache" in report["inputs"]:
         point["kv_cache"] = report["inputs"]["kv_cache"]
@@ -51,13 +48,12 @@ def point_record(size: int, report: dict[str, Any]) -> dict[str, Any]:
 
 
 def fitted_counts(point: dict[str, Any]) -> dict[str, Any]:
-    """What the curves are fitted on, as `torchscan.cost_curve` fits them: the totals, and the KV-cache bytes
-    (curve ``kv_cache``) of a decode step."""
+    """What the curves are fitted on, as `torchscan.cost_curve` fits them (a decode step's KV cache included)."""
     return {**point["totals"], "kv_cache": point["kv_cache"]["bytes"]} if "kv_cache" in point else point["totals"]
 
 
-def _failure(result: dict[str, Any]) -> str:
-    """Why a point has no report, on one line."""
+def failure_text(result: dict[str, Any]) -> str:
+    """Why a run has no report, on one line: the stage, the exception type and the first line of its message."""
     error = result.get("error")
     if not error:
         return "not analyzed"

@@ -100,19 +100,15 @@ class CellKind:
 
 
 def rnn_cell_kind(nonlinearity: str) -> CellKind:
-    # h' = act(W_ih x + W_hh h): 1 sum of the two products + the activation
+    """h' = act(W_ih x + W_hh h): 1 sum of the two products + the activation."""
     return CellKind(gates=1, pointwise_flops=1 + FLOPS_PER_ELEMENT[nonlinearity])
 
 
-def lstm_cell_kind() -> CellKind:
-    # 4 sums of gate products; sigmoid for i, f, o and tanh for g; c' = f*c + i*g (3); h' = o * tanh(c') (2)
-    return CellKind(gates=4, pointwise_flops=4 + 3 * SIGMOID + TANH + 3 + TANH + 1)
-
-
-def gru_cell_kind() -> CellKind:
-    # r, z: 1 sum each; n = tanh(W_in x + r * (W_hn h)): 1 multiply + 1 sum; sigmoid for r, z, tanh for n;
-    # h' = (1 - z) * n + z * h: 4
-    return CellKind(gates=3, pointwise_flops=2 + 2 + 2 * SIGMOID + TANH + 4)
+#: 4 sums of gate products; sigmoid for i, f, o and tanh for g; c' = f*c + i*g (3); h' = o * tanh(c') (2).
+LSTM_CELL = CellKind(gates=4, pointwise_flops=4 + 3 * SIGMOID + TANH + 3 + TANH + 1)
+#: r, z: 1 sum each; n = tanh(W_in x + r * (W_hn h)): 1 multiply + 1 sum; sigmoid for r, z, tanh for n;
+#: h' = (1 - z) * n + z * h: 4.
+GRU_CELL = CellKind(gates=3, pointwise_flops=2 + 2 + 2 * SIGMOID + TANH + 4)
 
 
 def step_macs(kind: CellKind, input_size: int, hidden_size: int, state_size: int, proj_size: int = 0) -> int:

@@ -44,11 +44,6 @@ def numeric_padding(module: _ConvNd) -> tuple[int, ...]:
     return cast(tuple[int, ...], module.padding)
 
 
-def _convolution(call: ModuleCall) -> _ConvNd:
-    """The called module: ``HANDLERS`` registers these formulas for PyTorch's convolution classes only."""
-    return cast(_ConvNd, call.module)
-
-
 def transposed_window(kernel_span: int, stride: int, padding: int) -> tuple[int, float | int, float | int | None]:
     """Receptive field, effective stride and padding of a scatter with stride ``stride`` (a transposed window).
 
@@ -73,7 +68,7 @@ def _dmas(call: ModuleCall) -> int:
 
 def estimate_conv(call: ModuleCall) -> dict[str, Any]:
     """Direct convolution; padded positions are multiplied like any other (the dense convention)."""
-    module, output = _convolution(call), call.output
+    module, output = cast(_ConvNd, call.module), call.output  # HANDLERS registers it for convolutions only
     macs = output.numel() * (module.in_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     return {
@@ -89,7 +84,7 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
 
     Output positions that no input reaches (``output_padding``) still receive the bias.
     """
-    module, inputs, output = _convolution(call), call.argument(0, "input"), call.output
+    module, inputs, output = cast(_ConvNd, call.module), call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     per_dimension = zip(module.kernel_size, module.dilation, module.stride, numeric_padding(module), strict=True)

@@ -253,20 +253,14 @@ def estimate_padding(call: ModuleCall) -> dict[str, Any]:
 # --- registration --------------------------------------------------------------------------------------------------
 
 def _by_dimension(estimate: Any, prefix: str, dimensions: tuple[int, ...] = (1, 2, 3)) -> dict[type, ModuleHandler]:
-    """One handler per ``<prefix>1d/2d/3d`` class this PyTorch version has."""
-    handlers = {}
-    for dims in dimensions:
-        module_type = getattr(nn, f"{prefix}{dims}d", None)
-        if module_type is not None:
-            handlers[module_type] = ModuleHandler(partial(estimate, dims=dims), method=METHOD, memoize=True)
-    return handlers
+    """One handler per ``<prefix>1d/2d/3d`` class."""
+    return {getattr(nn, f"{prefix}{dims}d"): ModuleHandler(partial(estimate, dims=dims), method=METHOD, memoize=True)
+            for dims in dimensions}
 
 
 def _padding_handlers() -> dict[type, ModuleHandler]:
-    names = [f"{kind}Pad{dims}d" for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
-             for dims in (1, 2, 3)]
-    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD, memoize=True)
-            for name in names if hasattr(nn, name)}
+    return {getattr(nn, f"{kind}Pad{dims}d"): ModuleHandler(estimate_padding, method=METHOD, memoize=True)
+            for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular") for dims in (1, 2, 3)}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

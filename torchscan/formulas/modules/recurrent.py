@@ -23,7 +23,7 @@ from torch.nn.utils.rnn import PackedSequence
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import NOT_APPLICABLE, Incomplete
 from ...values import tensor_elements
-from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
+from ..conventions import GRU_CELL, LSTM_CELL, CellKind, rnn_cell_kind, step_flops, step_macs
 from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:recurrent"
@@ -31,9 +31,9 @@ METHOD = "formula:recurrent"
 def cell_kind(module: nn.RNNBase | nn.RNNCellBase) -> CellKind:
     """The gate structure of a recurrent module or cell."""
     if isinstance(module, (nn.LSTM, nn.LSTMCell)):
-        return lstm_cell_kind()
+        return LSTM_CELL
     if isinstance(module, (nn.GRU, nn.GRUCell)):
-        return gru_cell_kind()
+        return GRU_CELL
     return rnn_cell_kind(cast(nn.RNN | nn.RNNCell, module).nonlinearity)  # the one other kind HANDLERS registers
 
 

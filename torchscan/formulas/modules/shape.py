@@ -9,13 +9,15 @@ channel, spatial or token dimensions start at index 2.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS
+from ...results import POINTWISE_SPATIAL
+from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:shape"
 FIRST_SPATIAL_DIM = 2
@@ -34,29 +36,25 @@ def _movement_dmas(inputs: torch.Tensor, output: torch.Tensor) -> int:
     return inputs.numel() + output.numel()
 
 
-def _no_spatial_meaning() -> dict[str, Any]:
-    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
-
-
-def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> dict[str, Any]:
+def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> Mapping[str, Any]:
     """Pointwise unless two or more dimensions merge and one of them is spatial."""
     if inputs.dim() == 0:
-        return dict(POINTWISE_SPATIAL)
+        return POINTWISE_SPATIAL
     start, end = module.start_dim % inputs.dim(), module.end_dim % inputs.dim()
     if end <= start or end < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE_SPATIAL)
-    return _no_spatial_meaning()
+        return POINTWISE_SPATIAL
+    return NO_SPATIAL_MEANING
 
 
-def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> dict[str, Any]:
+def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> Mapping[str, Any]:
     """Pointwise when a batch or channel dimension of a tensor with spatial dimensions is split.
 
     Splitting a spatial dimension, or creating spatial dimensions from a flat one, has no spatial receptive field.
     """
     has_spatial = inputs.dim() > FIRST_SPATIAL_DIM
     if isinstance(module.dim, int) and has_spatial and module.dim % inputs.dim() < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE_SPATIAL)
-    return _no_spatial_meaning()
+        return POINTWISE_SPATIAL
+    return NO_SPATIAL_MEANING
 
 
 def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
@@ -94,9 +92,8 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     nn.Flatten: ModuleHandler(estimate_flatten, method=METHOD, memoize=True),
     nn.Unflatten: ModuleHandler(estimate_unflatten, method=METHOD, memoize=True),
     **{dropout: ModuleHandler(estimate_dropout, method=METHOD, memoize=True) for dropout in DROPOUT_TYPES},
+    nn.ChannelShuffle: ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True),
 }
-if hasattr(nn, "ChannelShuffle"):
-    HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True)
 
 
 #: The aten operators that each formula describes (see `torchscan.inheritance`): none but views, except the
@@ -104,5 +101,4 @@ if hasattr(nn, "ChannelShuffle"):
 OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
     klass: ("aten.native_dropout", "aten.bernoulli_", "aten.mul", "aten.mul_", "aten.div_", "aten.add", "aten.add_")
     if klass in DROPOUT_TYPES else () for klass in HANDLERS}
-if hasattr(nn, "ChannelShuffle"):
-    OPERATORS[nn.ChannelShuffle] = ("aten.channel_shuffle", "aten.native_channel_shuffle")
+OPERATORS[nn.ChannelShuffle] = ("aten.channel_shuffle", "aten.native_channel_shuffle")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..conventions import lstm_cell_kind
+from ..conventions import LSTM_CELL
 from .backward import softmax_backward_flops
 from .calls import CostFunction, CostTable, OpCost, argument, operand_kind
 from .dense import convolution_macs
@@ -120,7 +120,7 @@ def _mkldnn_rnn_layer_backward(args: tuple, kwargs: dict, out: Any) -> OpCost | 
         return None
     rows = source.numel() // source.shape[-1] if source.shape[-1] else 0
     macs = 2 * rows * (weight_ih.numel() + weight_hh.numel())
-    gates = lstm_cell_kind().gates * hidden_size
+    gates = LSTM_CELL.gates * hidden_size
     bias = max(rows - 1, 0) * gates if has_biases else 0
     return OpCost(2 * macs + rows * hidden_size * LSTM_CELL_BACKWARD_FLOPS + bias, macs)
 

@@ -19,7 +19,7 @@ from torch import nn
 from ...handlers import ModuleCall, ModuleHandler
 from ...results import METRIC_UNITS
 from ...values import tensor_elements
-from ..conventions import adaptive_windows, window_reads
+from ..conventions import adaptive_pool_reads, adaptive_windows, window_pool_reads
 from .conv import effective_kernel, exact_ratio, transposed_window
 
 METHOD = "formula:pooling"
@@ -51,26 +51,6 @@ def _copy_dmas(call: ModuleCall) -> int:
 
 # --- window geometry -----------------------------------------------------------------------------------------------
 
-def _leading_elements(tensor: torch.Tensor, dims: int) -> int:
-    """Batch times channels: everything but the last ``dims`` spatial dimensions."""
-    return prod(tensor.shape[:-dims])
-
-
-def _sliding_reads(call: ModuleCall, dims: int, kernel: list[int], stride: list[int], padding: list[int],
-                   dilation: list[int]) -> int:
-    inputs, output = call.argument(0, "input"), _pooled(call.output)
-    per_dim = [window_reads(length, outputs, *window) for length, outputs, window in
-               zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation, strict=False),
-                   strict=False)]
-    return _leading_elements(output, dims) * prod(per_dim)
-
-
-def _adaptive_reads(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> int:
-    per_dim = [sum(adaptive_windows(length, outputs))
-               for length, outputs in zip(inputs.shape[-dims:], output.shape[-dims:], strict=True)]
-    return _leading_elements(output, dims) * prod(per_dim)
-
-
 def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> dict[str, Any]:
     """Largest window and mean step L / O: exact when O divides L, a stated convention otherwise."""
     pairs = list(zip(inputs.shape[-dims:], output.shape[-dims:], strict=True))
@@ -85,13 +65,12 @@ def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> 
 
 def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """m - 1 comparisons per window of m read elements; dilation spreads the taps."""
-    module = call.module
+    module, inputs, pooled = call.module, call.argument(0, "input"), _pooled(call.output)
     kernel, dilation = _per_dim(module.kernel_size, dims), _per_dim(module.dilation, dims)
     stride, padding = _per_dim(module.stride or module.kernel_size, dims), _per_dim(module.padding, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, padding, dilation)
-    windows = _pooled(call.output).numel()
+    reads = window_pool_reads(inputs, pooled, dims, kernel, stride, padding, dilation)
     return {
-        "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0,
+        "module_flops": _flops(max(reads - pooled.numel(), 0), inputs.dtype), "macs": 0,
         "dmas": _copy_dmas(call),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation, strict=False)],
         "effective_stride": stride, "effective_padding": padding,
@@ -103,12 +82,12 @@ def estimate_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
 
     ``count_include_pad`` and ``divisor_override`` only change the divisor, not the work.
     """
-    module = call.module
+    module, inputs = call.module, call.argument(0, "input")
     kernel, padding = _per_dim(module.kernel_size, dims), _per_dim(module.padding, dims)
     stride = _per_dim(module.stride or module.kernel_size, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, padding, [1] * dims)
+    reads = window_pool_reads(inputs, _pooled(call.output), dims, kernel, stride, padding, 1)
     return {
-        "module_flops": _flops(reads, call.argument(0, "input").dtype), "macs": 0, "dmas": _copy_dmas(call),
+        "module_flops": _flops(reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": kernel, "effective_stride": stride, "effective_padding": padding,
     }
 
@@ -122,7 +101,7 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     module, inputs = call.module, call.argument(0, "input")
     kernel = _per_dim(module.kernel_size, dims)
     stride = _per_dim(module.stride or module.kernel_size, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, [0] * dims, [1] * dims)
+    reads = window_pool_reads(inputs, _pooled(call.output), dims, kernel, stride, 0, 1)
     return {
         "module_flops": _flops(inputs.numel() + reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": kernel, "effective_stride": stride, "effective_padding": [0] * dims,
@@ -132,14 +111,15 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
 def estimate_adaptive_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """m FLOPs per window (m - 1 additions, 1 division), windows sized by the adaptive rule."""
     inputs, output = call.argument(0, "input"), _pooled(call.output)
-    return {"module_flops": _flops(_adaptive_reads(inputs, output, dims), inputs.dtype), "macs": 0,
-            "dmas": _copy_dmas(call), **_adaptive_spatial(inputs, output, dims)}
+    reads = adaptive_pool_reads(inputs, list(output.shape[-dims:]))
+    return {"module_flops": _flops(reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
+            **_adaptive_spatial(inputs, output, dims)}
 
 
 def estimate_adaptive_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     """m - 1 comparisons per window, windows sized by the adaptive rule."""
     inputs, output = call.argument(0, "input"), _pooled(call.output)
-    comparisons = max(_adaptive_reads(inputs, output, dims) - output.numel(), 0)
+    comparisons = max(adaptive_pool_reads(inputs, list(output.shape[-dims:])) - output.numel(), 0)
     return {"module_flops": _flops(comparisons, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
             **_adaptive_spatial(inputs, output, dims)}
 

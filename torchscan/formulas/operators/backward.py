@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import adaptive_pool_reads, window_pool_reads
 from .calls import CostFunction, CostTable, OpCost, argument, numel, real_only
 from .elementwise import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, interpolation_flops
-from .pooling import adaptive_pool_reads, window_pool_reads
 
 #: Backward packets of element and window work -> cost of one call.
 COSTS = CostTable()
@@ -316,14 +316,10 @@ def reduction_flops(elements: int, reduction: int) -> int:
     return elements if reduction == MEAN_REDUCTION else 0
 
 
-def _targets(args: tuple) -> int:
-    return args[1].numel()
-
-
 def _nll_loss(args: tuple, kwargs: dict, out: Any) -> OpCost:
     """Per target: the picked log-probability negated (1), times its class weight (1 with ``weight``); then
     the reduction, and for a weighted mean the total weight (n - 1 additions)."""
-    targets, weighted = _targets(args), argument(args, kwargs, 2, "weight") is not None
+    targets, weighted = args[1].numel(), argument(args, kwargs, 2, "weight") is not None
     reduction = argument(args, kwargs, 3, "reduction", MEAN_REDUCTION)
     total_weight = max(targets - 1, 0) if weighted and reduction == MEAN_REDUCTION else 0
     return OpCost(targets * (1 + weighted) + reduction_flops(targets, reduction) + total_weight)

@@ -79,8 +79,7 @@ def _linear(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
 
 
 COSTS.register(["mm", "bmm"], _product(_last_dim(0), self_added=False))
-COSTS.register(["addmm", "baddbmm"], _product(_last_dim(1), self_added=True), inplace=True)
-COSTS.register(["addmv"], _product(_last_dim(1), self_added=True), inplace=True)
+COSTS.register(["addmm", "baddbmm", "addmv"], _product(_last_dim(1), self_added=True), inplace=True)
 COSTS.register(["mv"], _product(_last_dim(0), self_added=False))
 COSTS.register(["addbmm"], _product(_batched_sum, self_added=True), inplace=True)
 COSTS.register(["dot", "vdot"], _dot)

@@ -13,6 +13,7 @@ arithmetic is not floating point: 0 FLOPs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -120,6 +121,11 @@ def interpolation_flops(taps: int) -> int:
     return 2 * taps - 1
 
 
+INTEGRAL_DTYPES = frozenset({torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,
+                             torch.int32, torch.int64})
+
+
+@functools.cache  # it runs for every operand of every dispatched operator
 def dtype_kind(dtype: torch.dtype) -> str | None:
     """``real``, ``complex`` or ``integral``; ``None`` for dtypes without a stated convention (quantized)."""
     if dtype.is_complex:
@@ -129,11 +135,3 @@ def dtype_kind(dtype: torch.dtype) -> str | None:
     if dtype in INTEGRAL_DTYPES:
         return "integral"
     return None
-
-
-INTEGRAL_DTYPES = frozenset(
-    dtype for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                        getattr(torch, "uint16", None), getattr(torch, "uint32", None),
-                        getattr(torch, "uint64", None))
-    if dtype is not None
-)

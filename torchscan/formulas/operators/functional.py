@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...values import tensor_elements
-from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
+from .table import NO_WORK, OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
 
 aten = torch.ops.aten
 
@@ -84,6 +84,11 @@ def _legit_updates(args: tuple, kwargs: dict) -> bool:
     return not isinstance(args[3], bool) and _training_with_buffers(args, kwargs)
 
 
+def _functional_batch_norm(args: tuple, kwargs: dict, out: Any) -> int:
+    """Outputs: the result, 2 saved statistics (+ a reserve), then the updated buffers."""
+    return _reads(args, kwargs) + _writes(out, 1) + tensor_elements(out[-2:])
+
+
 ZERO_WORK_DMAS: dict[str, DmaRule] = {
     "view": lambda args, kwargs, out: 0,
     "metadata": lambda args, kwargs, out: 0,
@@ -124,15 +129,10 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
     aten.mkldnn_rnn_layer: _read_and_write(3),
     aten._thnn_fused_lstm_cell: _read_and_write(2),
     aten._thnn_fused_gru_cell: _read_and_write(1),
+    aten._native_batch_norm_legit_functional: _functional_batch_norm,
+    aten._batch_norm_with_update_functional: _functional_batch_norm,
+    aten._scaled_dot_product_fused_attention_overrideable: _read_and_write(1),
 }
-for _packet in (getattr(aten, "_native_batch_norm_legit_functional", None),
-                getattr(aten, "_batch_norm_with_update_functional", None)):
-    if _packet is not None:  # outputs: result, 2 saved statistics (+ reserve), then the updated buffers
-        SPECIAL_DMAS[_packet] = lambda args, kwargs, out: _reads(args, kwargs) + _writes(out, 1) \
-            + tensor_elements(out[-2:])
-_fused_attention = getattr(aten, "_scaled_dot_product_fused_attention_overrideable", None)
-if _fused_attention is not None:
-    SPECIAL_DMAS[_fused_attention] = _read_and_write(1)
 
 
 # --- estimators -----------------------------------------------------------------------------------------------
@@ -150,19 +150,11 @@ def _estimator(cost: CostFunction, dmas: DmaRule) -> FunctionalEstimator:
     return estimate
 
 
-def _zero_work(dmas: DmaRule) -> FunctionalEstimator:
-    def estimate(args: tuple, kwargs: dict, out: Any) -> Estimate | None:
-        try:
-            return 0, 0, dmas(args, kwargs, out)
-        except Exception:  # noqa: BLE001 -- as above
-            return None
-    return estimate
-
-
 def _build() -> dict[Any, FunctionalEstimator]:
     estimators: dict[Any, FunctionalEstimator] = {}
     for packet, reason in ZERO_WORK_OPERATORS.items():
-        estimators[packet] = _zero_work(SPECIAL_DMAS.get(packet, ZERO_WORK_DMAS[reason]))
+        dmas = SPECIAL_DMAS.get(packet, ZERO_WORK_DMAS[reason])
+        estimators[packet] = _estimator(lambda args, kwargs, out: NO_WORK, dmas)
     for packet, cost in OPERATOR_COSTS.items():
         estimators[packet] = _estimator(cost, SPECIAL_DMAS.get(packet, _read_and_write()))
     return estimators

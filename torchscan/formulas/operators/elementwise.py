@@ -2,13 +2,9 @@
 
 One table for both views of an operator (:mod:`.table` and :mod:`.functional`), built on the conventions that the
 module view uses too (:mod:`..conventions`: activations, softmax, normalization steps, complex arithmetic), so
-that a module and the operators it dispatches are priced alike.
-
-Conventions (real floating point): every arithmetic operation of the defining formula is 1 FLOP, a
-transcendental function (exp, log, sqrt, rsqrt, erf, tanh, pow) is 1 FLOP, a comparison is 1 FLOP, selecting a
-value (``where``, ``masked_fill``) is free. Complex operands: one complex multiply is 6 real FLOPs (4 multiplies
-and 2 additions), one complex addition is 2; other complex operators have no stated count. Integer and boolean
-arithmetic is not floating point: 0 FLOPs.
+that a module and the operators it dispatches are priced alike. Complex operands: one complex multiply is 6 real
+FLOPs (4 multiplies and 2 additions), one complex addition is 2; other complex operators have no stated count.
+Integer and boolean arithmetic is not floating point: 0 FLOPs.
 """
 
 from __future__ import annotations

@@ -69,11 +69,6 @@ def attention_macs(a: AttentionShape) -> int:
     return projection_macs(a) + score_macs(a)
 
 
-def softmax_row_flops(length: int) -> int:
-    """The activation family's softmax count for one row of ``length`` scores."""
-    return FLOPS_PER_SLICE["softmax"](length) if length else 0
-
-
 def projection_flops(a: AttentionShape) -> int:
     """2 per projection MAC + the projections' biases."""
     N, L, S, E = a.batch, a.queries, a.keys, a.embed
@@ -87,7 +82,7 @@ def score_flops(a: AttentionShape) -> int:
     N, L, E = a.batch, a.queries, a.embed
     scaling = N * L * E                                   # q * D**-0.5, once per query element
     masks = a.additive_masks * a.scores
-    softmax = N * a.heads * L * softmax_row_flops(a.attended)
+    softmax = N * a.heads * L * FLOPS_PER_SLICE["softmax"](a.attended) if a.attended else 0
     averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (N, L, S)
     return 2 * score_macs(a) + scaling + masks + softmax + averaging
 
@@ -123,11 +118,7 @@ def attention_shape(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, k
     return AttentionShape(
         batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
         kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
-        extra_keys=_extra_keys(mha), weights=weights, **_mask_counts(masks))
-
-
-def _extra_keys(mha: nn.MultiheadAttention) -> int:
-    return int(mha.bias_k is not None) + int(mha.add_zero_attn)
+        extra_keys=int(mha.bias_k is not None) + int(mha.add_zero_attn), weights=weights, **_mask_counts(masks))
 
 
 def attention_work(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,

@@ -9,7 +9,7 @@ mask on the ``meta`` device makes the dependency unknown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,18 +63,8 @@ def widest(allowed: torch.Tensor | None, keys: int) -> int:
     return int(allowed.sum(dim=-1).max()) if allowed.numel() else 0
 
 
-@overload
-def with_residual(allowed: torch.Tensor, length: int) -> torch.Tensor: ...
-
-
-@overload
-def with_residual(allowed: None, length: int) -> None: ...
-
-
-def with_residual(allowed: torch.Tensor | None, length: int) -> torch.Tensor | None:
+def with_residual(allowed: torch.Tensor, length: int) -> torch.Tensor:
     """A layer's output position also depends on its own input position through the residual path."""
-    if allowed is None:
-        return None
     return allowed | torch.eye(length, dtype=torch.bool, device=allowed.device)
 
 
@@ -89,7 +79,8 @@ def self_attention_step(mha: nn.Module, length: int, attn_mask: Any, padding_mas
         raise UnsupportedCall("a self-attention module that is not native")
     attended = attention_allowed(attn_mask, causal is True, mha.num_heads, length, length)
     idempotent = attended is None or is_causal_pattern(with_residual(attended, length))
-    return with_residual(without_padding(attended, padding_mask, length), length), idempotent
+    allowed = without_padding(attended, padding_mask, length)
+    return (None if allowed is None else with_residual(allowed, length)), idempotent
 
 
 def is_causal_pattern(allowed: torch.Tensor) -> bool:

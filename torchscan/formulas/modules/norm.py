@@ -111,7 +111,11 @@ def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
 
 
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-INSTANCE_NORM_SPATIAL_DIMS: dict[type[nn.Module], int] = {nn.InstanceNorm1d: 1, nn.InstanceNorm2d: 2, nn.InstanceNorm3d: 3}
+INSTANCE_NORM_SPATIAL_DIMS: dict[type[nn.Module], int] = {
+    nn.InstanceNorm1d: 1,
+    nn.InstanceNorm2d: 2,
+    nn.InstanceNorm3d: 3,
+}
 
 
 def _spatial_dims(module: nn.Module) -> int:

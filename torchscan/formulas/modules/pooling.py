@@ -264,24 +264,22 @@ _LP_POOL = ("aten.pow", "aten.sign", "aten.abs", "aten.relu", "aten.mul")
 def _operators_of(module_type: type) -> tuple[str, ...]:
     """The aten operators that the formula of one pooling, resampling, shuffling or padding class describes."""
     name = module_type.__name__
-    dims = name[-2] if name.endswith("d") and name[-2].isdigit() else "2"
-    pools = {"MaxPool": (f"aten.max_pool{dims}d_with_indices", f"aten.max_pool{dims}d", "aten.max_pool2d_with_indices"),
-             "AvgPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d"),
-             "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", *_LP_POOL),
-             "AdaptiveAvgPool": ("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.mean"),
-             "AdaptiveMaxPool": ("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d"),
-             "FractionalMaxPool": (f"aten.fractional_max_pool{dims}d",),
-             "MaxUnpool": ("aten.max_unpool2d", "aten.max_unpool3d"),
-             "Upsample": ("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d",
-                          "aten.upsample_bicubic2d", "aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa")}
-    moves = {"PixelShuffle": ("aten.pixel_shuffle",), "PixelUnshuffle": ("aten.pixel_unshuffle",),
-             "ZeroPad": ("aten.constant_pad_nd",), "ConstantPad": ("aten.constant_pad_nd",),
-             "ReflectionPad": (f"aten.reflection_pad{dims}d",), "ReplicationPad": (f"aten.replication_pad{dims}d",),
-             "CircularPad": ("aten._pad_circular", "aten.cat", "aten.slice", "aten.copy_")}
-    prefix = name[:-2] if name.endswith("d") and name[-2].isdigit() else name
-    nearest = ("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
-               "aten._upsample_nearest_exact2d") if prefix == "Upsample" else ()
-    return pools.get(prefix, ()) + moves.get(prefix, ()) + nearest
+    prefix, dims = (name[:-2], name[-2]) if name.endswith("d") and name[-2].isdigit() else (name, "2")
+    return {"MaxPool": (f"aten.max_pool{dims}d_with_indices", f"aten.max_pool{dims}d", "aten.max_pool2d_with_indices"),
+            "AvgPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d"),
+            "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", *_LP_POOL),
+            "AdaptiveAvgPool": ("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.mean"),
+            "AdaptiveMaxPool": ("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d"),
+            "FractionalMaxPool": (f"aten.fractional_max_pool{dims}d",),
+            "MaxUnpool": ("aten.max_unpool2d", "aten.max_unpool3d"),
+            "Upsample": ("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d",
+                         "aten.upsample_bicubic2d", "aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa",
+                         "aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
+                         "aten._upsample_nearest_exact2d"),
+            "PixelShuffle": ("aten.pixel_shuffle",), "PixelUnshuffle": ("aten.pixel_unshuffle",),
+            "ZeroPad": ("aten.constant_pad_nd",), "ConstantPad": ("aten.constant_pad_nd",),
+            "ReflectionPad": (f"aten.reflection_pad{dims}d",), "ReplicationPad": (f"aten.replication_pad{dims}d",),
+            "CircularPad": ("aten._pad_circular", "aten.cat", "aten.slice", "aten.copy_")}.get(prefix, ())
 
 
 #: The aten operators that each formula describes (see `torchscan.inheritance`); padding, nearest resampling and

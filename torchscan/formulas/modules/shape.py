@@ -29,11 +29,12 @@ def _storage_root(tensor: torch.Tensor) -> torch.Tensor:
     return tensor._base if tensor._base is not None else tensor
 
 
-def _movement_dmas(inputs: torch.Tensor, output: torch.Tensor) -> int:
-    """0 for a view of the input (or the input itself), one read and one write per element for a copy."""
-    if _storage_root(output) is _storage_root(inputs):
-        return 0
-    return inputs.numel() + output.numel()
+def _moved(call: ModuleCall, spatial: Mapping[str, Any]) -> dict[str, Any]:
+    """No arithmetic; DMAs 0 for a view of the input (or the input itself), one read and one write per element for
+    a copy."""
+    inputs, output = call.argument(0, "input"), call.output
+    dmas = 0 if _storage_root(output) is _storage_root(inputs) else inputs.numel() + output.numel()
+    return {"module_flops": 0, "macs": 0, "dmas": dmas, **spatial}
 
 
 def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> Mapping[str, Any]:
@@ -59,16 +60,12 @@ def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> Mapping[st
 
 def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
     """A reshape: a view whenever the input's strides allow it."""
-    inputs = call.argument(0, "input")
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_flatten_spatial(cast(nn.Flatten, call.module), inputs)}  # the class HANDLERS names
+    return _moved(call, _flatten_spatial(cast(nn.Flatten, call.module), call.argument(0, "input")))
 
 
 def estimate_unflatten(call: ModuleCall) -> dict[str, Any]:
     """A view that splits one dimension into several."""
-    inputs = call.argument(0, "input")
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_unflatten_spatial(cast(nn.Unflatten, call.module), inputs)}  # the class HANDLERS names
+    return _moved(call, _unflatten_spatial(cast(nn.Unflatten, call.module), call.argument(0, "input")))
 
 
 def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
@@ -78,14 +75,12 @@ def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
     """
     if call.module.training:
         return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE_SPATIAL}
-    dmas = _movement_dmas(call.argument(0, "input"), call.output)
-    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
+    return _moved(call, POINTWISE_SPATIAL)
 
 
 def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that permutes channels; every spatial position reads only itself."""
-    dmas = _movement_dmas(call.argument(0, "input"), call.output)
-    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
+    return _moved(call, POINTWISE_SPATIAL)
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

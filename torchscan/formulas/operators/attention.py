@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, operand_kind
-from .elementwise import ACTIVATION_FLOPS, SOFTMAX_FLOPS, norm_flops_per_group
+from .elementwise import norm_flops_per_group
 
 #: Attention-kernel packets -> cost of one call.
 COSTS = CostTable()
@@ -36,7 +37,7 @@ def attention_cost(batch_heads: int, query_length: int, key_length: int, head_di
     scores = batch_heads * query_length * key_length
     macs = scores * (head_dim + value_dim)
     scaling = batch_heads * query_length * head_dim
-    softmax = batch_heads * query_length * SOFTMAX_FLOPS["softmax"](key_length) if key_length else 0
+    softmax = batch_heads * query_length * FLOPS_PER_SLICE["softmax"](key_length) if key_length else 0
     return OpCost(2 * macs + scaling + scores * (additive_mask + 2 * dropout) + softmax, macs)
 
 
@@ -133,7 +134,7 @@ def _transformer_encoder_layer(args: tuple, kwargs: dict, out: Any) -> OpCost | 
     per_token_norm = norm_flops_per_group(embed_dim, centered=True)
     affine = affine_ops(norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2)
     layer_norms = tokens * (2 * per_token_norm + embed_dim * affine)
-    activation = ACTIVATION_FLOPS["gelu" if use_gelu else "relu"] * tokens * ffn_weight_1.shape[0]
+    activation = FLOPS_PER_ELEMENT["gelu" if use_gelu else "relu"] * tokens * ffn_weight_1.shape[0]
     return _total(
         _weight_projection(tokens, qkv_weight, qkv_bias),
         *(attention_cost(heads, length, length, head_dim, head_dim) for length in lengths),  # self-attention

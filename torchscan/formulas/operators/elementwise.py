@@ -14,25 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..conventions import (
-    COMPLEX_ADD_REAL_FLOPS,
-    COMPLEX_MAC_REAL_MACS,
-    GROUP_FLOPS,
-    MEAN_FLOPS,
-    NORMALIZE_FLOPS,
-    RMS_FLOPS,
-    RUNNING_UPDATE_FLOPS,
-    VARIANCE_FLOPS,
-)
-from ..conventions import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
-from ..conventions import FLOPS_PER_SLICE as SOFTMAX_FLOPS
-
-__all__ = [
-    "ACTIVATION_FLOPS", "ARITHMETIC_FLOPS", "COMPLEX_ADD_REAL_FLOPS", "COMPLEX_ARITHMETIC_FLOPS",
-    "COMPLEX_MAC_REAL_MACS", "GROUP_FLOPS", "MEAN_FLOPS", "NORMALIZE_FLOPS", "REDUCTION_FLOPS", "RMS_FLOPS",
-    "RUNNING_UPDATE_FLOPS", "SOFTMAX_FLOPS", "VARIANCE_FLOPS", "interpolation_flops", "norm_flops_per_group",
-    "vector_norm_flops",
-]
+from ..conventions import COMPLEX_ADD_REAL_FLOPS, GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, RMS_FLOPS, VARIANCE_FLOPS
 
 #: Real FLOPs per output element of the arithmetic, comparison and rounding operators (activations aside).
 ARITHMETIC_FLOPS: dict[str, int] = {

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from ...values import tensor_elements
-from .table import NO_WORK, OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
+from .calls import NO_WORK, CostFunction
+from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS
 
 aten = torch.ops.aten
 

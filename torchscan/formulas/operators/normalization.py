@@ -13,14 +13,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import GROUP_FLOPS, NORMALIZE_FLOPS, RUNNING_UPDATE_FLOPS
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, real_only
-from .elementwise import (
-    GROUP_FLOPS,
-    NORMALIZE_FLOPS,
-    RUNNING_UPDATE_FLOPS,
-    norm_flops_per_group,
-    vector_norm_flops,
-)
+from .elementwise import norm_flops_per_group, vector_norm_flops
 
 #: Normalization packets -> cost of one call.
 COSTS = CostTable()

@@ -12,14 +12,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import FLOPS_PER_SLICE
 from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, numel, operand_kind
-from .elementwise import (
-    ARITHMETIC_FLOPS,
-    COMPLEX_REDUCTION_FLOPS,
-    REDUCTION_FLOPS,
-    SOFTMAX_FLOPS,
-    vector_norm_flops,
-)
+from .elementwise import ARITHMETIC_FLOPS, COMPLEX_REDUCTION_FLOPS, REDUCTION_FLOPS, vector_norm_flops
 from .pointwise import pointwise
 
 #: Reduction packets -> cost of one call.
@@ -31,7 +26,7 @@ COSTS = CostTable()
 
 def _softmax(family: str, dim_index: int = 1) -> CostFunction:
     """The activation table's per-slice softmax formula along ``dim`` (the last dimension when omitted)."""
-    per_slice = SOFTMAX_FLOPS[family]
+    per_slice = FLOPS_PER_SLICE[family]
 
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
         if operand_kind(args, kwargs, out) != "real":

@@ -35,14 +35,8 @@ from . import (
     recurrent,
     reductions,
 )
-from .calls import NO_WORK, CostFunction, OpCost, operand_kind
+from .calls import CostFunction
 from .zero_work import ZERO_WORK_OPERATORS
-
-__all__ = [
-    "DENSE_NAME_PARTS", "NO_WORK", "OPERATOR_COSTS", "OPERATOR_FORMULAS", "SIGNIFICANT_OPERATORS",
-    "ZERO_WORK_OPERATORS", "CostFunction", "OpCost", "merge_families", "operand_kind", "operator_formula",
-    "operator_significance",
-]
 
 #: Families of element and window work, in the order their packets are listed.
 MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, pooling.COSTS, backward.COSTS,

@@ -133,11 +133,12 @@ def attention_work(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kd
 
 def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
                     masks: Masks, weights: str = "none") -> list[tuple[str, Work]]:
-    """`attention_work` split into the projections and the scores with their weighted sum (FLOPs and MACs)."""
+    """`attention_work` split into the projections and the scores with their weighted sum; the projections carry
+    the call's DMAs, which a breakdown does not split."""
     if not is_native(mha, nn.MultiheadAttention):
         return [("attention", UNKNOWN)]
     shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
-    parts = [("projections", Work(projection_flops(shape), projection_macs(shape))),
+    parts = [("projections", Work(projection_flops(shape), projection_macs(shape), attention_dmas(shape))),
              ("scores and weighted sum", Work(score_flops(shape), score_macs(shape)))]
     return [(name, work.at_least(SUMMABLE) if shape.extra_keys else work) for name, work in parts]
 

@@ -1,10 +1,9 @@
 """The breakdown of a native Transformer estimate: its FLOPs and MACs by part, per layer.
 
-Each function mirrors the work function of :mod:`.layers` part by part (the same component formulas, the same
-children's built-in formulas), so the parts add up to the estimate; the handler reports them beside it
-(`torchscan.breakdown`). A part is named by the layer it belongs to (``layers.3``, relative to the owner) and
-what it is: self-attention (or cross-attention) projections, its scores and weighted sum, the feed-forward block,
-the norms, the residual additions.
+A layer's work (:mod:`.layers`) is the sum of its parts, so the parts add up to the estimate; the handler reports
+them beside it (`torchscan.breakdown`). A part is named by the layer it belongs to (``layers.3``, relative to the
+owner) and what it is: self-attention (or cross-attention) projections, its scores and weighted sum, the
+feed-forward block, the norms, the residual additions.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def _native(layer: nn.Module, kind: type[NativeModule]) -> NativeModule:
 
 def _norms(children: Children, layer: nn.Module, names: tuple[str, ...], prefix: str, tokens: Tokens,
            dtype: torch.dtype) -> Work:
-    """The layer's norms ``names``, priced as its work function prices them."""
+    """The layer's norms ``names``, each priced by its built-in formula (`Children.norm`)."""
     rows = tokens.batch * tokens.length
     return sum((children.norm(getattr(layer, name), f"{prefix}{name}", rows, tokens.width, dtype) for name in names),
                Work())

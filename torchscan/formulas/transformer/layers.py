@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
+from ..estimates import every_field
 from .blocks import Children
 from .calls import Masks, NativeModule, Tokens, UnsupportedCall, call_arguments, is_native, tokens
 from .parts import Part, decoder_layer_parts, decoder_stack_parts, encoder_layer_parts, encoder_stack_parts
 from .token_dependencies import SelfAttentionLayer, stack_width
-from .work import UNKNOWN, Work, estimates, nothing_known, total, with_breakdown
+from .work import UNKNOWN, Work, estimates, total, with_breakdown
 
 # --- work -----------------------------------------------------------------------------------------------------
 
@@ -150,7 +151,7 @@ def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) ->
     """nn.TransformerEncoderLayer: receptive field along src (attended positions and the residual position)."""
     layer = call.module
     if not is_native(layer, nn.TransformerEncoderLayer):
-        return nothing_known()
+        return every_field(None)
     return _encoding(call, "src_mask", layer.self_attn.batch_first, encoder_layer_work, lambda: [layer], budget,
                      children, encoder_layer_parts)
 
@@ -159,7 +160,7 @@ def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) ->
     """nn.TransformerDecoderLayer: receptive field along tgt (memory dependencies are not in this number)."""
     layer = call.module
     if not is_native(layer, nn.TransformerDecoderLayer):
-        return nothing_known()
+        return every_field(None)
     return _decoding(call, layer.self_attn.batch_first, decoder_layer_work, lambda: [layer], budget,
                      children, decoder_layer_parts)
 
@@ -168,7 +169,7 @@ def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Modul
     """nn.TransformerEncoder: the layers' sum plus the final norm; receptive field composed across layers."""
     encoder = call.module
     if not is_native(encoder, nn.TransformerEncoder):
-        return nothing_known()
+        return every_field(None)
     return _encoding(call, "mask", _stack_batch_first(encoder), encoder_stack_work,
                      lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children,
                      encoder_stack_parts)
@@ -178,7 +179,7 @@ def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Modul
     """nn.TransformerDecoder: the layers' sum plus the final norm; receptive field along tgt, composed."""
     decoder = call.module
     if not is_native(decoder, nn.TransformerDecoder):
-        return nothing_known()
+        return every_field(None)
     return _decoding(call, _stack_batch_first(decoder), decoder_stack_work,
                      lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children,
                      decoder_stack_parts)
@@ -192,7 +193,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
     """
     model = call.module
     if not is_native(model, nn.Transformer):
-        return nothing_known()
+        return every_field(None)
     a = call_arguments(call)
     src, tgt = a["src"], a["tgt"]
     self_masks, cross_masks = _target_masks(a)

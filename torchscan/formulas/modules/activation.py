@@ -12,6 +12,7 @@ from collections.abc import Callable
 from math import prod
 from typing import Any, cast
 
+import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
@@ -65,16 +66,15 @@ def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
     raise KeyError(f"{type(module).__qualname__} has no activation formula")
 
 
+def _estimates(source: torch.Tensor, flops: int, dmas: int) -> ModuleEstimates:
+    return {"module_flops": flops if source.is_floating_point() else None, "macs": 0, "dmas": dmas, **POINTWISE}
+
+
 def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
     """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
     source, result = call.argument(0, "input"), call.output
     flops = FLOPS_PER_ELEMENT[_closest_key(call.module, ELEMENTWISE_KEYS)] * result.numel()
-    return {
-        "module_flops": flops if source.is_floating_point() else None,
-        "macs": 0,
-        "dmas": source.numel() + own_parameter_elements(call.module) + result.numel(),
-        **POINTWISE,
-    }
+    return _estimates(source, flops, source.numel() + own_parameter_elements(call.module) + result.numel())
 
 
 def softmax_dim(module: SoftmaxModule, ndim: int) -> int:
@@ -94,12 +94,7 @@ def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
     length = shape[softmax_dim(module, len(shape))] if shape else 1
     slices = prod(shape) // length if length else 0
     flops = slices * FLOPS_PER_SLICE[_closest_key(module, SOFTMAX_KEYS)](length) if length else 0
-    return {
-        "module_flops": flops if source.is_floating_point() else None,
-        "macs": 0,
-        "dmas": source.numel() + call.output.numel(),
-        **POINTWISE,
-    }
+    return _estimates(source, flops, source.numel() + call.output.numel())
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

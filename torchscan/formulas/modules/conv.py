@@ -35,13 +35,7 @@ def left_padding(module: _ConvNd) -> list[int]:
     if padding == "same":
         return [dilation * (kernel - 1) // 2
                 for kernel, dilation in zip(module.kernel_size, module.dilation, strict=True)]
-    return list(numeric_padding(module))
-
-
-def numeric_padding(module: _ConvNd) -> tuple[int, ...]:
-    """``padding`` other than the two strings PyTorch accepts (`left_padding` reads those; a transposed
-    convolution accepts none): one number per spatial dimension."""
-    return cast(tuple[int, ...], module.padding)
+    return list(cast(tuple[int, ...], padding))  # one number per spatial dimension
 
 
 def transposed_window(kernel_span: int, stride: int, padding: int) -> tuple[int, float | int, float | int | None]:
@@ -87,7 +81,8 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
     module, inputs, output = cast(_ConvNd, call.module), call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
-    per_dimension = zip(module.kernel_size, module.dilation, module.stride, numeric_padding(module), strict=True)
+    padding = cast(tuple[int, ...], module.padding)  # a transposed convolution accepts no padding string
+    per_dimension = zip(module.kernel_size, module.dilation, module.stride, padding, strict=True)
     windows = [transposed_window(effective_kernel(k, d), s, p) for k, d, s, p in per_dimension]
     offsets = [offset for _, _, offset in windows]
     return {

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ...values import tensor_elements
-from .calls import NO_WORK, CostFunction
+from .calls import NO_WORK, CostFunction, argument
 from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS
 
 aten = torch.ops.aten
@@ -77,8 +77,7 @@ def _batch_norm_state(results: int, update_check: Callable[[tuple, dict], bool])
 
 
 def _training_with_buffers(args: tuple, kwargs: dict) -> bool:
-    training = args[5] if len(args) > 5 else kwargs.get("training", False)
-    return bool(training) and isinstance(args[3], torch.Tensor)
+    return bool(argument(args, kwargs, 5, "training", False)) and isinstance(args[3], torch.Tensor)
 
 
 def _legit_updates(args: tuple, kwargs: dict) -> bool:

@@ -49,7 +49,7 @@ def encoder_layer_parts(children: Children, layer: nn.Module, src: Tokens, masks
         *_attention("self-attention", module, layer.self_attn, src, src, masks),
         (module, "feed-forward", children.feed_forward(layer, prefix, src.batch * src.length, dtype)),
         (module, "norms", _norms(children, layer, ("norm1", "norm2"), prefix, src, dtype)),
-        (module, "residual additions", residual_work(src.elements) + residual_work(src.elements)),
+        (module, "residual additions", residual_work(2 * src.elements)),
     ]
 
 
@@ -63,8 +63,7 @@ def decoder_layer_parts(children: Children, layer: nn.Module, tgt: Tokens, memor
         *_attention("cross-attention", module, layer.multihead_attn, tgt, memory, cross_masks),
         (module, "feed-forward", children.feed_forward(layer, prefix, tgt.batch * tgt.length, dtype)),
         (module, "norms", _norms(children, layer, ("norm1", "norm2", "norm3"), prefix, tgt, dtype)),
-        (module, "residual additions", residual_work(tgt.elements) + residual_work(tgt.elements)
-         + residual_work(tgt.elements)),
+        (module, "residual additions", residual_work(3 * tgt.elements)),
     ]
 
 

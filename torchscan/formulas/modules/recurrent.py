@@ -53,11 +53,10 @@ def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
     """
     module = cast(nn.RNNBase, call.module)  # HANDLERS registers this formula for RNN, LSTM and GRU only
     source, state = _call_inputs(call)
-    data = source.data if isinstance(source, PackedSequence) else source
     if isinstance(source, PackedSequence):
-        steps = source.batch_sizes.shape[0]
+        data, steps = source.data, source.batch_sizes.shape[0]
     else:
-        steps = data.shape[1] if module.batch_first and data.dim() == 3 else data.shape[0]
+        data, steps = source, source.shape[1] if module.batch_first and source.dim() == 3 else source.shape[0]
     rows = prod(data.shape[:-1])
     kind = cell_kind(module)
     directions = 2 if module.bidirectional else 1

@@ -42,9 +42,7 @@ def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> Mapping[str, A
     if inputs.dim() == 0:
         return POINTWISE_SPATIAL
     start, end = module.start_dim % inputs.dim(), module.end_dim % inputs.dim()
-    if end <= start or end < FIRST_SPATIAL_DIM:
-        return POINTWISE_SPATIAL
-    return NO_SPATIAL_MEANING
+    return POINTWISE_SPATIAL if end <= start or end < FIRST_SPATIAL_DIM else NO_SPATIAL_MEANING
 
 
 def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> Mapping[str, Any]:

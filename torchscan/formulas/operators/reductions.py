@@ -34,9 +34,7 @@ def _softmax(family: str, dim_index: int = 1) -> CostFunction:
         source = args[0]
         dim = argument(args, kwargs, dim_index, "dim")
         length = source.shape[-1 if dim is None else dim] if source.dim() else 1
-        if length == 0:
-            return NO_WORK
-        return OpCost(source.numel() // length * per_slice(length))
+        return OpCost(source.numel() // length * per_slice(length)) if length else NO_WORK
     return cost
 
 
@@ -89,9 +87,7 @@ def _vector_norm(*, fixed_order: float | None = None) -> CostFunction:
         order = args[1] if len(args) > 1 else kwargs.get("ord", kwargs.get("p"))
         order = fixed_order if fixed_order is not None else 2 if order is None else order
         kind = operand_kind(args, kwargs, out)
-        if kind is None:
-            return None
-        return _grouped(lambda n: vector_norm_flops(order, n))(args[0], numel(out), kind)
+        return None if kind is None else _grouped(lambda n: vector_norm_flops(order, n))(args[0], numel(out), kind)
     return cost
 
 

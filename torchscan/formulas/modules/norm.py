@@ -35,6 +35,7 @@ from .linear import registered
 
 METHOD = "formula:norm"
 
+
 class NormWork(NamedTuple):
     """What one normalization call does, in element counts (a named tuple: one is built for every normalization
     call whose estimate is computed, and a frozen dataclass sets each field through ``object.__setattr__``)."""

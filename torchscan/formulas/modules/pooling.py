@@ -108,19 +108,13 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     }
 
 
-def estimate_adaptive_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m FLOPs per window (m - 1 additions, 1 division), windows sized by the adaptive rule."""
+def estimate_adaptive_pool(call: ModuleCall, dims: int, average: bool) -> dict[str, Any]:
+    """Windows sized by the adaptive rule: m FLOPs per window for an average (m - 1 additions, 1 division), m - 1
+    comparisons for a max."""
     inputs, output = call.argument(0, "input"), _pooled(call.output)
     reads = adaptive_pool_reads(inputs, list(output.shape[-dims:]))
-    return {"module_flops": _flops(reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
-            **_adaptive_spatial(inputs, output, dims)}
-
-
-def estimate_adaptive_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 comparisons per window, windows sized by the adaptive rule."""
-    inputs, output = call.argument(0, "input"), _pooled(call.output)
-    comparisons = max(adaptive_pool_reads(inputs, list(output.shape[-dims:])) - output.numel(), 0)
-    return {"module_flops": _flops(comparisons, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
+    flops = reads if average else max(reads - output.numel(), 0)
+    return {"module_flops": _flops(flops, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
             **_adaptive_spatial(inputs, output, dims)}
 
 
@@ -187,7 +181,7 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     module, inputs, output = cast(nn.Upsample, call.module), call.argument(0, "input"), call.output  # HANDLERS' class
     dims, mode = inputs.dim() - 2, module.mode
     if mode == "area":
-        return estimate_adaptive_avg_pool(call, dims)
+        return estimate_adaptive_pool(call, dims, average=True)
     if mode not in INTERPOLATION_TAPS:
         return dict.fromkeys(METRIC_UNITS)
     taps = INTERPOLATION_TAPS[mode] ** dims
@@ -247,8 +241,8 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     **_by_dimension(estimate_max_pool, "MaxPool"),
     **_by_dimension(estimate_avg_pool, "AvgPool"),
     **_by_dimension(estimate_lp_pool, "LPPool"),
-    **_by_dimension(estimate_adaptive_avg_pool, "AdaptiveAvgPool"),
-    **_by_dimension(estimate_adaptive_max_pool, "AdaptiveMaxPool"),
+    **_by_dimension(partial(estimate_adaptive_pool, average=True), "AdaptiveAvgPool"),
+    **_by_dimension(partial(estimate_adaptive_pool, average=False), "AdaptiveMaxPool"),
     **_by_dimension(estimate_fractional_max_pool, "FractionalMaxPool", (2, 3)),
     **_by_dimension(estimate_max_unpool, "MaxUnpool"),
     nn.Upsample: ModuleHandler(estimate_upsample, method=METHOD, memoize=True),

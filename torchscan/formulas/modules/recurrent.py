@@ -28,6 +28,7 @@ from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:recurrent"
 
+
 def cell_kind(module: nn.RNNBase | nn.RNNCellBase) -> CellKind:
     """The gate structure of a recurrent module or cell."""
     if isinstance(module, (nn.LSTM, nn.LSTMCell)):

@@ -2,11 +2,10 @@
 normalizations, pooling, interpolation, embeddings and losses.
 
 A backward kernel is priced for the arithmetic of its defining formula, with the conventions of the forward
-families (every operation 1 FLOP, a transcendental 1, a comparison 1, a selection free): an activation's
-backward per gradient element (`ACTIVATION_BACKWARD_FLOPS`), a softmax's per slice, a normalization's per element
-and per reduced group, scatter-style backwards (max pooling, embeddings) 1 accumulation per gradient element.
-Kernels whose ``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only.
-The dot-product backwards (convolution, attention, recurrent layers) are in :mod:`.backward_dense`.
+families (:mod:`..conventions`): an activation's backward per gradient element (`ACTIVATION_BACKWARD_FLOPS`), a
+softmax's per slice, a normalization's per element and per reduced group, scatter-style backwards (max pooling,
+embeddings) 1 accumulation per gradient element. Kernels whose ``output_mask`` says a gradient is not wanted are
+not charged for it. Real floating point only. The dot-product backwards are in :mod:`.backward_dense`.
 """
 
 from __future__ import annotations

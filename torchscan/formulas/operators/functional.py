@@ -67,12 +67,12 @@ def _bag_gather(args: tuple, kwargs: dict, out: Any) -> int:
     return _reads(args[1:], kwargs) + indices.numel() * row + _writes(out, 1)
 
 
-def _batch_norm_state(results: int, update_check: Callable[[tuple, dict], bool]) -> DmaRule:
+def _batch_norm_state(update_check: Callable[[tuple, dict], bool]) -> DmaRule:
     """Batch norm: inputs, parameters and running buffers read, the result written, and both running buffers
     written again when the kernel updates them in place."""
     def dmas(args: tuple, kwargs: dict, out: Any) -> int:
         updated = 2 * tensor_elements(args[3]) if update_check(args, kwargs) else 0
-        return _reads(args, kwargs) + _writes(out, results) + updated
+        return _reads(args, kwargs) + _writes(out, 1) + updated
     return dmas
 
 
@@ -115,12 +115,12 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
     aten._fused_rms_norm: _read_and_write(1),
     aten._weight_norm_interface: _read_and_write(1),
     aten.log_sigmoid_forward: _read_and_write(1),
-    aten.native_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten.cudnn_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten.miopen_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten._native_batch_norm_legit: _batch_norm_state(1, _legit_updates),
+    aten.native_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten.cudnn_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten.miopen_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten._native_batch_norm_legit: _batch_norm_state(_legit_updates),
     aten._native_batch_norm_legit_no_training: _read_and_write(1),
-    aten._batch_norm_with_update: _batch_norm_state(1, lambda args, kwargs: True),
+    aten._batch_norm_with_update: _batch_norm_state(lambda args, kwargs: True),
     aten._batch_norm_no_update: _read_and_write(1),
     aten._scaled_dot_product_flash_attention_for_cpu: _read_and_write(1),
     aten._scaled_dot_product_flash_attention: _read_and_write(1),

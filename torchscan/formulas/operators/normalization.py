@@ -1,9 +1,9 @@
 """Operator costs of normalization kernels: layer, group, RMS and batch norm.
 
-Per group of n elements: the module view's statistics and normalization steps
-(`.elementwise.norm_flops_per_group`), plus one operation per element for each affine parameter
-present. Batch norm uses batch statistics in training or without running buffers (plus the running-buffer update
-when the kernel makes one) and the running statistics otherwise. Real floating point only.
+Per group of n elements: the module view's statistics and normalization steps (`.elementwise.norm_flops_per_group`),
+plus one operation per element for each affine parameter present. Batch norm uses batch statistics in training or
+without running buffers (plus the running-buffer update when the kernel makes one) and the running statistics
+otherwise. Real floating point only.
 """
 
 from __future__ import annotations

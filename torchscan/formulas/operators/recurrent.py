@@ -1,6 +1,6 @@
 """Operator costs of recurrent kernels: oneDNN RNN layers and the fused LSTM/GRU cell kernels.
 
-A layer kernel is priced with the module view's per-step recurrent formula (:mod:`.recurrent`) over every
+A layer kernel is priced with the module view's per-step recurrent formula (:mod:`..conventions`) over every
 (step, sample) row; a fused cell kernel is the pointwise half of a cell whose gate matmuls ran separately. Real
 floating point only. Every packet here is a ``significant`` kernel.
 """

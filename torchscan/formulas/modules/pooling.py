@@ -63,32 +63,18 @@ def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> 
 
 # --- pooling -------------------------------------------------------------------------------------------------------
 
-def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 comparisons per window of m read elements; dilation spreads the taps."""
+def estimate_window_pool(call: ModuleCall, dims: int, average: bool) -> dict[str, Any]:
+    """Per window of m read elements: m - 1 comparisons for a max (dilation spreads its taps); m - 1 additions and
+    1 division for an average, whose ``count_include_pad`` and ``divisor_override`` only change the divisor."""
     module, inputs, pooled = call.module, call.argument(0, "input"), _pooled(call.output)
-    kernel, dilation = _per_dim(module.kernel_size, dims), _per_dim(module.dilation, dims)
+    kernel, dilation = _per_dim(module.kernel_size, dims), _per_dim(1 if average else module.dilation, dims)
     stride, padding = _per_dim(module.stride or module.kernel_size, dims), _per_dim(module.padding, dims)
     reads = window_pool_reads(inputs, pooled, dims, kernel, stride, padding, dilation)
     return {
-        "module_flops": _flops(max(reads - pooled.numel(), 0), inputs.dtype), "macs": 0,
+        "module_flops": _flops(reads if average else max(reads - pooled.numel(), 0), inputs.dtype), "macs": 0,
         "dmas": _copy_dmas(call),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation, strict=False)],
         "effective_stride": stride, "effective_padding": padding,
-    }
-
-
-def estimate_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 additions and 1 division per window of m read elements: m FLOPs per window.
-
-    ``count_include_pad`` and ``divisor_override`` only change the divisor, not the work.
-    """
-    module, inputs = call.module, call.argument(0, "input")
-    kernel, padding = _per_dim(module.kernel_size, dims), _per_dim(module.padding, dims)
-    stride = _per_dim(module.stride or module.kernel_size, dims)
-    reads = window_pool_reads(inputs, _pooled(call.output), dims, kernel, stride, padding, 1)
-    return {
-        "module_flops": _flops(reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
-        "receptive_field": kernel, "effective_stride": stride, "effective_padding": padding,
     }
 
 
@@ -238,8 +224,8 @@ def _padding_handlers() -> dict[type, ModuleHandler]:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    **_by_dimension(estimate_max_pool, "MaxPool"),
-    **_by_dimension(estimate_avg_pool, "AvgPool"),
+    **_by_dimension(partial(estimate_window_pool, average=False), "MaxPool"),
+    **_by_dimension(partial(estimate_window_pool, average=True), "AvgPool"),
     **_by_dimension(estimate_lp_pool, "LPPool"),
     **_by_dimension(partial(estimate_adaptive_pool, average=True), "AdaptiveAvgPool"),
     **_by_dimension(partial(estimate_adaptive_pool, average=False), "AdaptiveMaxPool"),

@@ -30,8 +30,7 @@ def _storage_root(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _moved(call: ModuleCall, spatial: Mapping[str, Any]) -> dict[str, Any]:
-    """No arithmetic; DMAs 0 for a view of the input (or the input itself), one read and one write per element for
-    a copy."""
+    """The fields of a call that moves elements without arithmetic, its DMAs as stated above."""
     inputs, output = call.argument(0, "input"), call.output
     dmas = 0 if _storage_root(output) is _storage_root(inputs) else inputs.numel() + output.numel()
     return {"module_flops": 0, "macs": 0, "dmas": dmas, **spatial}

@@ -1,10 +1,8 @@
 """Operator costs of the backward kernels of dot products: convolutions, fused attention and recurrent layers.
 
-MACs follow PyTorch's ``torch.utils.flop_counter`` wherever it has a formula (2 FLOPs per MAC is its count): a
-convolution's input and weight gradients each cost the forward's MACs; a fused attention backward recomputes
-the scores and runs four more products. The FLOPs add what the forward conventions also count: the bias gradient
-(a reduction), and inside attention the recomputed weights, the softmax backward, the scaling and dropout.
-Kernels whose ``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only;
+MACs follow PyTorch's ``torch.utils.flop_counter`` wherever it has a formula (2 FLOPs per MAC is its count); the
+FLOPs add what the forward conventions also count (each cost function below says what). Kernels whose
+``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only;
 every packet here is a ``significant`` kernel. (``mm``/``bmm``/``addmm`` are their own backward: a linear
 layer's gradients dispatch as matmuls, counted by :mod:`.dense`.)
 """

@@ -99,11 +99,10 @@ def composed_width(step: torch.Tensor | None, layers: int, length: int, idempote
     """
     if step is None or idempotent or layers <= 1:
         return widest(step, length), True
-    cost = (step.shape[0] if step.dim() == 3 else 1) * length ** 3
+    if (step.shape[0] if step.dim() == 3 else 1) * length ** 3 > budget:
+        return widest(step, length), False
     reach, dense = step, step.float()
     for _ in range(layers - 1):
-        if cost > budget:
-            return widest(reach, length), False
         grown = torch.matmul(reach.float(), dense) > 0
         if torch.equal(grown, reach):
             break

@@ -238,16 +238,14 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
 }
 
 
-_LP_POOL = ("aten.pow", "aten.sign", "aten.abs", "aten.relu", "aten.mul")
-
-
 def _operators_of(module_type: type) -> tuple[str, ...]:
     """The aten operators that the formula of one pooling, resampling, shuffling or padding class describes."""
     name = module_type.__name__
     prefix, dims = (name[:-2], name[-2]) if name.endswith("d") and name[-2].isdigit() else (name, "2")
     return {"MaxPool": (f"aten.max_pool{dims}d_with_indices", f"aten.max_pool{dims}d", "aten.max_pool2d_with_indices"),
             "AvgPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d"),
-            "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", *_LP_POOL),
+            "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", "aten.pow", "aten.sign", "aten.abs", "aten.relu",
+                       "aten.mul"),
             "AdaptiveAvgPool": ("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.mean"),
             "AdaptiveMaxPool": ("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d"),
             "FractionalMaxPool": (f"aten.fractional_max_pool{dims}d",),

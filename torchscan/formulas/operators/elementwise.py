@@ -89,9 +89,8 @@ def norm_flops_per_group(n: int, *, centered: bool) -> int:
     Centered (layer, group, instance, training batch norm): mean, variance, normalize per element, plus
     ``rsqrt(var + eps)`` per group. Not centered (RMS norm): square and mean per element, scale per element.
     """
-    if centered:
-        return (MEAN_FLOPS + VARIANCE_FLOPS + NORMALIZE_FLOPS) * n + GROUP_FLOPS
-    return RMS_FLOPS * n + GROUP_FLOPS
+    per_element = MEAN_FLOPS + VARIANCE_FLOPS + NORMALIZE_FLOPS if centered else RMS_FLOPS
+    return per_element * n + GROUP_FLOPS
 
 
 def interpolation_flops(taps: int) -> int:

@@ -108,20 +108,6 @@ def attention_dmas(a: AttentionShape) -> int:
 # --- one native call ------------------------------------------------------------------------------------------
 
 
-def _mask_counts(masks: Masks) -> dict[str, int]:
-    present = [mask for mask in masks if mask is not None]
-    return {"additive_masks": sum(mask.is_floating_point() for mask in present),
-            "mask_elements": sum(mask.numel() for mask in present)}
-
-
-def attention_shape(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
-                    masks: Masks, weights: str = "none") -> AttentionShape:
-    return AttentionShape(
-        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
-        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
-        extra_keys=int(mha.bias_k is not None) + int(mha.add_zero_attn), weights=weights, **_mask_counts(masks))
-
-
 def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
                     masks: Masks, weights: str = "none") -> list[tuple[str, Work]]:
     """One native attention call, as the projections and the scores with their weighted sum; the projections carry
@@ -129,7 +115,13 @@ def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, k
     are not counted)."""
     if not is_native(mha, nn.MultiheadAttention):
         return [("attention", UNKNOWN)]
-    shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
+    present = [mask for mask in masks if mask is not None]
+    shape = AttentionShape(
+        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
+        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
+        extra_keys=int(mha.bias_k is not None) + int(mha.add_zero_attn), weights=weights,
+        additive_masks=sum(mask.is_floating_point() for mask in present),
+        mask_elements=sum(mask.numel() for mask in present))
     parts = [("projections", Work(projection_flops(shape), projection_macs(shape), attention_dmas(shape))),
              ("scores and weighted sum", Work(score_flops(shape), score_macs(shape)))]
     return [(name, work.at_least(SUMMABLE) if shape.extra_keys else work) for name, work in parts]

@@ -1,11 +1,9 @@
 """Operator costs of fused attention kernels: scaled dot-product attention, native multi-head attention, and the
 fused Transformer encoder layer.
 
-Attention is priced over the full score matrix (a causal or boolean mask is a free selection): QK^T and
-weights . V are the MACs; scaling, an additive mask, softmax and training dropout add FLOPs. The fused module
-kernels add their projections, layer norms, activation and residual additions, read from the weights' shapes.
-Real floating point only; nested (padded-batch) input is priced by the fused encoder layer, not by the attention
-kernels. Every packet here is a ``significant`` kernel.
+Attention is priced by `attention_cost`; the fused module kernels add their projections, layer norms, activation
+and residual additions, read from the weights' shapes. Real floating point only; nested (padded-batch) input is
+priced by the fused encoder layer, not by the attention kernels. Every packet here is a ``significant`` kernel.
 """
 
 from __future__ import annotations

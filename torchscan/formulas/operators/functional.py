@@ -139,8 +139,7 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
 
 
 def _estimator(cost: CostFunction, dmas: DmaRule) -> FunctionalEstimator:
-    """``(flops, macs, dmas)`` from a cost function and a DMA rule; ``None`` when the call is not vouched for
-    (an unjustified dtype, or arguments the formula does not understand)."""
+    """``(flops, macs, dmas)`` from a cost function and a DMA rule, or ``None`` for a call it cannot vouch for."""
     def estimate(args: tuple, kwargs: dict, out: Any) -> Estimate | None:
         try:
             work = cost(args, kwargs, out)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
+from typing import Any
 
 # --- activations and softmax ------------------------------------------------------------------------------------
 
@@ -100,19 +102,15 @@ class CellKind:
 
 
 def rnn_cell_kind(nonlinearity: str) -> CellKind:
-    # h' = act(W_ih x + W_hh h): 1 sum of the two products + the activation
+    """h' = act(W_ih x + W_hh h): 1 sum of the two products + the activation."""
     return CellKind(gates=1, pointwise_flops=1 + FLOPS_PER_ELEMENT[nonlinearity])
 
 
-def lstm_cell_kind() -> CellKind:
-    # 4 sums of gate products; sigmoid for i, f, o and tanh for g; c' = f*c + i*g (3); h' = o * tanh(c') (2)
-    return CellKind(gates=4, pointwise_flops=4 + 3 * SIGMOID + TANH + 3 + TANH + 1)
-
-
-def gru_cell_kind() -> CellKind:
-    # r, z: 1 sum each; n = tanh(W_in x + r * (W_hn h)): 1 multiply + 1 sum; sigmoid for r, z, tanh for n;
-    # h' = (1 - z) * n + z * h: 4
-    return CellKind(gates=3, pointwise_flops=2 + 2 + 2 * SIGMOID + TANH + 4)
+#: 4 sums of gate products; sigmoid for i, f, o and tanh for g; c' = f*c + i*g (3); h' = o * tanh(c') (2).
+LSTM_CELL = CellKind(gates=4, pointwise_flops=4 + 3 * SIGMOID + TANH + 3 + TANH + 1)
+#: r, z: 1 sum each; n = tanh(W_in x + r * (W_hn h)): 1 multiply + 1 sum; sigmoid for r, z, tanh for n;
+#: h' = (1 - z) * n + z * h: 4.
+GRU_CELL = CellKind(gates=3, pointwise_flops=2 + 2 + 2 * SIGMOID + TANH + 4)
 
 
 def step_macs(kind: CellKind, input_size: int, hidden_size: int, state_size: int, proj_size: int = 0) -> int:
@@ -142,3 +140,34 @@ def window_reads(length: int, outputs: int, kernel: int, stride: int, padding: i
 def adaptive_windows(length: int, outputs: int) -> list[int]:
     """Window sizes of PyTorch's adaptive rule: [floor(i * L / O), ceil((i + 1) * L / O))."""
     return [-(-(index + 1) * length // outputs) - index * length // outputs for index in range(outputs)]
+
+
+def _per_dim(value: Any, dims: int, default: list[int]) -> list[int]:
+    """A pooling argument as one value per spatial dimension (an empty list means ``default``)."""
+    if value is None or (isinstance(value, (tuple, list)) and not value):
+        return default
+    values = [value] if isinstance(value, int) else list(value)
+    return values * dims if len(values) == 1 else values
+
+
+def window_pool_reads(source: Any, pooled: Any, dims: int, kernel_size: Any, stride: Any, padding: Any,
+                      dilation: Any) -> int:
+    """Elements read by every sliding window of a pooling from ``source`` to ``pooled`` (padding excluded,
+    dilation followed); windows along different dimensions are independent, so the sum is a product."""
+    kernel = _per_dim(kernel_size, dims, [])
+    strides = _per_dim(stride, dims, kernel)
+    paddings = _per_dim(padding, dims, [0] * dims)
+    dilations = _per_dim(dilation, dims, [1] * dims)
+    spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, strides, paddings, dilations, strict=False)
+    per_dim = [window_reads(*window) for window in spatial]
+    windows = pooled.numel()
+    leading = windows // prod(pooled.shape[-dims:]) if windows else 0
+    return leading * prod(per_dim)
+
+
+def adaptive_pool_reads(source: Any, output_size: list[int]) -> int:
+    """Elements read by every adaptive window (they are separable: summed exactly per dimension)."""
+    spatial = list(source.shape[-len(output_size):])
+    leading = source.numel() // prod(spatial) if prod(spatial) else 0
+    return leading * prod(sum(adaptive_windows(size, target)) for size, target in zip(spatial, output_size,
+                                                                                       strict=False))

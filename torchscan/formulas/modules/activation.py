@@ -2,7 +2,8 @@
 
 Activations are elementwise (or, for the softmax family, a reduction along one dimension), so they do no dot
 products: MACs are 0 and their cost shows in FLOPs and DMAs. FLOP counts follow one table,
-`FLOPS_PER_ELEMENT` in :mod:`..conventions`, which the recurrent formulas and the operator view share.
+`FLOPS_PER_ELEMENT` in :mod:`..conventions`, which the recurrent formulas and the operator view share. They are
+written for real floating-point tensors: other dtypes get no guessed count.
 """
 
 from __future__ import annotations
@@ -55,14 +56,9 @@ SOFTMAX_KEYS: dict[type[nn.Module], str] = {
 #: The classes `SOFTMAX_KEYS` registers the softmax formula for.
 SoftmaxModule = nn.Softmax | nn.Softmax2d | nn.LogSoftmax | nn.Softmin
 
-def _flops_or_unavailable(flops: int, tensor: torch.Tensor) -> int | None:
-    """The formulas are written for real floating-point tensors; other dtypes get no guessed count."""
-    if tensor.is_floating_point():
-        return flops
-    return None
-
 
 def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
+    """The table key of the closest class in the module's MRO."""
     for klass in type(module).__mro__:
         key = keys.get(klass)
         if key is not None:
@@ -70,22 +66,15 @@ def _closest_key(module: nn.Module, keys: dict[type[nn.Module], Any]) -> str:
     raise KeyError(f"{type(module).__qualname__} has no activation formula")
 
 
-def elementwise_key(module: nn.Module) -> str:
-    """The `FLOPS_PER_ELEMENT` key of an elementwise activation module (closest class in its MRO)."""
-    return _closest_key(module, ELEMENTWISE_KEYS)
+def _estimates(source: torch.Tensor, flops: int, dmas: int) -> ModuleEstimates:
+    return {"module_flops": flops if source.is_floating_point() else None, "macs": 0, "dmas": dmas, **POINTWISE}
 
 
 def estimate_elementwise(call: ModuleCall) -> ModuleEstimates:
     """FLOPs per output element from the table; DMAs read the input, write the output, read PReLU's slopes."""
     source, result = call.argument(0, "input"), call.output
-    parameters = own_parameter_elements(call.module)
-    flops = FLOPS_PER_ELEMENT[elementwise_key(call.module)] * result.numel()
-    return {
-        "module_flops": _flops_or_unavailable(flops, source),
-        "macs": 0,
-        "dmas": source.numel() + parameters + result.numel(),
-        **POINTWISE,
-    }
+    flops = FLOPS_PER_ELEMENT[_closest_key(call.module, ELEMENTWISE_KEYS)] * result.numel()
+    return _estimates(source, flops, source.numel() + own_parameter_elements(call.module) + result.numel())
 
 
 def softmax_dim(module: SoftmaxModule, ndim: int) -> int:
@@ -105,12 +94,7 @@ def estimate_softmax(call: ModuleCall) -> ModuleEstimates:
     length = shape[softmax_dim(module, len(shape))] if shape else 1
     slices = prod(shape) // length if length else 0
     flops = slices * FLOPS_PER_SLICE[_closest_key(module, SOFTMAX_KEYS)](length) if length else 0
-    return {
-        "module_flops": _flops_or_unavailable(flops, source),
-        "macs": 0,
-        "dmas": source.numel() + call.output.numel(),
-        **POINTWISE,
-    }
+    return _estimates(source, flops, source.numel() + call.output.numel())
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {

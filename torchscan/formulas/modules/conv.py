@@ -35,18 +35,7 @@ def left_padding(module: _ConvNd) -> list[int]:
     if padding == "same":
         return [dilation * (kernel - 1) // 2
                 for kernel, dilation in zip(module.kernel_size, module.dilation, strict=True)]
-    return list(numeric_padding(module))
-
-
-def numeric_padding(module: _ConvNd) -> tuple[int, ...]:
-    """``padding`` other than the two strings PyTorch accepts (`left_padding` reads those; a transposed
-    convolution accepts none): one number per spatial dimension."""
-    return cast(tuple[int, ...], module.padding)
-
-
-def _convolution(call: ModuleCall) -> _ConvNd:
-    """The called module: ``HANDLERS`` registers these formulas for PyTorch's convolution classes only."""
-    return cast(_ConvNd, call.module)
+    return list(cast(tuple[int, ...], padding))  # one number per spatial dimension
 
 
 def transposed_window(kernel_span: int, stride: int, padding: int) -> tuple[int, float | int, float | int | None]:
@@ -73,7 +62,7 @@ def _dmas(call: ModuleCall) -> int:
 
 def estimate_conv(call: ModuleCall) -> dict[str, Any]:
     """Direct convolution; padded positions are multiplied like any other (the dense convention)."""
-    module, output = _convolution(call), call.output
+    module, output = cast(_ConvNd, call.module), call.output  # HANDLERS registers it for convolutions only
     macs = output.numel() * (module.in_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
     return {
@@ -89,10 +78,11 @@ def estimate_conv_transpose(call: ModuleCall) -> dict[str, Any]:
 
     Output positions that no input reaches (``output_padding``) still receive the bias.
     """
-    module, inputs, output = _convolution(call), call.argument(0, "input"), call.output
+    module, inputs, output = cast(_ConvNd, call.module), call.argument(0, "input"), call.output
     macs = inputs.numel() * (module.out_channels // module.groups) * prod(module.kernel_size)
     bias_adds = output.numel() if registered(module, "bias") is not None else 0
-    per_dimension = zip(module.kernel_size, module.dilation, module.stride, numeric_padding(module), strict=True)
+    padding = cast(tuple[int, ...], module.padding)  # a transposed convolution accepts no padding string
+    per_dimension = zip(module.kernel_size, module.dilation, module.stride, padding, strict=True)
     windows = [transposed_window(effective_kernel(k, d), s, p) for k, d, s, p in per_dimension]
     offsets = [offset for _, _, offset in windows]
     return {

@@ -13,7 +13,8 @@ from typing import Any, cast
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS, Incomplete
+from ...results import POINTWISE_SPATIAL, Incomplete
+from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:embedding"
 
@@ -61,7 +62,7 @@ def _bag_spatial(indices: Any) -> dict[str, Any]:
     if indices.dim() == 2:
         tokens = indices.shape[1]
         return {"receptive_field": tokens, "effective_stride": tokens, "effective_padding": 0}
-    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
+    return dict(NO_SPATIAL_MEANING)
 
 
 def _skipping_padding_idx(estimates: dict[str, Any], mode: str, outputs: int, known_dmas: int) -> dict[str, Any]:
@@ -83,13 +84,11 @@ def estimate_embedding_bag(call: ModuleCall) -> dict[str, Any]:
     indices = call.argument(0, "input")
     offsets, weights = call.argument(1, "offsets", None), call.argument(2, "per_sample_weights", None)
     elements = indices.numel() * module.embedding_dim
-    flops: int | None
     flops, macs = _bag_work(module.mode, elements, output.numel(), weights is not None)
-    if not output.dtype.is_floating_point:
-        flops = None
     known_dmas = indices.numel() + sum(extra.numel() for extra in (offsets, weights) if extra is not None)
     known_dmas += output.numel()
-    estimates = {"module_flops": flops, "macs": macs, "dmas": known_dmas + elements, **_bag_spatial(indices)}
+    estimates = {"module_flops": flops if output.dtype.is_floating_point else None, "macs": macs,
+                 "dmas": known_dmas + elements, **_bag_spatial(indices)}
     if module.padding_idx is not None:
         estimates = _skipping_padding_idx(estimates, module.mode, output.numel(), known_dmas)
     return _renormalized(estimates) if module.max_norm is not None else estimates

@@ -29,9 +29,7 @@ def dense_work(macs: int, bias_adds: int, dtype: torch.dtype, dmas: int) -> Modu
     if dtype.is_complex:
         real_macs = COMPLEX_MAC_REAL_MACS * macs
         return {"module_flops": 2 * real_macs + COMPLEX_ADD_REAL_FLOPS * bias_adds, "macs": real_macs, "dmas": dmas}
-    if dtype.is_floating_point:
-        return {"module_flops": 2 * macs + bias_adds, "macs": macs, "dmas": dmas}
-    return {"module_flops": None, "macs": macs, "dmas": dmas}
+    return {"module_flops": 2 * macs + bias_adds if dtype.is_floating_point else None, "macs": macs, "dmas": dmas}
 
 
 def registered(module: nn.Module, name: str) -> torch.Tensor | None:

@@ -35,6 +35,7 @@ from .linear import registered
 
 METHOD = "formula:norm"
 
+
 class NormWork(NamedTuple):
     """What one normalization call does, in element counts (a named tuple: one is built for every normalization
     call whose estimate is computed, and a frozen dataclass sets each field through ``object.__setattr__``)."""
@@ -54,10 +55,6 @@ class NormWork(NamedTuple):
         return 2 * self.elements + self.state_reads + self.state_writes
 
 
-def _numel(tensor: torch.Tensor | None) -> int:
-    return 0 if tensor is None else tensor.numel()
-
-
 def standardize_flops(batch_statistics: bool, affine_ops: int) -> int:
     """Per element: statistics (when computed from the input), normalization, then the affine ops."""
     statistics = MEAN_FLOPS + VARIANCE_FLOPS if batch_statistics else 0
@@ -70,7 +67,8 @@ def _affine_ops(module: nn.Module) -> int:
 
 
 def _affine_reads(module: nn.Module) -> int:
-    return _numel(registered(module, "weight")) + _numel(registered(module, "bias"))
+    return sum(tensor.numel() for tensor in (registered(module, "weight"), registered(module, "bias"))
+               if tensor is not None)
 
 
 def _groups(elements: int, group_size: int) -> int:
@@ -113,6 +111,7 @@ def estimate_batch_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
+BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 INSTANCE_NORM_SPATIAL_DIMS: dict[type[nn.Module], int] = {
     nn.InstanceNorm1d: 1,
     nn.InstanceNorm2d: 2,
@@ -147,42 +146,30 @@ def estimate_instance_norm(call: ModuleCall) -> ModuleEstimates:
     return _estimates(work, source)
 
 
+def _per_group(module: nn.Module, source: torch.Tensor, group_size: int, per_element_flops: int) -> ModuleEstimates:
+    """Statistics computed per group of ``group_size`` elements, then the module's optional weight and bias."""
+    elements = source.numel()
+    work = NormWork(elements, per_element_flops, _groups(elements, group_size), _affine_reads(module))
+    return _estimates(work, source)
+
+
 def estimate_layer_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics over the trailing ``normalized_shape`` dimensions; optional weight and bias."""
     module, source = cast(nn.LayerNorm, call.module), call.argument(0, "input")
-    work = NormWork(
-        elements=source.numel(),
-        per_element_flops=standardize_flops(True, _affine_ops(module)),
-        groups=_groups(source.numel(), prod(module.normalized_shape)),
-        state_reads=_affine_reads(module),
-    )
-    return _estimates(work, source)
+    return _per_group(module, source, prod(module.normalized_shape), standardize_flops(True, _affine_ops(module)))
 
 
 def estimate_group_norm(call: ModuleCall) -> ModuleEstimates:
     """Statistics per (sample, group of channels) over those channels and all spatial positions."""
     module, source = cast(nn.GroupNorm, call.module), call.argument(0, "input")
-    shape = tuple(source.shape)
-    group_size = module.num_channels // module.num_groups * prod(shape[2:])
-    work = NormWork(
-        elements=source.numel(),
-        per_element_flops=standardize_flops(True, _affine_ops(module)),
-        groups=_groups(source.numel(), group_size),
-        state_reads=_affine_reads(module),
-    )
-    return _estimates(work, source)
+    group_size = module.num_channels // module.num_groups * prod(source.shape[2:])
+    return _per_group(module, source, group_size, standardize_flops(True, _affine_ops(module)))
 
 
 def estimate_rms_norm(call: ModuleCall) -> ModuleEstimates:
     """x * rsqrt(mean(x^2) + eps) (* weight): no mean subtraction, no bias."""
     module, source = cast(nn.RMSNorm, call.module), call.argument(0, "x")
-    work = NormWork(
-        elements=source.numel(),
-        per_element_flops=RMS_FLOPS + _affine_ops(module),
-        groups=_groups(source.numel(), prod(module.normalized_shape)),
-        state_reads=_affine_reads(module),
-    )
-    return _estimates(work, source)
+    return _per_group(module, source, prod(module.normalized_shape), RMS_FLOPS + _affine_ops(module))
 
 
 def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
@@ -196,8 +183,7 @@ def estimate_local_response_norm(call: ModuleCall) -> ModuleEstimates:
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    **{klass: ModuleHandler(estimate_batch_norm, method=METHOD, memoize=True)
-       for klass in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)},
+    **{klass: ModuleHandler(estimate_batch_norm, method=METHOD, memoize=True) for klass in BATCH_NORMS},
     **{klass: ModuleHandler(estimate_instance_norm, method=METHOD, memoize=True)
        for klass in INSTANCE_NORM_SPATIAL_DIMS},
     nn.LayerNorm: ModuleHandler(estimate_layer_norm, method=METHOD, memoize=True),
@@ -212,8 +198,7 @@ _BATCH_NORM = ("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten.
 #: The aten operators that each formula describes (see `torchscan.inheritance`); RMS and local
 #: response norms decompose into elementwise steps on CPU and meta.
 OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
-    **{klass: _BATCH_NORM for klass in (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)},
-    **{klass: _BATCH_NORM for klass in INSTANCE_NORM_SPATIAL_DIMS},
+    **dict.fromkeys((*BATCH_NORMS, *INSTANCE_NORM_SPATIAL_DIMS), _BATCH_NORM),
     nn.LayerNorm: ("aten.native_layer_norm",),
     nn.GroupNorm: ("aten.native_group_norm",),
     nn.RMSNorm: ("aten._fused_rms_norm", "aten.pow", "aten.mean", "aten.add", "aten.add_", "aten.rsqrt", "aten.mul"),

@@ -19,7 +19,7 @@ from torch import nn
 from ...handlers import ModuleCall, ModuleHandler
 from ...results import METRIC_UNITS
 from ...values import tensor_elements
-from ..conventions import adaptive_windows, window_reads
+from ..conventions import adaptive_pool_reads, adaptive_windows, window_pool_reads
 from .conv import effective_kernel, exact_ratio, transposed_window
 
 METHOD = "formula:pooling"
@@ -51,26 +51,6 @@ def _copy_dmas(call: ModuleCall) -> int:
 
 # --- window geometry -----------------------------------------------------------------------------------------------
 
-def _leading_elements(tensor: torch.Tensor, dims: int) -> int:
-    """Batch times channels: everything but the last ``dims`` spatial dimensions."""
-    return prod(tensor.shape[:-dims])
-
-
-def _sliding_reads(call: ModuleCall, dims: int, kernel: list[int], stride: list[int], padding: list[int],
-                   dilation: list[int]) -> int:
-    inputs, output = call.argument(0, "input"), _pooled(call.output)
-    per_dim = [window_reads(length, outputs, *window) for length, outputs, window in
-               zip(inputs.shape[-dims:], output.shape[-dims:], zip(kernel, stride, padding, dilation, strict=False),
-                   strict=False)]
-    return _leading_elements(output, dims) * prod(per_dim)
-
-
-def _adaptive_reads(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> int:
-    per_dim = [sum(adaptive_windows(length, outputs))
-               for length, outputs in zip(inputs.shape[-dims:], output.shape[-dims:], strict=True)]
-    return _leading_elements(output, dims) * prod(per_dim)
-
-
 def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> dict[str, Any]:
     """Largest window and mean step L / O: exact when O divides L, a stated convention otherwise."""
     pairs = list(zip(inputs.shape[-dims:], output.shape[-dims:], strict=True))
@@ -83,33 +63,18 @@ def _adaptive_spatial(inputs: torch.Tensor, output: torch.Tensor, dims: int) -> 
 
 # --- pooling -------------------------------------------------------------------------------------------------------
 
-def estimate_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 comparisons per window of m read elements; dilation spreads the taps."""
-    module = call.module
-    kernel, dilation = _per_dim(module.kernel_size, dims), _per_dim(module.dilation, dims)
+def estimate_window_pool(call: ModuleCall, dims: int, average: bool) -> dict[str, Any]:
+    """Per window of m read elements: m - 1 comparisons for a max (dilation spreads its taps); m - 1 additions and
+    1 division for an average, whose ``count_include_pad`` and ``divisor_override`` only change the divisor."""
+    module, inputs, pooled = call.module, call.argument(0, "input"), _pooled(call.output)
+    kernel, dilation = _per_dim(module.kernel_size, dims), _per_dim(1 if average else module.dilation, dims)
     stride, padding = _per_dim(module.stride or module.kernel_size, dims), _per_dim(module.padding, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, padding, dilation)
-    windows = _pooled(call.output).numel()
+    reads = window_pool_reads(inputs, pooled, dims, kernel, stride, padding, dilation)
     return {
-        "module_flops": _flops(max(reads - windows, 0), call.argument(0, "input").dtype), "macs": 0,
+        "module_flops": _flops(reads if average else max(reads - pooled.numel(), 0), inputs.dtype), "macs": 0,
         "dmas": _copy_dmas(call),
         "receptive_field": [effective_kernel(k, d) for k, d in zip(kernel, dilation, strict=False)],
         "effective_stride": stride, "effective_padding": padding,
-    }
-
-
-def estimate_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 additions and 1 division per window of m read elements: m FLOPs per window.
-
-    ``count_include_pad`` and ``divisor_override`` only change the divisor, not the work.
-    """
-    module = call.module
-    kernel, padding = _per_dim(module.kernel_size, dims), _per_dim(module.padding, dims)
-    stride = _per_dim(module.stride or module.kernel_size, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, padding, [1] * dims)
-    return {
-        "module_flops": _flops(reads, call.argument(0, "input").dtype), "macs": 0, "dmas": _copy_dmas(call),
-        "receptive_field": kernel, "effective_stride": stride, "effective_padding": padding,
     }
 
 
@@ -122,25 +87,20 @@ def estimate_lp_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
     module, inputs = call.module, call.argument(0, "input")
     kernel = _per_dim(module.kernel_size, dims)
     stride = _per_dim(module.stride or module.kernel_size, dims)
-    reads = _sliding_reads(call, dims, kernel, stride, [0] * dims, [1] * dims)
+    reads = window_pool_reads(inputs, _pooled(call.output), dims, kernel, stride, 0, 1)
     return {
         "module_flops": _flops(inputs.numel() + reads, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
         "receptive_field": kernel, "effective_stride": stride, "effective_padding": [0] * dims,
     }
 
 
-def estimate_adaptive_avg_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m FLOPs per window (m - 1 additions, 1 division), windows sized by the adaptive rule."""
+def estimate_adaptive_pool(call: ModuleCall, dims: int, average: bool) -> dict[str, Any]:
+    """Windows sized by the adaptive rule: m FLOPs per window for an average (m - 1 additions, 1 division), m - 1
+    comparisons for a max."""
     inputs, output = call.argument(0, "input"), _pooled(call.output)
-    return {"module_flops": _flops(_adaptive_reads(inputs, output, dims), inputs.dtype), "macs": 0,
-            "dmas": _copy_dmas(call), **_adaptive_spatial(inputs, output, dims)}
-
-
-def estimate_adaptive_max_pool(call: ModuleCall, dims: int) -> dict[str, Any]:
-    """m - 1 comparisons per window, windows sized by the adaptive rule."""
-    inputs, output = call.argument(0, "input"), _pooled(call.output)
-    comparisons = max(_adaptive_reads(inputs, output, dims) - output.numel(), 0)
-    return {"module_flops": _flops(comparisons, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
+    reads = adaptive_pool_reads(inputs, list(output.shape[-dims:]))
+    flops = reads if average else max(reads - output.numel(), 0)
+    return {"module_flops": _flops(flops, inputs.dtype), "macs": 0, "dmas": _copy_dmas(call),
             **_adaptive_spatial(inputs, output, dims)}
 
 
@@ -207,7 +167,7 @@ def estimate_upsample(call: ModuleCall) -> dict[str, Any]:
     module, inputs, output = cast(nn.Upsample, call.module), call.argument(0, "input"), call.output  # HANDLERS' class
     dims, mode = inputs.dim() - 2, module.mode
     if mode == "area":
-        return estimate_adaptive_avg_pool(call, dims)
+        return estimate_adaptive_pool(call, dims, average=True)
     if mode not in INTERPOLATION_TAPS:
         return dict.fromkeys(METRIC_UNITS)
     taps = INTERPOLATION_TAPS[mode] ** dims
@@ -253,28 +213,22 @@ def estimate_padding(call: ModuleCall) -> dict[str, Any]:
 # --- registration --------------------------------------------------------------------------------------------------
 
 def _by_dimension(estimate: Any, prefix: str, dimensions: tuple[int, ...] = (1, 2, 3)) -> dict[type, ModuleHandler]:
-    """One handler per ``<prefix>1d/2d/3d`` class this PyTorch version has."""
-    handlers = {}
-    for dims in dimensions:
-        module_type = getattr(nn, f"{prefix}{dims}d", None)
-        if module_type is not None:
-            handlers[module_type] = ModuleHandler(partial(estimate, dims=dims), method=METHOD, memoize=True)
-    return handlers
+    """One handler per ``<prefix>1d/2d/3d`` class."""
+    return {getattr(nn, f"{prefix}{dims}d"): ModuleHandler(partial(estimate, dims=dims), method=METHOD, memoize=True)
+            for dims in dimensions}
 
 
 def _padding_handlers() -> dict[type, ModuleHandler]:
-    names = [f"{kind}Pad{dims}d" for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular")
-             for dims in (1, 2, 3)]
-    return {getattr(nn, name): ModuleHandler(estimate_padding, method=METHOD, memoize=True)
-            for name in names if hasattr(nn, name)}
+    return {getattr(nn, f"{kind}Pad{dims}d"): ModuleHandler(estimate_padding, method=METHOD, memoize=True)
+            for kind in ("Zero", "Constant", "Reflection", "Replication", "Circular") for dims in (1, 2, 3)}
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
-    **_by_dimension(estimate_max_pool, "MaxPool"),
-    **_by_dimension(estimate_avg_pool, "AvgPool"),
+    **_by_dimension(partial(estimate_window_pool, average=False), "MaxPool"),
+    **_by_dimension(partial(estimate_window_pool, average=True), "AvgPool"),
     **_by_dimension(estimate_lp_pool, "LPPool"),
-    **_by_dimension(estimate_adaptive_avg_pool, "AdaptiveAvgPool"),
-    **_by_dimension(estimate_adaptive_max_pool, "AdaptiveMaxPool"),
+    **_by_dimension(partial(estimate_adaptive_pool, average=True), "AdaptiveAvgPool"),
+    **_by_dimension(partial(estimate_adaptive_pool, average=False), "AdaptiveMaxPool"),
     **_by_dimension(estimate_fractional_max_pool, "FractionalMaxPool", (2, 3)),
     **_by_dimension(estimate_max_unpool, "MaxUnpool"),
     nn.Upsample: ModuleHandler(estimate_upsample, method=METHOD, memoize=True),
@@ -284,30 +238,26 @@ HANDLERS: dict[type[nn.Module], ModuleHandler] = {
 }
 
 
-_LP_POOL = ("aten.pow", "aten.sign", "aten.abs", "aten.relu", "aten.mul")
-
-
 def _operators_of(module_type: type) -> tuple[str, ...]:
     """The aten operators that the formula of one pooling, resampling, shuffling or padding class describes."""
     name = module_type.__name__
-    dims = name[-2] if name.endswith("d") and name[-2].isdigit() else "2"
-    pools = {"MaxPool": (f"aten.max_pool{dims}d_with_indices", f"aten.max_pool{dims}d", "aten.max_pool2d_with_indices"),
-             "AvgPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d"),
-             "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", *_LP_POOL),
-             "AdaptiveAvgPool": ("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.mean"),
-             "AdaptiveMaxPool": ("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d"),
-             "FractionalMaxPool": (f"aten.fractional_max_pool{dims}d",),
-             "MaxUnpool": ("aten.max_unpool2d", "aten.max_unpool3d"),
-             "Upsample": ("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d",
-                          "aten.upsample_bicubic2d", "aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa")}
-    moves = {"PixelShuffle": ("aten.pixel_shuffle",), "PixelUnshuffle": ("aten.pixel_unshuffle",),
-             "ZeroPad": ("aten.constant_pad_nd",), "ConstantPad": ("aten.constant_pad_nd",),
-             "ReflectionPad": (f"aten.reflection_pad{dims}d",), "ReplicationPad": (f"aten.replication_pad{dims}d",),
-             "CircularPad": ("aten._pad_circular", "aten.cat", "aten.slice", "aten.copy_")}
-    prefix = name[:-2] if name.endswith("d") and name[-2].isdigit() else name
-    nearest = ("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
-               "aten._upsample_nearest_exact2d") if prefix == "Upsample" else ()
-    return pools.get(prefix, ()) + moves.get(prefix, ()) + nearest
+    prefix, dims = (name[:-2], name[-2]) if name.endswith("d") and name[-2].isdigit() else (name, "2")
+    return {"MaxPool": (f"aten.max_pool{dims}d_with_indices", f"aten.max_pool{dims}d", "aten.max_pool2d_with_indices"),
+            "AvgPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d"),
+            "LPPool": (f"aten.avg_pool{dims}d", "aten.avg_pool2d", "aten.pow", "aten.sign", "aten.abs", "aten.relu",
+                       "aten.mul"),
+            "AdaptiveAvgPool": ("aten._adaptive_avg_pool2d", "aten._adaptive_avg_pool3d", "aten.mean"),
+            "AdaptiveMaxPool": ("aten.adaptive_max_pool2d", "aten.adaptive_max_pool3d"),
+            "FractionalMaxPool": (f"aten.fractional_max_pool{dims}d",),
+            "MaxUnpool": ("aten.max_unpool2d", "aten.max_unpool3d"),
+            "Upsample": ("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d",
+                         "aten.upsample_bicubic2d", "aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa",
+                         "aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
+                         "aten._upsample_nearest_exact2d"),
+            "PixelShuffle": ("aten.pixel_shuffle",), "PixelUnshuffle": ("aten.pixel_unshuffle",),
+            "ZeroPad": ("aten.constant_pad_nd",), "ConstantPad": ("aten.constant_pad_nd",),
+            "ReflectionPad": (f"aten.reflection_pad{dims}d",), "ReplicationPad": (f"aten.replication_pad{dims}d",),
+            "CircularPad": ("aten._pad_circular", "aten.cat", "aten.slice", "aten.copy_")}.get(prefix, ())
 
 
 #: The aten operators that each formula describes (see `torchscan.inheritance`); padding, nearest resampling and

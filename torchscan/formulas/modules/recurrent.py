@@ -23,17 +23,18 @@ from torch.nn.utils.rnn import PackedSequence
 from ...handlers import ModuleCall, ModuleEstimates, ModuleHandler
 from ...results import NOT_APPLICABLE, Incomplete
 from ...values import tensor_elements
-from ..conventions import CellKind, gru_cell_kind, lstm_cell_kind, rnn_cell_kind, step_flops, step_macs
+from ..conventions import GRU_CELL, LSTM_CELL, CellKind, rnn_cell_kind, step_flops, step_macs
 from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:recurrent"
 
+
 def cell_kind(module: nn.RNNBase | nn.RNNCellBase) -> CellKind:
     """The gate structure of a recurrent module or cell."""
     if isinstance(module, (nn.LSTM, nn.LSTMCell)):
-        return lstm_cell_kind()
+        return LSTM_CELL
     if isinstance(module, (nn.GRU, nn.GRUCell)):
-        return gru_cell_kind()
+        return GRU_CELL
     return rnn_cell_kind(cast(nn.RNN | nn.RNNCell, module).nonlinearity)  # the one other kind HANDLERS registers
 
 
@@ -53,11 +54,10 @@ def estimate_sequence(call: ModuleCall) -> ModuleEstimates:
     """
     module = cast(nn.RNNBase, call.module)  # HANDLERS registers this formula for RNN, LSTM and GRU only
     source, state = _call_inputs(call)
-    data = source.data if isinstance(source, PackedSequence) else source
     if isinstance(source, PackedSequence):
-        steps = source.batch_sizes.shape[0]
+        data, steps = source.data, source.batch_sizes.shape[0]
     else:
-        steps = data.shape[1] if module.batch_first and data.dim() == 3 else data.shape[0]
+        data, steps = source, source.shape[1] if module.batch_first and source.dim() == 3 else source.shape[0]
     rows = prod(data.shape[:-1])
     kind = cell_kind(module)
     directions = 2 if module.bidirectional else 1

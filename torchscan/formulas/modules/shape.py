@@ -9,13 +9,15 @@ channel, spatial or token dimensions start at index 2.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleHandler
-from ...results import NOT_APPLICABLE, POINTWISE_SPATIAL, SPATIAL_METRICS
+from ...results import POINTWISE_SPATIAL
+from ..estimates import NO_SPATIAL_MEANING
 
 METHOD = "formula:shape"
 FIRST_SPATIAL_DIM = 2
@@ -27,50 +29,40 @@ def _storage_root(tensor: torch.Tensor) -> torch.Tensor:
     return tensor._base if tensor._base is not None else tensor
 
 
-def _movement_dmas(inputs: torch.Tensor, output: torch.Tensor) -> int:
-    """0 for a view of the input (or the input itself), one read and one write per element for a copy."""
-    if _storage_root(output) is _storage_root(inputs):
-        return 0
-    return inputs.numel() + output.numel()
+def _moved(call: ModuleCall, spatial: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a call that moves elements without arithmetic, its DMAs as stated above."""
+    inputs, output = call.argument(0, "input"), call.output
+    dmas = 0 if _storage_root(output) is _storage_root(inputs) else inputs.numel() + output.numel()
+    return {"module_flops": 0, "macs": 0, "dmas": dmas, **spatial}
 
 
-def _no_spatial_meaning() -> dict[str, Any]:
-    return dict.fromkeys(SPATIAL_METRICS, NOT_APPLICABLE)
-
-
-def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> dict[str, Any]:
+def _flatten_spatial(module: nn.Flatten, inputs: torch.Tensor) -> Mapping[str, Any]:
     """Pointwise unless two or more dimensions merge and one of them is spatial."""
     if inputs.dim() == 0:
-        return dict(POINTWISE_SPATIAL)
+        return POINTWISE_SPATIAL
     start, end = module.start_dim % inputs.dim(), module.end_dim % inputs.dim()
-    if end <= start or end < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE_SPATIAL)
-    return _no_spatial_meaning()
+    return POINTWISE_SPATIAL if end <= start or end < FIRST_SPATIAL_DIM else NO_SPATIAL_MEANING
 
 
-def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> dict[str, Any]:
+def _unflatten_spatial(module: nn.Unflatten, inputs: torch.Tensor) -> Mapping[str, Any]:
     """Pointwise when a batch or channel dimension of a tensor with spatial dimensions is split.
 
     Splitting a spatial dimension, or creating spatial dimensions from a flat one, has no spatial receptive field.
     """
     has_spatial = inputs.dim() > FIRST_SPATIAL_DIM
     if isinstance(module.dim, int) and has_spatial and module.dim % inputs.dim() < FIRST_SPATIAL_DIM:
-        return dict(POINTWISE_SPATIAL)
-    return _no_spatial_meaning()
+        return POINTWISE_SPATIAL
+    return NO_SPATIAL_MEANING
 
 
 def estimate_flatten(call: ModuleCall) -> dict[str, Any]:
     """A reshape: a view whenever the input's strides allow it."""
-    inputs = call.argument(0, "input")
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_flatten_spatial(cast(nn.Flatten, call.module), inputs)}  # the class HANDLERS names
+    return _moved(call, _flatten_spatial(cast(nn.Flatten, call.module), call.argument(0, "input")))
 
 
 def estimate_unflatten(call: ModuleCall) -> dict[str, Any]:
     """A view that splits one dimension into several."""
-    inputs = call.argument(0, "input")
-    return {"module_flops": 0, "macs": 0, "dmas": _movement_dmas(inputs, call.output),
-            **_unflatten_spatial(cast(nn.Unflatten, call.module), inputs)}  # the class HANDLERS names
+    return _moved(call, _unflatten_spatial(cast(nn.Unflatten, call.module), call.argument(0, "input")))
 
 
 def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
@@ -80,23 +72,20 @@ def estimate_dropout(call: ModuleCall) -> dict[str, Any]:
     """
     if call.module.training:
         return {"module_flops": None, "macs": None, "dmas": None, **POINTWISE_SPATIAL}
-    dmas = _movement_dmas(call.argument(0, "input"), call.output)
-    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
+    return _moved(call, POINTWISE_SPATIAL)
 
 
 def estimate_channel_shuffle(call: ModuleCall) -> dict[str, Any]:
     """A copy that permutes channels; every spatial position reads only itself."""
-    dmas = _movement_dmas(call.argument(0, "input"), call.output)
-    return {"module_flops": 0, "macs": 0, "dmas": dmas, **POINTWISE_SPATIAL}
+    return _moved(call, POINTWISE_SPATIAL)
 
 
 HANDLERS: dict[type[nn.Module], ModuleHandler] = {
     nn.Flatten: ModuleHandler(estimate_flatten, method=METHOD, memoize=True),
     nn.Unflatten: ModuleHandler(estimate_unflatten, method=METHOD, memoize=True),
     **{dropout: ModuleHandler(estimate_dropout, method=METHOD, memoize=True) for dropout in DROPOUT_TYPES},
+    nn.ChannelShuffle: ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True),
 }
-if hasattr(nn, "ChannelShuffle"):
-    HANDLERS[nn.ChannelShuffle] = ModuleHandler(estimate_channel_shuffle, method=METHOD, memoize=True)
 
 
 #: The aten operators that each formula describes (see `torchscan.inheritance`): none but views, except the
@@ -104,5 +93,4 @@ if hasattr(nn, "ChannelShuffle"):
 OPERATORS: dict[type[nn.Module], tuple[str, ...]] = {
     klass: ("aten.native_dropout", "aten.bernoulli_", "aten.mul", "aten.mul_", "aten.div_", "aten.add", "aten.add_")
     if klass in DROPOUT_TYPES else () for klass in HANDLERS}
-if hasattr(nn, "ChannelShuffle"):
-    OPERATORS[nn.ChannelShuffle] = ("aten.channel_shuffle", "aten.native_channel_shuffle")
+OPERATORS[nn.ChannelShuffle] = ("aten.channel_shuffle", "aten.native_channel_shuffle")

@@ -1,11 +1,9 @@
 """Operator costs of fused attention kernels: scaled dot-product attention, native multi-head attention, and the
 fused Transformer encoder layer.
 
-Attention is priced over the full score matrix (a causal or boolean mask is a free selection): QK^T and
-weights . V are the MACs; scaling, an additive mask, softmax and training dropout add FLOPs. The fused module
-kernels add their projections, layer norms, activation and residual additions, read from the weights' shapes.
-Real floating point only; nested (padded-batch) input is priced by the fused encoder layer, not by the attention
-kernels. Every packet here is a ``significant`` kernel.
+Attention is priced by `attention_cost`; the fused module kernels add their projections, layer norms, activation
+and residual additions, read from the weights' shapes. Real floating point only; nested (padded-batch) input is
+priced by the fused encoder layer, not by the attention kernels. Every packet here is a ``significant`` kernel.
 """
 
 from __future__ import annotations
@@ -15,8 +13,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import FLOPS_PER_ELEMENT, FLOPS_PER_SLICE
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, operand_kind
-from .elementwise import ACTIVATION_FLOPS, SOFTMAX_FLOPS, norm_flops_per_group
+from .elementwise import norm_flops_per_group
 
 #: Attention-kernel packets -> cost of one call.
 COSTS = CostTable()
@@ -36,13 +35,8 @@ def attention_cost(batch_heads: int, query_length: int, key_length: int, head_di
     scores = batch_heads * query_length * key_length
     macs = scores * (head_dim + value_dim)
     scaling = batch_heads * query_length * head_dim
-    softmax = batch_heads * query_length * SOFTMAX_FLOPS["softmax"](key_length) if key_length else 0
+    softmax = batch_heads * query_length * FLOPS_PER_SLICE["softmax"](key_length) if key_length else 0
     return OpCost(2 * macs + scaling + scores * (additive_mask + 2 * dropout) + softmax, macs)
-
-
-def _is_additive(mask: Any) -> bool:
-    """A floating-point mask is added to the scores; a boolean one selects (free); none adds nothing."""
-    return isinstance(mask, torch.Tensor) and mask.dtype != torch.bool
 
 
 def _attention_mask(args: tuple, kwargs: dict, index: int | None) -> Any:
@@ -60,9 +54,10 @@ def _sdpa(mask_index: int | None, dropout_index: int) -> CostFunction:
         if operand_kind(args[:3], {}, None) != "real" or any(t.is_nested for t in (query, key, value)):
             return None
         mask = _attention_mask(args, kwargs, mask_index)
+        additive = isinstance(mask, torch.Tensor) and mask.dtype != torch.bool  # a boolean mask selects (free)
         dropout = argument(args, kwargs, dropout_index, "dropout_p", 0.0)
         return attention_cost(prod(query.shape[:-2]), query.shape[-2], key.shape[-2], query.shape[-1],
-                              value.shape[-1], additive_mask=_is_additive(mask), dropout=bool(dropout))
+                              value.shape[-1], additive_mask=additive, dropout=bool(dropout))
     return cost
 
 
@@ -88,12 +83,6 @@ def sequence_lengths(tokens: torch.Tensor) -> list[int]:
     if tokens.dim() == 2:
         return [tokens.shape[0]]
     return [tokens.shape[1]] * tokens.shape[0]
-
-
-def self_attention_cost(lengths: list[int], heads: int, embed_dim: int) -> OpCost:
-    """Scores, softmax and weighted sum of multi-head self-attention over sequences of ``lengths``."""
-    head_dim = embed_dim // heads
-    return _total(*(attention_cost(heads, length, length, head_dim, head_dim) for length in lengths))
 
 
 def _projection(tokens: int, in_features: int, out_features: int, bias: bool) -> OpCost:
@@ -139,14 +128,14 @@ def _transformer_encoder_layer(args: tuple, kwargs: dict, out: Any) -> OpCost | 
     if operand_kind((src, qkv_weight), {}, None) != "real":
         return None
     lengths = sequence_lengths(src)
-    tokens = sum(lengths)
+    tokens, head_dim = sum(lengths), embed_dim // heads
     per_token_norm = norm_flops_per_group(embed_dim, centered=True)
     affine = affine_ops(norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2)
     layer_norms = tokens * (2 * per_token_norm + embed_dim * affine)
-    activation = ACTIVATION_FLOPS["gelu" if use_gelu else "relu"] * tokens * ffn_weight_1.shape[0]
+    activation = FLOPS_PER_ELEMENT["gelu" if use_gelu else "relu"] * tokens * ffn_weight_1.shape[0]
     return _total(
         _weight_projection(tokens, qkv_weight, qkv_bias),
-        self_attention_cost(lengths, heads, embed_dim),
+        *(attention_cost(heads, length, length, head_dim, head_dim) for length in lengths),  # self-attention
         _weight_projection(tokens, proj_weight, proj_bias),
         _weight_projection(tokens, ffn_weight_1, ffn_bias_1),
         _weight_projection(tokens, ffn_weight_2, ffn_bias_2),

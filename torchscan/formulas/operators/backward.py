@@ -2,11 +2,10 @@
 normalizations, pooling, interpolation, embeddings and losses.
 
 A backward kernel is priced for the arithmetic of its defining formula, with the conventions of the forward
-families (every operation 1 FLOP, a transcendental 1, a comparison 1, a selection free): an activation's
-backward per gradient element (`ACTIVATION_BACKWARD_FLOPS`), a softmax's per slice, a normalization's per element
-and per reduced group, scatter-style backwards (max pooling, embeddings) 1 accumulation per gradient element.
-Kernels whose ``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only.
-The dot-product backwards (convolution, attention, recurrent layers) are in :mod:`.backward_dense`.
+families (:mod:`..conventions`): an activation's backward per gradient element (`ACTIVATION_BACKWARD_FLOPS`), a
+softmax's per slice, a normalization's per element and per reduced group, scatter-style backwards (max pooling,
+embeddings) 1 accumulation per gradient element. Kernels whose ``output_mask`` says a gradient is not wanted are
+not charged for it. Real floating point only. The dot-product backwards are in :mod:`.backward_dense`.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, adaptive_pool_reads, window_pool_reads
 from .calls import CostFunction, CostTable, OpCost, argument, numel, real_only
-from .elementwise import GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, interpolation_flops
-from .pooling import adaptive_pool_reads, window_pool_reads
+from .elementwise import interpolation_flops
 
 #: Backward packets of element and window work -> cost of one call.
 COSTS = CostTable()
@@ -116,16 +115,16 @@ def _mask(args: tuple, kwargs: dict, index: int, size: int = 3) -> list[bool]:
     return [bool(flag) for flag in mask]
 
 
-def statistics_backward(elements: int, parameter_elements: int, weight: bool, mask: list[bool]) -> OpCost:
+def statistics_backward(elements: int, parameter_elements: int, weight: bool, bias: bool, mask: list[bool]) -> OpCost:
     """Backward of a standardization with per-group statistics (layer, group norm): ``elements`` N, an affine of
-    ``parameter_elements`` P applied along the other axis.
+    ``parameter_elements`` P applied along the other axis; a gradient is wanted only for a parameter there is.
 
     x_hat recomputed (2 per element) when the input or weight gradient is wanted; the input gradient
     (`INPUT_GRADIENT_FLOPS` + 1 with a weight per element); the weight gradient sum(g * x_hat) over the rows
     (N multiplies, N - P additions); the bias gradient sum(g) (N - P additions).
     """
-    want_input, want_weight, want_bias = mask
-    flops = NORMALIZE_FLOPS * elements if want_input or (want_weight and weight) else 0
+    want_input, want_weight, want_bias = mask[0], mask[1] and weight, mask[2] and bias
+    flops = NORMALIZE_FLOPS * elements if want_input or want_weight else 0
     if want_input:
         flops += (INPUT_GRADIENT_FLOPS + weight) * elements
     reduction = max(elements - parameter_elements, 0)
@@ -139,16 +138,12 @@ def statistics_backward(elements: int, parameter_elements: int, weight: bool, ma
 def _layer_norm_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
     grad, shape = args[0], args[2]
     weight, bias = argument(args, kwargs, 5, "weight"), argument(args, kwargs, 6, "bias")
-    mask = _mask(args, kwargs, 7)
-    mask[1], mask[2] = mask[1] and weight is not None, mask[2] and bias is not None
-    return statistics_backward(grad.numel(), prod(shape), weight is not None, mask)
+    return statistics_backward(grad.numel(), prod(shape), weight is not None, bias is not None, _mask(args, kwargs, 7))
 
 
 def _group_norm_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
-    grad, weight, channels = args[0], argument(args, kwargs, 4, "weight"), args[6]
-    mask = _mask(args, kwargs, 9)
-    mask[1], mask[2] = mask[1] and weight is not None, mask[2] and weight is not None
-    return statistics_backward(grad.numel(), channels, weight is not None, mask)
+    grad, affine = args[0], argument(args, kwargs, 4, "weight") is not None  # the bias gradient needs one too
+    return statistics_backward(grad.numel(), args[6], affine, affine, _mask(args, kwargs, 9))
 
 
 def _rms_norm_backward(args: tuple, kwargs: dict, out: Any) -> OpCost:
@@ -316,14 +311,10 @@ def reduction_flops(elements: int, reduction: int) -> int:
     return elements if reduction == MEAN_REDUCTION else 0
 
 
-def _targets(args: tuple) -> int:
-    return args[1].numel()
-
-
 def _nll_loss(args: tuple, kwargs: dict, out: Any) -> OpCost:
     """Per target: the picked log-probability negated (1), times its class weight (1 with ``weight``); then
     the reduction, and for a weighted mean the total weight (n - 1 additions)."""
-    targets, weighted = _targets(args), argument(args, kwargs, 2, "weight") is not None
+    targets, weighted = args[1].numel(), argument(args, kwargs, 2, "weight") is not None
     reduction = argument(args, kwargs, 3, "reduction", MEAN_REDUCTION)
     total_weight = max(targets - 1, 0) if weighted and reduction == MEAN_REDUCTION else 0
     return OpCost(targets * (1 + weighted) + reduction_flops(targets, reduction) + total_weight)

@@ -1,10 +1,8 @@
 """Operator costs of the backward kernels of dot products: convolutions, fused attention and recurrent layers.
 
-MACs follow PyTorch's ``torch.utils.flop_counter`` wherever it has a formula (2 FLOPs per MAC is its count): a
-convolution's input and weight gradients each cost the forward's MACs; a fused attention backward recomputes
-the scores and runs four more products. The FLOPs add what the forward conventions also count: the bias gradient
-(a reduction), and inside attention the recomputed weights, the softmax backward, the scaling and dropout.
-Kernels whose ``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only;
+MACs follow PyTorch's ``torch.utils.flop_counter`` wherever it has a formula (2 FLOPs per MAC is its count); the
+FLOPs add what the forward conventions also count (each cost function below says what). Kernels whose
+``output_mask`` says a gradient is not wanted are not charged for it. Real floating point only;
 every packet here is a ``significant`` kernel. (``mm``/``bmm``/``addmm`` are their own backward: a linear
 layer's gradients dispatch as matmuls, counted by :mod:`.dense`.)
 """
@@ -16,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..conventions import lstm_cell_kind
+from ..conventions import LSTM_CELL
 from .backward import softmax_backward_flops
 from .calls import CostFunction, CostTable, OpCost, argument, operand_kind
 from .dense import convolution_macs
@@ -120,7 +118,7 @@ def _mkldnn_rnn_layer_backward(args: tuple, kwargs: dict, out: Any) -> OpCost | 
         return None
     rows = source.numel() // source.shape[-1] if source.shape[-1] else 0
     macs = 2 * rows * (weight_ih.numel() + weight_hh.numel())
-    gates = lstm_cell_kind().gates * hidden_size
+    gates = LSTM_CELL.gates * hidden_size
     bias = max(rows - 1, 0) * gates if has_biases else 0
     return OpCost(2 * macs + rows * hidden_size * LSTM_CELL_BACKWARD_FLOPS + bias, macs)
 

@@ -100,23 +100,12 @@ def operand_kind(args: tuple, kwargs: dict, out: Any) -> str | None:
     """The arithmetic of a call: ``complex`` if any operand is complex, else ``real`` if any is floating
     point, else ``integral``; ``None`` if some tensor has a dtype without a convention (quantized)."""
     dtypes, complex_scalar = operand_dtypes((*args, *kwargs.values(), out) if kwargs else (*args, out))
-    kinds = {_dtype_kind(dtype) for dtype in dtypes}
+    kinds = {dtype_kind(dtype) for dtype in dtypes}
     if None in kinds:
         return None
     if complex_scalar or "complex" in kinds:
         return "complex"
     return "real" if "real" in kinds else "integral"
-
-
-_KIND_BY_DTYPE: dict[torch.dtype, str | None] = {}
-
-
-def _dtype_kind(dtype: torch.dtype) -> str | None:
-    """`dtype_kind`, memoized: it runs for every operand of every dispatched operator."""
-    try:
-        return _KIND_BY_DTYPE[dtype]
-    except KeyError:
-        return _KIND_BY_DTYPE.setdefault(dtype, dtype_kind(dtype))
 
 
 def not_one(value: Any) -> bool:

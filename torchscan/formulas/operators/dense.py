@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from ..conventions import COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS, FLOPS_PER_ELEMENT
 from .calls import CostFunction, CostTable, OpCost, argument, not_one, numel, operand_kind, output_tensor
-from .elementwise import ACTIVATION_FLOPS, COMPLEX_ADD_REAL_FLOPS, COMPLEX_MAC_REAL_MACS
 
 #: Dense-product packets -> cost of one call.
 COSTS = CostTable()
@@ -68,7 +68,7 @@ def _addmm_activation(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
     product = _product(_last_dim(1), self_added=True)(args, kwargs, out)
     if product is None or operand_kind(args, kwargs, out) != "real":
         return None
-    activation = ACTIVATION_FLOPS["gelu_tanh" if kwargs.get("use_gelu", False) else "relu"]
+    activation = FLOPS_PER_ELEMENT["gelu_tanh" if kwargs.get("use_gelu", False) else "relu"]
     return OpCost(product.flops + activation * numel(out), product.macs)
 
 
@@ -79,8 +79,7 @@ def _linear(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
 
 
 COSTS.register(["mm", "bmm"], _product(_last_dim(0), self_added=False))
-COSTS.register(["addmm", "baddbmm"], _product(_last_dim(1), self_added=True), inplace=True)
-COSTS.register(["addmv"], _product(_last_dim(1), self_added=True), inplace=True)
+COSTS.register(["addmm", "baddbmm", "addmv"], _product(_last_dim(1), self_added=True), inplace=True)
 COSTS.register(["mv"], _product(_last_dim(0), self_added=False))
 COSTS.register(["addbmm"], _product(_batched_sum, self_added=True), inplace=True)
 COSTS.register(["dot", "vdot"], _dot)

@@ -2,40 +2,19 @@
 
 One table for both views of an operator (:mod:`.table` and :mod:`.functional`), built on the conventions that the
 module view uses too (:mod:`..conventions`: activations, softmax, normalization steps, complex arithmetic), so
-that a module and the operators it dispatches are priced alike.
-
-Conventions (real floating point): every arithmetic operation of the defining formula is 1 FLOP, a
-transcendental function (exp, log, sqrt, rsqrt, erf, tanh, pow) is 1 FLOP, a comparison is 1 FLOP, selecting a
-value (``where``, ``masked_fill``) is free. Complex operands: one complex multiply is 6 real FLOPs (4 multiplies
-and 2 additions), one complex addition is 2; other complex operators have no stated count. Integer and boolean
-arithmetic is not floating point: 0 FLOPs.
+that a module and the operators it dispatches are priced alike. Complex operands: one complex multiply is 6 real
+FLOPs (4 multiplies and 2 additions), one complex addition is 2; other complex operators have no stated count.
+Integer and boolean arithmetic is not floating point: 0 FLOPs.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
-from ..conventions import (
-    COMPLEX_ADD_REAL_FLOPS,
-    COMPLEX_MAC_REAL_MACS,
-    GROUP_FLOPS,
-    MEAN_FLOPS,
-    NORMALIZE_FLOPS,
-    RMS_FLOPS,
-    RUNNING_UPDATE_FLOPS,
-    VARIANCE_FLOPS,
-)
-from ..conventions import FLOPS_PER_ELEMENT as ACTIVATION_FLOPS
-from ..conventions import FLOPS_PER_SLICE as SOFTMAX_FLOPS
-
-__all__ = [
-    "ACTIVATION_FLOPS", "ARITHMETIC_FLOPS", "COMPLEX_ADD_REAL_FLOPS", "COMPLEX_ARITHMETIC_FLOPS",
-    "COMPLEX_MAC_REAL_MACS", "GROUP_FLOPS", "MEAN_FLOPS", "NORMALIZE_FLOPS", "REDUCTION_FLOPS", "RMS_FLOPS",
-    "RUNNING_UPDATE_FLOPS", "SOFTMAX_FLOPS", "VARIANCE_FLOPS", "interpolation_flops", "norm_flops_per_group",
-    "vector_norm_flops",
-]
+from ..conventions import COMPLEX_ADD_REAL_FLOPS, GROUP_FLOPS, MEAN_FLOPS, NORMALIZE_FLOPS, RMS_FLOPS, VARIANCE_FLOPS
 
 #: Real FLOPs per output element of the arithmetic, comparison and rounding operators (activations aside).
 ARITHMETIC_FLOPS: dict[str, int] = {
@@ -110,9 +89,8 @@ def norm_flops_per_group(n: int, *, centered: bool) -> int:
     Centered (layer, group, instance, training batch norm): mean, variance, normalize per element, plus
     ``rsqrt(var + eps)`` per group. Not centered (RMS norm): square and mean per element, scale per element.
     """
-    if centered:
-        return (MEAN_FLOPS + VARIANCE_FLOPS + NORMALIZE_FLOPS) * n + GROUP_FLOPS
-    return RMS_FLOPS * n + GROUP_FLOPS
+    per_element = MEAN_FLOPS + VARIANCE_FLOPS + NORMALIZE_FLOPS if centered else RMS_FLOPS
+    return per_element * n + GROUP_FLOPS
 
 
 def interpolation_flops(taps: int) -> int:
@@ -120,6 +98,11 @@ def interpolation_flops(taps: int) -> int:
     return 2 * taps - 1
 
 
+INTEGRAL_DTYPES = frozenset({torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,
+                             torch.int32, torch.int64})
+
+
+@functools.cache  # it runs for every operand of every dispatched operator
 def dtype_kind(dtype: torch.dtype) -> str | None:
     """``real``, ``complex`` or ``integral``; ``None`` for dtypes without a stated convention (quantized)."""
     if dtype.is_complex:
@@ -129,11 +112,3 @@ def dtype_kind(dtype: torch.dtype) -> str | None:
     if dtype in INTEGRAL_DTYPES:
         return "integral"
     return None
-
-
-INTEGRAL_DTYPES = frozenset(
-    dtype for dtype in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-                        getattr(torch, "uint16", None), getattr(torch, "uint32", None),
-                        getattr(torch, "uint64", None))
-    if dtype is not None
-)

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from ...values import tensor_elements
-from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS, CostFunction
+from .calls import NO_WORK, CostFunction, argument
+from .table import OPERATOR_COSTS, ZERO_WORK_OPERATORS
 
 aten = torch.ops.aten
 
@@ -66,22 +67,26 @@ def _bag_gather(args: tuple, kwargs: dict, out: Any) -> int:
     return _reads(args[1:], kwargs) + indices.numel() * row + _writes(out, 1)
 
 
-def _batch_norm_state(results: int, update_check: Callable[[tuple, dict], bool]) -> DmaRule:
+def _batch_norm_state(update_check: Callable[[tuple, dict], bool]) -> DmaRule:
     """Batch norm: inputs, parameters and running buffers read, the result written, and both running buffers
     written again when the kernel updates them in place."""
     def dmas(args: tuple, kwargs: dict, out: Any) -> int:
         updated = 2 * tensor_elements(args[3]) if update_check(args, kwargs) else 0
-        return _reads(args, kwargs) + _writes(out, results) + updated
+        return _reads(args, kwargs) + _writes(out, 1) + updated
     return dmas
 
 
 def _training_with_buffers(args: tuple, kwargs: dict) -> bool:
-    training = args[5] if len(args) > 5 else kwargs.get("training", False)
-    return bool(training) and isinstance(args[3], torch.Tensor)
+    return bool(argument(args, kwargs, 5, "training", False)) and isinstance(args[3], torch.Tensor)
 
 
 def _legit_updates(args: tuple, kwargs: dict) -> bool:
     return not isinstance(args[3], bool) and _training_with_buffers(args, kwargs)
+
+
+def _functional_batch_norm(args: tuple, kwargs: dict, out: Any) -> int:
+    """Outputs: the result, 2 saved statistics (+ a reserve), then the updated buffers."""
+    return _reads(args, kwargs) + _writes(out, 1) + tensor_elements(out[-2:])
 
 
 ZERO_WORK_DMAS: dict[str, DmaRule] = {
@@ -110,12 +115,12 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
     aten._fused_rms_norm: _read_and_write(1),
     aten._weight_norm_interface: _read_and_write(1),
     aten.log_sigmoid_forward: _read_and_write(1),
-    aten.native_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten.cudnn_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten.miopen_batch_norm: _batch_norm_state(1, _training_with_buffers),
-    aten._native_batch_norm_legit: _batch_norm_state(1, _legit_updates),
+    aten.native_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten.cudnn_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten.miopen_batch_norm: _batch_norm_state(_training_with_buffers),
+    aten._native_batch_norm_legit: _batch_norm_state(_legit_updates),
     aten._native_batch_norm_legit_no_training: _read_and_write(1),
-    aten._batch_norm_with_update: _batch_norm_state(1, lambda args, kwargs: True),
+    aten._batch_norm_with_update: _batch_norm_state(lambda args, kwargs: True),
     aten._batch_norm_no_update: _read_and_write(1),
     aten._scaled_dot_product_flash_attention_for_cpu: _read_and_write(1),
     aten._scaled_dot_product_flash_attention: _read_and_write(1),
@@ -124,23 +129,17 @@ SPECIAL_DMAS: dict[Any, DmaRule] = {
     aten.mkldnn_rnn_layer: _read_and_write(3),
     aten._thnn_fused_lstm_cell: _read_and_write(2),
     aten._thnn_fused_gru_cell: _read_and_write(1),
+    aten._native_batch_norm_legit_functional: _functional_batch_norm,
+    aten._batch_norm_with_update_functional: _functional_batch_norm,
+    aten._scaled_dot_product_fused_attention_overrideable: _read_and_write(1),
 }
-for _packet in (getattr(aten, "_native_batch_norm_legit_functional", None),
-                getattr(aten, "_batch_norm_with_update_functional", None)):
-    if _packet is not None:  # outputs: result, 2 saved statistics (+ reserve), then the updated buffers
-        SPECIAL_DMAS[_packet] = lambda args, kwargs, out: _reads(args, kwargs) + _writes(out, 1) \
-            + tensor_elements(out[-2:])
-_fused_attention = getattr(aten, "_scaled_dot_product_fused_attention_overrideable", None)
-if _fused_attention is not None:
-    SPECIAL_DMAS[_fused_attention] = _read_and_write(1)
 
 
 # --- estimators -----------------------------------------------------------------------------------------------
 
 
 def _estimator(cost: CostFunction, dmas: DmaRule) -> FunctionalEstimator:
-    """``(flops, macs, dmas)`` from a cost function and a DMA rule; ``None`` when the call is not vouched for
-    (an unjustified dtype, or arguments the formula does not understand)."""
+    """``(flops, macs, dmas)`` from a cost function and a DMA rule, or ``None`` for a call it cannot vouch for."""
     def estimate(args: tuple, kwargs: dict, out: Any) -> Estimate | None:
         try:
             work = cost(args, kwargs, out)
@@ -150,19 +149,11 @@ def _estimator(cost: CostFunction, dmas: DmaRule) -> FunctionalEstimator:
     return estimate
 
 
-def _zero_work(dmas: DmaRule) -> FunctionalEstimator:
-    def estimate(args: tuple, kwargs: dict, out: Any) -> Estimate | None:
-        try:
-            return 0, 0, dmas(args, kwargs, out)
-        except Exception:  # noqa: BLE001 -- as above
-            return None
-    return estimate
-
-
 def _build() -> dict[Any, FunctionalEstimator]:
     estimators: dict[Any, FunctionalEstimator] = {}
     for packet, reason in ZERO_WORK_OPERATORS.items():
-        estimators[packet] = _zero_work(SPECIAL_DMAS.get(packet, ZERO_WORK_DMAS[reason]))
+        dmas = SPECIAL_DMAS.get(packet, ZERO_WORK_DMAS[reason])
+        estimators[packet] = _estimator(lambda args, kwargs, out: NO_WORK, dmas)
     for packet, cost in OPERATOR_COSTS.items():
         estimators[packet] = _estimator(cost, SPECIAL_DMAS.get(packet, _read_and_write()))
     return estimators

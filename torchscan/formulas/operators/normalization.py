@@ -1,9 +1,9 @@
 """Operator costs of normalization kernels: layer, group, RMS and batch norm.
 
-Per group of n elements: the module view's statistics and normalization steps
-(`.elementwise.norm_flops_per_group`), plus one operation per element for each affine parameter
-present. Batch norm uses batch statistics in training or without running buffers (plus the running-buffer update
-when the kernel makes one) and the running statistics otherwise. Real floating point only.
+Per group of n elements: the module view's statistics and normalization steps (`.elementwise.norm_flops_per_group`),
+plus one operation per element for each affine parameter present. Batch norm uses batch statistics in training or
+without running buffers (plus the running-buffer update when the kernel makes one) and the running statistics
+otherwise. Real floating point only.
 """
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import GROUP_FLOPS, NORMALIZE_FLOPS, RUNNING_UPDATE_FLOPS
 from .calls import CostFunction, CostTable, OpCost, affine_ops, argument, real_only
-from .elementwise import (
-    GROUP_FLOPS,
-    NORMALIZE_FLOPS,
-    RUNNING_UPDATE_FLOPS,
-    norm_flops_per_group,
-    vector_norm_flops,
-)
+from .elementwise import norm_flops_per_group, vector_norm_flops
 
 #: Normalization packets -> cost of one call.
 COSTS = CostTable()

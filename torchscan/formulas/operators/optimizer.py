@@ -112,16 +112,12 @@ def adagrad_element_flops(*, weight_decay: float, maximize: bool, grad_scale: bo
     return 7 + (2 if weight_decay else 0) + int(maximize) + int(grad_scale)
 
 
-def _parameter_elements(args: tuple) -> int:
-    return sum(parameter.numel() for parameter in args[0])
-
-
 def _fused_step(per_element: Any) -> CostFunction:
     """A fused step over the parameters of ``args[0]``: ``per_element(kwargs)`` FLOPs per element."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
         if operand_kind(tuple(args[0]), {}, None) != "real":
             return None
-        return OpCost(_parameter_elements(args) * per_element(kwargs))
+        return OpCost(sum(parameter.numel() for parameter in args[0]) * per_element(kwargs))
     return cost
 
 

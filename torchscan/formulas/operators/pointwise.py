@@ -1,6 +1,6 @@
 """Operator costs of pointwise work: elementwise arithmetic, comparisons, activations and training dropout.
 
-Every output element costs the per-element count of :mod:`.elementwise` (the module view's tables): real
+Every output element costs the per-element count of :mod:`.elementwise` (activations: :mod:`..conventions`): real
 operands as listed, complex ones only where a count is stated (add, sub, rsub, mul, neg, without an ``alpha``
 scaling), integer and boolean arithmetic 0 FLOPs.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..conventions import FLOPS_PER_ELEMENT
 from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, not_one, numel, operand_kind
-from .elementwise import ACTIVATION_FLOPS, ARITHMETIC_FLOPS, COMPLEX_ARITHMETIC_FLOPS
+from .elementwise import ARITHMETIC_FLOPS, COMPLEX_ARITHMETIC_FLOPS
 
 #: Pointwise packets -> cost of one call.
 COSTS = CostTable()
@@ -82,14 +83,14 @@ for _name in sorted(set(ARITHMETIC_FLOPS) - {"add", "sub", "rsub", "mul", "neg",
 
 
 def _gelu(args: tuple, kwargs: dict) -> int:
-    return ACTIVATION_FLOPS["gelu_tanh" if kwargs.get("approximate", "none") == "tanh" else "gelu"]
+    return FLOPS_PER_ELEMENT["gelu_tanh" if kwargs.get("approximate", "none") == "tanh" else "gelu"]
 
 
 def _elu(args: tuple, kwargs: dict) -> int:
     """elu, plus one multiply for ``scale`` != 1 (selu) and one for ``input_scale`` != 1."""
     scale = not_one(argument(args, kwargs, 2, "scale", 1))
     input_scale = not_one(argument(args, kwargs, 3, "input_scale", 1))
-    return ACTIVATION_FLOPS["elu"] + int(scale) + int(input_scale)
+    return FLOPS_PER_ELEMENT["elu"] + int(scale) + int(input_scale)
 
 
 #: Activation packets -> key of the activation table (or a function of the call's options).
@@ -100,7 +101,7 @@ ACTIVATION_OPERATORS: dict[str, str | Callable[[tuple, dict], int]] = {
     "hardsigmoid": "hardsigmoid", "softplus": "softplus", "log_sigmoid_forward": "log_sigmoid", "glu": "glu",
 }
 for _name, _key in ACTIVATION_OPERATORS.items():
-    COSTS.register([_name], pointwise(ACTIVATION_FLOPS[_key] if isinstance(_key, str) else _key),
+    COSTS.register([_name], pointwise(FLOPS_PER_ELEMENT[_key] if isinstance(_key, str) else _key),
                    inplace=_name not in WITHOUT_INPLACE_TWIN)
 COSTS.register(["rrelu_with_noise"], pointwise(ARITHMETIC_FLOPS["rrelu"]), inplace=True)
 

@@ -1,17 +1,16 @@
 """Operator costs of window and bag reductions: pooling, interpolation and embedding bags.
 
-Pooling follows the module view's rule (:mod:`.pooling`, whose window geometry it reuses): a window of m read
-elements (padding excluded) costs m - 1 comparisons (max) or m - 1 additions and 1 division (average).
+Pooling follows the module view's rule, on the window geometry both views share (:mod:`..conventions`): a window
+of m read elements (padding excluded) costs m - 1 comparisons (max) or m - 1 additions and 1 division (average).
 Interpolation costs the module view's per-output count for its taps; nearest modes are copies (see
 :mod:`.zero_work`). Real floating point only.
 """
 
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
-from ..conventions import adaptive_windows, window_reads
+from ..conventions import adaptive_pool_reads, window_pool_reads
 from .calls import CostFunction, CostTable, OpCost, argument, numel, output_tensor, real_only
 from .elementwise import interpolation_flops
 
@@ -22,32 +21,8 @@ COSTS = CostTable()
 # --- pooling --------------------------------------------------------------------------------------------------
 
 
-def _per_dim(value: Any, dims: int, default: list[int]) -> list[int]:
-    """A pooling argument as one value per spatial dimension (an empty list means ``default``)."""
-    if value is None or (isinstance(value, (tuple, list)) and not value):
-        return default
-    values = [value] if isinstance(value, int) else list(value)
-    return values * dims if len(values) == 1 else values
-
-
-def window_pool_reads(source: Any, pooled: Any, dims: int, kernel_size: Any, stride: Any, padding: Any,
-                      dilation: Any) -> int:
-    """Elements read by every sliding window of a pooling from ``source`` to ``pooled`` (padding excluded,
-    dilation followed); windows along different dimensions are independent, so the sum is a product."""
-    kernel = _per_dim(kernel_size, dims, [])
-    strides = _per_dim(stride, dims, kernel)
-    paddings = _per_dim(padding, dims, [0] * dims)
-    dilations = _per_dim(dilation, dims, [1] * dims)
-    spatial = zip(source.shape[-dims:], pooled.shape[-dims:], kernel, strides, paddings, dilations, strict=False)
-    per_dim = [window_reads(*window) for window in spatial]
-    windows = pooled.numel()
-    leading = windows // prod(pooled.shape[-dims:]) if windows else 0
-    return leading * prod(per_dim)
-
-
 def _window_pool(dims: int, *, average: bool) -> CostFunction:
-    """Sliding windows over the elements they read (padding excluded): a max over m elements is m - 1
-    comparisons, an average m - 1 additions and 1 division (the module view's pooling rule)."""
+    """Sliding windows, priced by the pooling rule above."""
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost:
         source, pooled = args[0], output_tensor(out)
         dilation = 1 if average else argument(args, kwargs, 4, "dilation", 1)
@@ -56,14 +31,6 @@ def _window_pool(dims: int, *, average: bool) -> CostFunction:
                                   dilation)
         return OpCost(reads if average else max(reads - pooled.numel(), 0))
     return real_only(cost)
-
-
-def adaptive_pool_reads(source: Any, output_size: list[int]) -> int:
-    """Elements read by every adaptive window (they are separable: summed exactly per dimension)."""
-    spatial = list(source.shape[-len(output_size):])
-    leading = source.numel() // prod(spatial) if prod(spatial) else 0
-    return leading * prod(sum(adaptive_windows(size, target)) for size, target in zip(spatial, output_size,
-                                                                                       strict=False))
 
 
 def _adaptive_pool(*, average: bool) -> CostFunction:

@@ -12,14 +12,9 @@ from typing import Any
 
 import torch
 
+from ..conventions import FLOPS_PER_SLICE
 from .calls import NO_WORK, CostFunction, CostTable, OpCost, argument, numel, operand_kind
-from .elementwise import (
-    ARITHMETIC_FLOPS,
-    COMPLEX_REDUCTION_FLOPS,
-    REDUCTION_FLOPS,
-    SOFTMAX_FLOPS,
-    vector_norm_flops,
-)
+from .elementwise import ARITHMETIC_FLOPS, COMPLEX_REDUCTION_FLOPS, REDUCTION_FLOPS, vector_norm_flops
 from .pointwise import pointwise
 
 #: Reduction packets -> cost of one call.
@@ -31,7 +26,7 @@ COSTS = CostTable()
 
 def _softmax(family: str, dim_index: int = 1) -> CostFunction:
     """The activation table's per-slice softmax formula along ``dim`` (the last dimension when omitted)."""
-    per_slice = SOFTMAX_FLOPS[family]
+    per_slice = FLOPS_PER_SLICE[family]
 
     def cost(args: tuple, kwargs: dict, out: Any) -> OpCost | None:
         if operand_kind(args, kwargs, out) != "real":
@@ -39,9 +34,7 @@ def _softmax(family: str, dim_index: int = 1) -> CostFunction:
         source = args[0]
         dim = argument(args, kwargs, dim_index, "dim")
         length = source.shape[-1 if dim is None else dim] if source.dim() else 1
-        if length == 0:
-            return NO_WORK
-        return OpCost(source.numel() // length * per_slice(length))
+        return OpCost(source.numel() // length * per_slice(length)) if length else NO_WORK
     return cost
 
 
@@ -94,9 +87,7 @@ def _vector_norm(*, fixed_order: float | None = None) -> CostFunction:
         order = args[1] if len(args) > 1 else kwargs.get("ord", kwargs.get("p"))
         order = fixed_order if fixed_order is not None else 2 if order is None else order
         kind = operand_kind(args, kwargs, out)
-        if kind is None:
-            return None
-        return _grouped(lambda n: vector_norm_flops(order, n))(args[0], numel(out), kind)
+        return None if kind is None else _grouped(lambda n: vector_norm_flops(order, n))(args[0], numel(out), kind)
     return cost
 
 

@@ -1,32 +1,20 @@
 """Operator-view FLOP formulas (ATen operator packets), following PyTorch's ``FlopCounterMode`` contract.
 
-Every built-in operator is described once, by a *cost function* in `OPERATOR_COSTS`: it takes the raw
-``(args, kwargs, out)`` of one dispatched call and returns an `OpCost` (FLOPs and dot-product MACs), or
-``None`` when the call is outside what the formula justifies (a dtype without a stated convention). The table is
-assembled here from one module per operator family:
+Every built-in operator is described once, by a cost function (:mod:`.calls`) in `OPERATOR_COSTS`, assembled here
+from one module per operator family:
 
-* :mod:`.pointwise` (arithmetic, comparisons, activations, dropout), :mod:`.reductions` (softmax,
-  reductions, scans, accumulations), :mod:`.normalization`, :mod:`.pooling` (pooling, interpolation,
-  embedding bags), :mod:`.backward` (their backward kernels, and losses), :mod:`.optimizer` (``_foreach_*``
-  lists and fused optimizer steps): element and window work, ``minor``;
-* :mod:`.dense` (matmul family, linear, convolutions), :mod:`.attention` (SDPA, native multi-head
-  attention, fused encoder layer), :mod:`.recurrent` (RNN layer and cell kernels), :mod:`.backward_dense`
-  (convolution, attention and recurrent backward kernels): dot-product kernels, ``significant``;
+* :mod:`.pointwise`, :mod:`.reductions`, :mod:`.normalization`, :mod:`.pooling`, :mod:`.backward` (their backward
+  kernels, and losses), :mod:`.optimizer`: element and window work, ``minor``;
+* :mod:`.dense`, :mod:`.attention`, :mod:`.recurrent`, :mod:`.backward_dense`: dot-product kernels, ``significant``;
 * :mod:`.zero_work`: operators that do no floating-point work (`ZERO_WORK_OPERATORS`).
 
-Two views are derived from the one table:
-
-* `OPERATOR_FORMULAS` (this module): raw formulas (``_get_raw = True``) for the operator recorder, called as
-  ``formula(*args, **kwargs, out_val=out)``; they return the FLOP count, or ``None`` for an unjustified call (the
-  recorder then reports the operator uncounted).
-* ``FUNCTIONAL_ESTIMATES`` (:mod:`.functional`): the module-view estimate ``(flops, macs, dmas)``.
+Two views are derived from the one table: `OPERATOR_FORMULAS` (this module) for the operator recorder, and
+``FUNCTIONAL_ESTIMATES`` (:mod:`.functional`), the module-view estimate ``(flops, macs, dmas)``.
 
 Entries here override ``torch.utils.flop_counter.flop_registry`` where both define one. The overrides keep
 PyTorch's dot-product counts and add what TorchScan's conventions also count: bias additions of ``addmm`` and
 convolutions (and their backward's bias gradient), softmax and scaling inside fused attention kernels (and their
-backward kernels), and complex/integer dtype rules. Per-element
-numbers come from :mod:`.elementwise` (itself built on the shared :mod:`..conventions`). Only shapes, dtypes and
-non-tensor arguments are read, so every formula works on the ``meta`` device.
+backward kernels), and complex/integer dtype rules.
 """
 
 from __future__ import annotations
@@ -47,14 +35,8 @@ from . import (
     recurrent,
     reductions,
 )
-from .calls import NO_WORK, CostFunction, OpCost, operand_kind
+from .calls import CostFunction
 from .zero_work import ZERO_WORK_OPERATORS
-
-__all__ = [
-    "DENSE_NAME_PARTS", "NO_WORK", "OPERATOR_COSTS", "OPERATOR_FORMULAS", "SIGNIFICANT_OPERATORS",
-    "ZERO_WORK_OPERATORS", "CostFunction", "OpCost", "merge_families", "operand_kind", "operator_formula",
-    "operator_significance",
-]
 
 #: Families of element and window work, in the order their packets are listed.
 MINOR_FAMILIES = (pointwise.COSTS, reductions.COSTS, normalization.COSTS, pooling.COSTS, backward.COSTS,
@@ -85,7 +67,8 @@ SIGNIFICANT_OPERATORS: set[Any] = {packet for family in DOT_PRODUCT_FAMILIES for
 
 
 def operator_formula(cost: CostFunction) -> Callable[..., Any]:
-    """A raw PyTorch-style FLOP formula (``_get_raw = True``) returning ``cost``'s FLOPs, ``None`` if unjustified."""
+    """A raw PyTorch-style FLOP formula (``_get_raw = True``), called as ``formula(*args, **kwargs, out_val=out)``:
+    ``cost``'s FLOPs, or ``None`` for an unjustified call (the recorder then reports the operator uncounted)."""
     def formula(*args: Any, out_val: Any = None, **kwargs: Any) -> int | None:
         estimate = cost(args, kwargs, out_val)
         return None if estimate is None else estimate.flops

@@ -9,14 +9,12 @@ children, but PyTorch disables it while hooks are attached, so under the crawler
 path and call their children. Child calls that do run keep their rows; the crawler omits their covered fields.
 The handlers own the subtree either way, and their estimate is the same on either path.
 
-This module is the family's entry point: `handlers` (given the registry's built-in lookup, which prices the
-norms and activation of a layer) and the one tunable, `DEPENDENCY_BUDGET`. The
-formulas live in :mod:`.attention` (attention), :mod:`.layers` and :mod:`.blocks`
-(layers, stacks, ``nn.Transformer``), :mod:`.token_dependencies` (the mask-derived receptive field),
-:mod:`.calls` (reading a call by the real ``forward`` signature) and :mod:`.work` (adding
-work up and reporting it). Counts come from shapes and module attributes only (they work on ``meta``); the token
-receptive field reads mask values when they exist. Formulas and their boundaries are documented in
-``docs/transformer.md``.
+This module is the family's entry point: `handlers` and the one tunable, `DEPENDENCY_BUDGET`. The formulas live
+in :mod:`.attention` (attention), :mod:`.layers` and :mod:`.blocks` (layers, stacks, ``nn.Transformer``),
+:mod:`.token_dependencies` (the mask-derived receptive field), :mod:`.calls` (reading a call by the real
+``forward`` signature) and :mod:`.work` (adding work up and reporting it). Counts come from shapes and module
+attributes only (they work on ``meta``); the token receptive field reads mask values when they exist. Formulas
+and their boundaries are documented in ``docs/transformer.md``.
 """
 
 from __future__ import annotations

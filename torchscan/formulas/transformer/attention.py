@@ -14,9 +14,10 @@ from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
 from ..conventions import FLOPS_PER_SLICE
+from ..estimates import every_field
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
 from .token_dependencies import attention_allowed, widest, without_padding
-from .work import SUMMABLE, UNKNOWN, Work, estimates, nothing_known, with_breakdown
+from .work import SUMMABLE, UNKNOWN, Work, estimates, total, with_breakdown
 
 # --- formula --------------------------------------------------------------------------------------------------
 
@@ -69,11 +70,6 @@ def attention_macs(a: AttentionShape) -> int:
     return projection_macs(a) + score_macs(a)
 
 
-def softmax_row_flops(length: int) -> int:
-    """The activation family's softmax count for one row of ``length`` scores."""
-    return FLOPS_PER_SLICE["softmax"](length) if length else 0
-
-
 def projection_flops(a: AttentionShape) -> int:
     """2 per projection MAC + the projections' biases."""
     N, L, S, E = a.batch, a.queries, a.keys, a.embed
@@ -87,7 +83,7 @@ def score_flops(a: AttentionShape) -> int:
     N, L, E = a.batch, a.queries, a.embed
     scaling = N * L * E                                   # q * D**-0.5, once per query element
     masks = a.additive_masks * a.scores
-    softmax = N * a.heads * L * softmax_row_flops(a.attended)
+    softmax = N * a.heads * L * FLOPS_PER_SLICE["softmax"](a.attended) if a.attended else 0
     averaging = a.scores if a.weights == "averaged" else 0   # (H-1) adds + 1 divide per (N, L, S)
     return 2 * score_macs(a) + scaling + masks + softmax + averaging
 
@@ -112,41 +108,21 @@ def attention_dmas(a: AttentionShape) -> int:
 # --- one native call ------------------------------------------------------------------------------------------
 
 
-def _mask_counts(masks: Masks) -> dict[str, int]:
-    present = [mask for mask in masks if mask is not None]
-    return {"additive_masks": sum(mask.is_floating_point() for mask in present),
-            "mask_elements": sum(mask.numel() for mask in present)}
-
-
-def attention_shape(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
-                    masks: Masks, weights: str = "none") -> AttentionShape:
-    return AttentionShape(
-        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
-        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
-        extra_keys=_extra_keys(mha), weights=weights, **_mask_counts(masks))
-
-
-def _extra_keys(mha: nn.MultiheadAttention) -> int:
-    return int(mha.bias_k is not None) + int(mha.add_zero_attn)
-
-
-def attention_work(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
-                   masks: Masks, weights: str = "none") -> Work:
-    """One native attention call; add_bias_kv / add_zero_attn give a lower bound (their copies are not counted)."""
-    if not is_native(mha, nn.MultiheadAttention):
-        return UNKNOWN
-    shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
-    work = Work(attention_flops(shape), attention_macs(shape), attention_dmas(shape))
-    return work.at_least(SUMMABLE) if shape.extra_keys else work
-
-
 def attention_parts(mha: nn.MultiheadAttention, queries: Tokens, keys: Tokens, kdim: int, vdim: int,
                     masks: Masks, weights: str = "none") -> list[tuple[str, Work]]:
-    """`attention_work` split into the projections and the scores with their weighted sum (FLOPs and MACs)."""
+    """One native attention call, as the projections and the scores with their weighted sum; the projections carry
+    the call's DMAs, which a breakdown does not split. add_bias_kv / add_zero_attn give a lower bound (their copies
+    are not counted)."""
     if not is_native(mha, nn.MultiheadAttention):
         return [("attention", UNKNOWN)]
-    shape = attention_shape(mha, queries, keys, kdim, vdim, masks, weights)
-    parts = [("projections", Work(projection_flops(shape), projection_macs(shape))),
+    present = [mask for mask in masks if mask is not None]
+    shape = AttentionShape(
+        batch=queries.batch, queries=queries.length, keys=keys.length, embed=mha.embed_dim, heads=mha.num_heads,
+        kdim=kdim, vdim=vdim, in_bias=mha.in_proj_bias is not None, out_bias=mha.out_proj.bias is not None,
+        extra_keys=int(mha.bias_k is not None) + int(mha.add_zero_attn), weights=weights,
+        additive_masks=sum(mask.is_floating_point() for mask in present),
+        mask_elements=sum(mask.numel() for mask in present))
+    parts = [("projections", Work(projection_flops(shape), projection_macs(shape), attention_dmas(shape))),
              ("scores and weighted sum", Work(score_flops(shape), score_macs(shape)))]
     return [(name, work.at_least(SUMMABLE) if shape.extra_keys else work) for name, work in parts]
 
@@ -158,24 +134,23 @@ def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
     """nn.MultiheadAttention: receptive field = most key positions one query position depends on."""
     mha = call.module
     if not is_native(mha, nn.MultiheadAttention):
-        return nothing_known()
+        return every_field(None)
     a = call_arguments(call)
     query, key, value = a["query"], a["key"], a["value"]
     padding, mask = a["key_padding_mask"], a["attn_mask"]
     weights = "none" if not a["need_weights"] else "averaged" if a["average_attn_weights"] else "per_head"
 
-    def work() -> Work:
+    def parts() -> list[tuple[str, str, Work]]:
         q, k, v = (tokens(tensor, mha.batch_first) for tensor in (query, key, value))
-        return attention_work(mha, q, k, k.width, v.width, (padding, mask), weights)
+        return [("", f"attention {name}", work)
+                for name, work in attention_parts(mha, q, k, k.width, v.width, (padding, mask), weights)]
+
+    def work() -> Work:
+        return total([work for _, _, work in parts()])
 
     def width() -> tuple[int, bool]:
         q, k = tokens(query, mha.batch_first), tokens(key, mha.batch_first)
         allowed = attention_allowed(mask, a["is_causal"] is True, mha.num_heads, q.length, k.length)
         return widest(without_padding(allowed, padding, k.length), k.length), True
-
-    def parts() -> list[tuple[str, str, Work]]:
-        q, k, v = (tokens(tensor, mha.batch_first) for tensor in (query, key, value))
-        return [("", f"attention {name}", work)
-                for name, work in attention_parts(mha, q, k, k.width, v.width, (padding, mask), weights)]
 
     return with_breakdown(estimates(call, work, width, query.dtype), call, parts, query.dtype)

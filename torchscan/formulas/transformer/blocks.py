@@ -99,11 +99,8 @@ class Children:
 
     def builtin_work(self, module: nn.Module, in_shape: tuple[int, ...], out_shape: tuple[int, ...],
                      dtype: torch.dtype) -> Work | None:
-        """A child's work from the built-in formula of its type, called on meta tensors of the child's shapes.
-
-        None when no built-in formula that a layer can apply describes the type: none registered, a subclass
-        overriding forward, or a third-party formula (trusted only after checking the operators of a call).
-        """
+        """A child's work from the built-in formula of its type, called on meta tensors of the child's shapes; None
+        when no formula that a layer can apply describes the type (see the module docstring)."""
         handler = self.lookup(type(module))
         if handler is None or handler.checks_operators:
             return None

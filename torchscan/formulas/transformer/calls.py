@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
@@ -53,9 +52,7 @@ def tokens(tensor: torch.Tensor, batch_first: bool) -> Tokens:
     raise UnsupportedCall(f"a {len(shape)}-D sequence input")
 
 
-@functools.cache
-def _forward_signature(forward: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(forward)
+_forward_signature = functools.cache(inspect.signature)
 
 
 def call_arguments(call: ModuleCall) -> dict[str, Any]:

@@ -17,52 +17,40 @@ import torch
 from torch import nn
 
 from ...handlers import ModuleCall, ModuleEstimates
-from .attention import attention_work
-from .blocks import Children, residual_work
+from ..estimates import every_field
+from .blocks import Children
 from .calls import Masks, NativeModule, Tokens, UnsupportedCall, call_arguments, is_native, tokens
 from .parts import Part, decoder_layer_parts, decoder_stack_parts, encoder_layer_parts, encoder_stack_parts
 from .token_dependencies import SelfAttentionLayer, stack_width
-from .work import UNKNOWN, Work, estimates, nothing_known, total, with_breakdown
+from .work import UNKNOWN, Work, estimates, total, with_breakdown
 
 # --- work -----------------------------------------------------------------------------------------------------
 
 
+def _sum(parts: list[Part]) -> Work:
+    return total([work for _, _, work in parts])
+
+
 def encoder_layer_work(children: Children, layer: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
                        prefix: str = "") -> Work:
-    """Self-attention + feed-forward + 2 LayerNorms + 2 residual adds (norm_first changes the order only).
+    """The sum of the layer's parts (`encoder_layer_parts`: self-attention, feed-forward, 2 LayerNorms, 2 residual
+    adds; norm_first changes the order only).
 
     ``prefix`` is the layer's path inside the call being estimated, so that a missing part is named exactly.
     """
     if not is_native(layer, nn.TransformerEncoderLayer):
         return UNKNOWN
-    rows, width = src.batch * src.length, src.width
-    return total([
-        attention_work(layer.self_attn, src, src, width, width, masks),
-        children.feed_forward(layer, prefix, rows, dtype),
-        children.norm(layer.norm1, f"{prefix}norm1", rows, width, dtype),
-        children.norm(layer.norm2, f"{prefix}norm2", rows, width, dtype),
-        residual_work(src.elements),
-        residual_work(src.elements),
-    ])
+    return _sum(encoder_layer_parts(children, layer, src, masks, dtype, prefix.removesuffix(".")))
 
 
 def decoder_layer_work(children: Children, layer: nn.Module, tgt: Tokens, memory: Tokens, self_masks: Masks,
                        cross_masks: Masks, dtype: torch.dtype, prefix: str = "") -> Work:
-    """Self-attention + cross-attention over memory + feed-forward + 3 LayerNorms + 3 residual adds."""
+    """The sum of the layer's parts (`decoder_layer_parts`: self-attention, cross-attention over memory,
+    feed-forward, 3 LayerNorms, 3 residual adds)."""
     if not is_native(layer, nn.TransformerDecoderLayer):
         return UNKNOWN
-    rows, width = tgt.batch * tgt.length, tgt.width
-    return total([
-        attention_work(layer.self_attn, tgt, tgt, width, width, self_masks),
-        attention_work(layer.multihead_attn, tgt, memory, memory.width, memory.width, cross_masks),
-        children.feed_forward(layer, prefix, rows, dtype),
-        children.norm(layer.norm1, f"{prefix}norm1", rows, width, dtype),
-        children.norm(layer.norm2, f"{prefix}norm2", rows, width, dtype),
-        children.norm(layer.norm3, f"{prefix}norm3", rows, width, dtype),
-        residual_work(tgt.elements),
-        residual_work(tgt.elements),
-        residual_work(tgt.elements),
-    ])
+    module = prefix.removesuffix(".")
+    return _sum(decoder_layer_parts(children, layer, tgt, memory, self_masks, cross_masks, dtype, module))
 
 
 def encoder_stack_work(children: Children, encoder: nn.Module, src: Tokens, masks: Masks, dtype: torch.dtype,
@@ -90,7 +78,8 @@ EncoderWork = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], Work]
 DecoderWork = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], Work]
 EncoderParts = Callable[[Children, nn.Module, Tokens, Masks, torch.dtype], list[Part]]
 DecoderParts = Callable[[Children, nn.Module, Tokens, Tokens, Masks, Masks, torch.dtype], list[Part]]
-#: The self-attention layers along which token dependencies compose, read only when the width is asked for.
+#: The self-attention layers along which token dependencies compose (a layer is a stack of one), read only when the
+#: width is asked for.
 Layers = Callable[[], Sequence[SelfAttentionLayer]]
 
 
@@ -115,13 +104,6 @@ def _native_layers(stack: nn.TransformerEncoder | nn.TransformerDecoder, layer_t
     return layers
 
 
-def _dependency_width(layers: Layers, sequence: torch.Tensor, batch_first: bool,
-                      masks: Masks, causal: Any, budget: int) -> tuple[int, bool]:
-    """Token dependency along ``sequence`` through the self-attention of ``layers()`` (a layer is a stack of one)."""
-    length = tokens(sequence, batch_first).length
-    return stack_width(layers(), length, *masks, causal, budget)
-
-
 def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: EncoderWork,
               layers: Layers, budget: int, children: Children, parts_of: EncoderParts
               ) -> ModuleEstimates:
@@ -133,7 +115,7 @@ def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: Enco
         return work_of(children, call.module, tokens(src, batch_first), masks, src.dtype)
 
     def width() -> tuple[int, bool]:
-        return _dependency_width(layers, src, batch_first, masks, a["is_causal"], budget)
+        return stack_width(layers(), tokens(src, batch_first).length, *masks, a["is_causal"], budget)
 
     def parts() -> list[Part]:
         return parts_of(children, call.module, tokens(src, batch_first), masks, src.dtype)
@@ -153,7 +135,7 @@ def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers:
                        cross_masks, tgt.dtype)
 
     def width() -> tuple[int, bool]:
-        return _dependency_width(layers, tgt, batch_first, self_masks, a["tgt_is_causal"], budget)
+        return stack_width(layers(), tokens(tgt, batch_first).length, *self_masks, a["tgt_is_causal"], budget)
 
     def parts() -> list[Part]:
         return parts_of(children, call.module, tokens(tgt, batch_first), tokens(memory, batch_first), self_masks,
@@ -169,7 +151,7 @@ def estimate_encoder_layer(call: ModuleCall, budget: int, children: Children) ->
     """nn.TransformerEncoderLayer: receptive field along src (attended positions and the residual position)."""
     layer = call.module
     if not is_native(layer, nn.TransformerEncoderLayer):
-        return nothing_known()
+        return every_field(None)
     return _encoding(call, "src_mask", layer.self_attn.batch_first, encoder_layer_work, lambda: [layer], budget,
                      children, encoder_layer_parts)
 
@@ -178,7 +160,7 @@ def estimate_decoder_layer(call: ModuleCall, budget: int, children: Children) ->
     """nn.TransformerDecoderLayer: receptive field along tgt (memory dependencies are not in this number)."""
     layer = call.module
     if not is_native(layer, nn.TransformerDecoderLayer):
-        return nothing_known()
+        return every_field(None)
     return _decoding(call, layer.self_attn.batch_first, decoder_layer_work, lambda: [layer], budget,
                      children, decoder_layer_parts)
 
@@ -187,7 +169,7 @@ def estimate_encoder(call: ModuleCall, budget: int, children: Children) -> Modul
     """nn.TransformerEncoder: the layers' sum plus the final norm; receptive field composed across layers."""
     encoder = call.module
     if not is_native(encoder, nn.TransformerEncoder):
-        return nothing_known()
+        return every_field(None)
     return _encoding(call, "mask", _stack_batch_first(encoder), encoder_stack_work,
                      lambda: _native_layers(encoder, nn.TransformerEncoderLayer), budget, children,
                      encoder_stack_parts)
@@ -197,7 +179,7 @@ def estimate_decoder(call: ModuleCall, budget: int, children: Children) -> Modul
     """nn.TransformerDecoder: the layers' sum plus the final norm; receptive field along tgt, composed."""
     decoder = call.module
     if not is_native(decoder, nn.TransformerDecoder):
-        return nothing_known()
+        return every_field(None)
     return _decoding(call, _stack_batch_first(decoder), decoder_stack_work,
                      lambda: _native_layers(decoder, nn.TransformerDecoderLayer), budget, children,
                      decoder_stack_parts)
@@ -211,7 +193,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
     """
     model = call.module
     if not is_native(model, nn.Transformer):
-        return nothing_known()
+        return every_field(None)
     a = call_arguments(call)
     src, tgt = a["src"], a["tgt"]
     self_masks, cross_masks = _target_masks(a)
@@ -229,8 +211,8 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
     def width() -> tuple[int, bool]:
         if not is_native(model.decoder, nn.TransformerDecoder):
             raise UnsupportedCall("a custom decoder")
-        return _dependency_width(lambda: _native_layers(model.decoder, nn.TransformerDecoderLayer), tgt,
-                                 model.batch_first, self_masks, a["tgt_is_causal"], budget)
+        return stack_width(_native_layers(model.decoder, nn.TransformerDecoderLayer),
+                           tokens(tgt, model.batch_first).length, *self_masks, a["tgt_is_causal"], budget)
 
     def parts() -> list[Part]:
         source, target = tokens(src, model.batch_first), tokens(tgt, model.batch_first)

@@ -1,10 +1,9 @@
 """The breakdown of a native Transformer estimate: its FLOPs and MACs by part, per layer.
 
-Each function mirrors the work function of :mod:`.layers` part by part (the same component formulas, the same
-children's built-in formulas), so the parts add up to the estimate; the handler reports them beside it
-(`torchscan.breakdown`). A part is named by the layer it belongs to (``layers.3``, relative to the owner) and
-what it is: self-attention (or cross-attention) projections, its scores and weighted sum, the feed-forward block,
-the norms, the residual additions.
+A layer's work (:mod:`.layers`) is the sum of its parts, so the parts add up to the estimate; the handler reports
+them beside it (`torchscan.breakdown`). A part is named by the layer it belongs to (``layers.3``, relative to the
+owner) and what it is: self-attention (or cross-attention) projections, its scores and weighted sum, the
+feed-forward block, the norms, the residual additions.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def _native(layer: nn.Module, kind: type[NativeModule]) -> NativeModule:
 
 def _norms(children: Children, layer: nn.Module, names: tuple[str, ...], prefix: str, tokens: Tokens,
            dtype: torch.dtype) -> Work:
-    """The layer's norms ``names``, priced as its work function prices them."""
+    """The layer's norms ``names``, each priced by its built-in formula (`Children.norm`)."""
     rows = tokens.batch * tokens.length
     return sum((children.norm(getattr(layer, name), f"{prefix}{name}", rows, tokens.width, dtype) for name in names),
                Work())
@@ -50,7 +49,7 @@ def encoder_layer_parts(children: Children, layer: nn.Module, src: Tokens, masks
         *_attention("self-attention", module, layer.self_attn, src, src, masks),
         (module, "feed-forward", children.feed_forward(layer, prefix, src.batch * src.length, dtype)),
         (module, "norms", _norms(children, layer, ("norm1", "norm2"), prefix, src, dtype)),
-        (module, "residual additions", residual_work(src.elements) + residual_work(src.elements)),
+        (module, "residual additions", residual_work(2 * src.elements)),
     ]
 
 
@@ -64,8 +63,7 @@ def decoder_layer_parts(children: Children, layer: nn.Module, tgt: Tokens, memor
         *_attention("cross-attention", module, layer.multihead_attn, tgt, memory, cross_masks),
         (module, "feed-forward", children.feed_forward(layer, prefix, tgt.batch * tgt.length, dtype)),
         (module, "norms", _norms(children, layer, ("norm1", "norm2", "norm3"), prefix, tgt, dtype)),
-        (module, "residual additions", residual_work(tgt.elements) + residual_work(tgt.elements)
-         + residual_work(tgt.elements)),
+        (module, "residual additions", residual_work(3 * tgt.elements)),
     ]
 
 

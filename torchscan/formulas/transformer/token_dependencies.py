@@ -9,7 +9,7 @@ mask on the ``meta`` device makes the dependency unknown.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, overload
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,18 +63,8 @@ def widest(allowed: torch.Tensor | None, keys: int) -> int:
     return int(allowed.sum(dim=-1).max()) if allowed.numel() else 0
 
 
-@overload
-def with_residual(allowed: torch.Tensor, length: int) -> torch.Tensor: ...
-
-
-@overload
-def with_residual(allowed: None, length: int) -> None: ...
-
-
-def with_residual(allowed: torch.Tensor | None, length: int) -> torch.Tensor | None:
+def with_residual(allowed: torch.Tensor, length: int) -> torch.Tensor:
     """A layer's output position also depends on its own input position through the residual path."""
-    if allowed is None:
-        return None
     return allowed | torch.eye(length, dtype=torch.bool, device=allowed.device)
 
 
@@ -89,7 +79,8 @@ def self_attention_step(mha: nn.Module, length: int, attn_mask: Any, padding_mas
         raise UnsupportedCall("a self-attention module that is not native")
     attended = attention_allowed(attn_mask, causal is True, mha.num_heads, length, length)
     idempotent = attended is None or is_causal_pattern(with_residual(attended, length))
-    return with_residual(without_padding(attended, padding_mask, length), length), idempotent
+    allowed = without_padding(attended, padding_mask, length)
+    return (None if allowed is None else with_residual(allowed, length)), idempotent
 
 
 def is_causal_pattern(allowed: torch.Tensor) -> bool:
@@ -108,11 +99,10 @@ def composed_width(step: torch.Tensor | None, layers: int, length: int, idempote
     """
     if step is None or idempotent or layers <= 1:
         return widest(step, length), True
-    cost = (step.shape[0] if step.dim() == 3 else 1) * length ** 3
+    if (step.shape[0] if step.dim() == 3 else 1) * length ** 3 > budget:
+        return widest(step, length), False
     reach, dense = step, step.float()
     for _ in range(layers - 1):
-        if cost > budget:
-            return widest(reach, length), False
         grown = torch.matmul(reach.float(), dense) > 0
         if torch.equal(grown, reach):
             break

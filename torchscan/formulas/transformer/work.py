@@ -16,7 +16,6 @@ from torch import nn
 
 from ...handlers import Count, ModuleCall, ModuleEstimates, Spatial
 from ...results import METRIC_UNITS, SUMMABLE_METRICS, Incomplete
-from ..estimates import every_field
 from .calls import UnsupportedCall
 from .token_dependencies import MaskValuesUnknown
 
@@ -101,11 +100,6 @@ def token_fields(width: Callable[[], tuple[int, bool]]) -> ModuleEstimates:
     else:
         receptive = value if exact else Incomplete(value)
     return {"receptive_field": receptive, "effective_stride": 1, "effective_padding": 0}
-
-
-def nothing_known() -> ModuleEstimates:
-    """Every field unavailable (``None``)."""
-    return every_field(None)
 
 
 def _dropout_active(module: nn.Module) -> bool:

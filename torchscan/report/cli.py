@@ -93,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except RegistryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(str(error))
     except KeyboardInterrupt:
         print("interrupted; the previous output is unchanged", file=sys.stderr)
         return 130
@@ -114,8 +113,7 @@ def _build(args: argparse.Namespace) -> int:
         with _executors(args, registry, progress.note) as executor_factory:
             result = build(registry, options, progress, executor_factory)
     except (OutputFolderError, ClusterError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(str(error))
     except SiteBuildError as error:
         print(f"error: the MkDocs build failed: {error}", file=sys.stderr)
         return EXIT_FAILED
@@ -152,9 +150,7 @@ def _render(args: argparse.Namespace) -> int:
     try:
         text = render_report_file(report, kind, title=args.title, templates=args.templates)
     except (KeyError, TypeError) as error:
-        print(f"error: {args.report} does not have the shape of a schema_version 1 report ({error!r})",
-              file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(f"{args.report} does not have the shape of a schema_version 1 report ({error!r})")
     _write_output(args.output, text)
     return EXIT_OK
 
@@ -180,8 +176,7 @@ def _diff(args: argparse.Namespace) -> int:
         view = diff_view(before, after, title=title, budgets=args.budgets)
         text = diff_document(view, kind, templates=args.templates)
     except (TypeError, ValueError, KeyError) as error:
-        print(f"error: cannot compare these reports: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(f"cannot compare these reports: {error}")
     _write_output(args.output, text)
     return _diff_verdict(view, args.require_same_model)
 

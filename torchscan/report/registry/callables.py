@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import PathFinder
@@ -42,11 +41,6 @@ def locate_module(module: str, folder: Path) -> Path | None:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return None
     return Path(spec.origin)
-
-
-def source_digest(path: Path) -> str:
-    """SHA-256 of a source file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def callable_problem(target: str, folder: Path) -> str | None:

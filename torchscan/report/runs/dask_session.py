@@ -2,11 +2,9 @@
 
 `DaskSession` connects to a running scheduler (``tcp://host:8786``) or starts a ``LocalCluster`` (``local:N``),
 checks that every worker has the client's torch and torchscan versions, optionally ships the registry's code, and
-hands the runner a `DaskExecutor`: a ``concurrent.futures.Executor`` whose tasks run `dask_task.run_isolated` on
-the workers, so each run still gets a supervised process (warm, or its own with ``--isolation run``), timeout and
-crash handling. The runner is unchanged: it keeps
-the cache, skips cached runs, and writes every file. Dask's ``distributed`` is an optional extra, imported only
-here and only when a scheduler is asked for.
+hands the unchanged runner a `DaskExecutor` whose tasks run `dask_task.run_isolated` on the workers, so each run
+still gets a supervised process, timeout and crash handling. Dask's ``distributed`` is an optional extra, imported
+only here and only when a scheduler is asked for.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from typing import Any, Self
 
 from ... import __version__
 from ..registry.placement import dask_resources
-from .isolated_executor import WorkerDied, import_callable
+from .isolated_executor import WorkerDied, import_object
 from .result_cache import installed_torch_version
 from .runner import reuses_workers
 
@@ -149,7 +147,7 @@ def _by_name(function: Callable[..., Any]) -> str | Callable[..., Any]:
     """A module-level function's import path (the worker then never imports it, only the run's process does)."""
     path = f"{function.__module__}:{function.__qualname__}"
     try:
-        return path if import_callable(path) is function else function
+        return path if import_object(path) is function else function
     except (ImportError, AttributeError):
         return function
 

@@ -2,12 +2,9 @@
 
 A Dask task cannot be killed in its worker thread, so the thread only supervises: `run_isolated` hands the run to
 an `IsolatedProcessExecutor`, which enforces ``--timeout`` and turns a crash into a recorded failure, and converts
-the outcome with the runner's own `outcome_of`. With ``--isolation worker`` (the default) every Dask worker keeps one
-warm executor per build, with as many warm processes as the worker has threads, reset between runs as locally;
-the client retires them when its build ends (`retire_warm_workers`). With ``--isolation run`` each run gets a
-one-process executor of its own. Every failure therefore carries the same stage, type and
-message as in a local build. The thread also watches its task: when the client cancels it (Ctrl-C), the run's
-process is killed instead of running on unobserved.
+the outcome with the runner's own `outcome_of`, so every failure reads as in a local build. With ``--isolation
+worker`` every Dask worker keeps one warm executor per build, which the client retires when its build ends
+(`retire_warm_workers`). When the client cancels the task (Ctrl-C), the run's process is killed.
 
 This module is imported on the workers (and by the client, to name the function it submits).
 """
@@ -102,15 +99,13 @@ def _warm_executor(build: str, timeout: float, slots: int) -> IsolatedProcessExe
         return _WARM[build]
 
 
-def retire_warm_workers(build: str) -> int:
+def retire_warm_workers(build: str) -> None:
     """End this worker's warm processes of ``build`` once their runs are over (the client calls it on every worker
-    when the build ends or is interrupted); returns how many processes they were."""
+    when the build ends or is interrupted)."""
     with _WARM_LOCK:
         executor = _WARM.pop(build, None)
-    if executor is None:
-        return 0
-    executor.shutdown(wait=False, cancel_futures=True)  # idle processes end now, busy ones after their run
-    return executor.processes_started
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)  # idle processes end now, busy ones after their run
 
 
 def _still_wanted(worker: Any, key: str) -> bool:

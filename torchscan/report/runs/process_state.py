@@ -3,31 +3,12 @@
 A warm worker (``--isolation worker``) serves many runs, so that torch is imported once per worker instead of once
 per run. Each run must still see the process as a fresh one would: `ProcessState` is captured once, when the
 worker's first run has been received (its function, and with it torch, imported), and `ProcessState.reset` runs
-after every run. It puts back what is cheap to put back and names what is not; the worker then ends and a fresh one
-takes the next run.
-
-Put back after every run (and the RNGs before every run):
-
-- ``sys.path``, ``os.environ``, the working directory and the ``warnings`` filters;
-- the modules the run imported from outside the Python installation and outside TorchScan (the registry's own
-  factories and what they import from its folder, a package installed in editable mode) are dropped from
-  ``sys.modules``, so the next run imports them afresh, edited or not; installed packages (torch, torchvision,
-  timm, transformers) stay imported;
-- torch, when imported: every global module hook table (``torch.nn.modules.module._global_*``: forward, pre-forward,
-  backward and registration hooks), the default dtype and device, grad mode, anomaly detection, the
-  deterministic-algorithm flags, the float32 matmul precision, the cuDNN flags and the intra-op thread count;
-- the random number generators: torch's CPU generator, Python's ``random`` and NumPy's global one (when imported)
-  start every run in the state they had when the worker received its first run, as in a fresh process;
-- PyTorch's once-per-process warnings are given in every run (`warn_every_run`, in both isolation modes).
-
-Ending the worker instead (the reason is kept in `reset`'s answer):
-
-- a torch function or dispatch mode left active (a ``with torch.device(...)`` never exited, a mode pushed and not
-  popped), or inference mode left on;
-- CUDA initialized by the run (device memory, the CUDA context and its generators are not reset cheaply);
-- a thread the run started still running;
-- an attribute of ``torch``, ``torch.nn.functional``, ``torch.Tensor`` or of a ``torch.nn`` module class replaced
-  (a monkeypatch, which dropping the module that made it does not undo).
+after every run. It puts back what is cheap to put back (``sys.path``, ``os.environ``, the working directory, the
+``warnings`` filters, the modules imported from outside the Python installation and TorchScan, torch's global hook
+tables and process-wide settings, and, before every run, the random number generators) and names what is not (a
+torch function or dispatch mode left active, inference mode, CUDA initialized, a thread the run started still
+running, an attribute of torch replaced); the worker then ends and a fresh one takes the next run. docs/cli.md
+lists both in full.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ then lists as failed.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Collection
 from typing import Any, TextIO
@@ -49,7 +50,10 @@ class Progress:
     def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
         self.done += 1
         self.started.pop(stem, None)
-        self.note(f"[{self.done}/{self.total}] {stem}: {outcome_label(status, result, stem in self.strict)}")
+        self._show(stem, outcome_label(status, result, stem in self.strict))
+
+    def _show(self, stem: str, label: str) -> None:
+        self.note(f"[{self.done}/{self.total}] {stem}: {label}")
 
     def stop(self) -> None:
         pass
@@ -81,12 +85,9 @@ class RichProgress(Progress):
         super().submitted(stem)
         self._describe()
 
-    def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
+    def _show(self, stem: str, label: str) -> None:
         from rich.markup import escape
 
-        self.started.pop(stem, None)
-        self.done += 1
-        label = outcome_label(status, result, stem in self.strict)
         style = "green" if label in ("ok", "cached") else "yellow" if label.endswith("partial") else "red"
         self.console.print(f"[{style}]{escape(label)}[/{style}] {escape(stem)}", highlight=False)
         self.bar.advance(self.task)
@@ -107,8 +108,6 @@ def make_progress(stream: TextIO | None = None) -> Progress:
     """Rich on a terminal (when rich is installed), plain lines otherwise."""
     stream = stream or sys.stderr
     if stream.isatty():
-        try:
+        with contextlib.suppress(ImportError):
             return RichProgress(stream)
-        except ImportError:
-            pass
     return Progress(stream)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..output.render_cache import code_digest, content_hash
-from ..runs.result_cache import CACHE_FOLDER, link_or_copy
+from ..runs.result_cache import CACHE_FOLDER, file_digest, link_or_copy, read_json
 
 MANIFEST = "site.json"
 #: Bumped when the manifest's layout changes, so another layout is never trusted.
@@ -37,11 +37,6 @@ def environment_digest() -> str:
     """A digest of every installed distribution's name and version (MkDocs, its theme, plugins and extensions)."""
     installed = sorted({(dist.metadata["Name"] or "", dist.version) for dist in metadata.distributions()})
     return content_hash({"installed": installed, "torchscan_code": code_digest()})
-
-
-def file_digest(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def tree_digest(folder: Path, skip: frozenset[str] = frozenset()) -> str:
@@ -103,12 +98,7 @@ class SiteReuse:
         self._write({"format": MANIFEST_FORMAT, "inputs": inputs, "warnings": warnings, "files": files})
 
     def _previous_manifest(self) -> dict[str, Any] | None:
-        if self.previous is None:
-            return None
-        try:
-            recorded = json.loads((self.previous / CACHE_FOLDER / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        recorded: Any = read_json(self.previous / CACHE_FOLDER / MANIFEST) if self.previous else None
         valid = (isinstance(recorded, dict) and recorded.get("format") == MANIFEST_FORMAT
                  and isinstance(recorded.get("files"), dict) and isinstance(recorded.get("warnings"), list))
         return recorded if valid and all(map(_inside, recorded["files"])) else None

@@ -27,20 +27,14 @@ def locate_module(module: str, folder: Path) -> Path | None:
     package's ``__init__``. Built-in and extension modules have no source and give ``None``.
     """
     search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]
-    spec = None
     parts = module.split(".")
-    for position in range(len(parts)):
-        name = ".".join(parts[: position + 1])
-        spec = PathFinder.find_spec(name, search)
-        if spec is None:
+    for position in range(1, len(parts)):
+        package = PathFinder.find_spec(".".join(parts[:position]), search)
+        if package is None or not package.submodule_search_locations:
             return None
-        if position < module.count("."):
-            if not spec.submodule_search_locations:
-                return None
-            search = list(spec.submodule_search_locations)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
+        search = list(package.submodule_search_locations)
+    spec = PathFinder.find_spec(module, search)
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 
 
 def callable_problem(target: str, folder: Path) -> str | None:

@@ -69,19 +69,12 @@ class Run:
             "entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
             "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device,
             **self.extensions}
-        if self.memory is not None:
-            job["memory"] = self.memory
-        if self.training is not None:  # only then: runs without training keep their jobs (and cache keys)
-            job["training"] = dict(self.training)  # (a parallel plan's tables are plain TOML values, never changed)
-        if self.as_device is not None:  # likewise
-            job["as_device"] = self.as_device
-        if self.meta_kernels is not None:  # likewise
-            job["meta_kernels"] = self.meta_kernels
-        if self.time is not None:  # likewise: only measuring entries carry it (and pay its repeats)
-            job["time"] = dict(self.time) or True
-        if self.timeout is not None:  # how long the run may take: not part of the cache key (a cluster task reads it)
-            job["timeout"] = self.timeout
-        return job
+        # Each only when set, so that runs without it keep their jobs (and cache keys); memory and timeout are
+        # left out of the cache key (`torchscan.report.runs.result_cache`), a cluster task reads them.
+        optional = {"memory": self.memory, "training": None if self.training is None else dict(self.training),
+                    "as_device": self.as_device, "meta_kernels": self.meta_kernels,
+                    "time": None if self.time is None else dict(self.time) or True, "timeout": self.timeout}
+        return job | {key: value for key, value in optional.items() if value is not None}
 
 
 def sweep_runs(check: Checker, where: str, common: dict[str, Any], base: dict[str, Any], sweep: Sweep) -> list[Run]:
@@ -178,8 +171,7 @@ def _inputs(check: Checker, where: str, spec: dict[str, Any]) -> InputSpec:
             check.problem(f"{where}: dtype", "dtype only applies to generated inputs (input_shape); the inputs "
                           "callable creates its tensors with the dtypes it wants")
         kwargs = check.plain_table(f"{where}: inputs_kwargs", spec.get("inputs_kwargs", {}))
-        return InputSpec(callable=check.callable_path(f"{where}: inputs", spec["inputs"], required=True),
-                         kwargs=kwargs)
+        return InputSpec(callable=check.callable_path(f"{where}: inputs", spec["inputs"]), kwargs=kwargs)
     if "inputs_kwargs" in spec:
         check.problem(f"{where}: inputs_kwargs", "inputs_kwargs only applies with inputs = \"module:callable\"")
     shapes = check.shapes(f"{where}: input_shape", spec["input_shape"])

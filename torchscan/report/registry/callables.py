@@ -7,25 +7,21 @@ cache hashes the source files found here, so an edited model definition is analy
 from __future__ import annotations
 
 import ast
-import difflib
 import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checks import CALLABLE_PATTERN
+from .checks import CALLABLE_PATTERN, did_you_mean
 
 if TYPE_CHECKING:
     from .parsing import Entry
 
 
 def locate_module(module: str, folder: Path) -> Path | None:
-    """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``.
-
-    Packages are walked part by part with `PathFinder`, which reads directories and never executes a
-    package's ``__init__``. Built-in and extension modules have no source and give ``None``.
-    """
+    """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``, with
+    `PathFinder`, which never executes a package's ``__init__``; ``None`` for modules without source."""
     search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]
     parts = module.split(".")
     for position in range(1, len(parts)):
@@ -46,7 +42,8 @@ def callable_problem(target: str, folder: Path) -> str | None:
     names = top_level_names(path)
     head = attribute.split(".")[0]
     if names is not None and head not in names:
-        return f"module {module!r} ({path.name}) defines no top-level name {head!r}{_suggestion(head, names)}"
+        public = sorted(name for name in names if not name.startswith("_"))
+        return f"module {module!r} ({path.name}) defines no top-level name {head!r}{did_you_mean(head, public)}"
     return None
 
 
@@ -66,13 +63,6 @@ def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
             if problem:
                 problems.append(f"{where}: {key}: {problem}")
     return problems
-
-
-def _suggestion(name: str, names: frozenset[str]) -> str:
-    """`` (did you mean 'my_net'?)`` for a misspelled name, the closest public one the module defines."""
-    public = sorted(candidate for candidate in names if not candidate.startswith("_"))
-    close = difflib.get_close_matches(name, public, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def top_level_names(path: Path) -> frozenset[str] | None:

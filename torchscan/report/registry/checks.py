@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,7 @@ class Checker:
         forward on (a view of the report at render time: never part of the job or its cache key)."""
         value = item.get("hardware")
         if value is not None and value not in HARDWARE:
-            close = difflib.get_close_matches(str(value), list(HARDWARE), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(value), HARDWARE)
             self.problem(f"{where}: hardware", f"unknown device {describe(value)}{hint}; expected one of "
                          f"{', '.join(map(repr, HARDWARE))} (torchscan.HARDWARE: the devices with published peaks)")
             return None
@@ -224,9 +224,14 @@ class Checker:
             return
         for key in table:
             if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.problem(f"{where}: {key}", f"unknown key{hint}; expected one of {', '.join(allowed)}")
+                self.problem(f"{where}: {key}", f"unknown key{did_you_mean(key, allowed)}; expected one of "
+                             f"{', '.join(allowed)}")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'my_net'?)`` naming the candidate closest to a misspelled ``name``, or ``""`` if none is."""
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _is_shape(value: Any) -> bool:

@@ -121,8 +121,7 @@ def _reserved_variant(check: Checker, where: str, entry: str, label: str) -> Non
 
 
 def _variant_settings(check: Checker, at: str, base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
-    """The entry's settings with a variant's changes: keyword tables merged key by key, shapes and dtypes
-    replaced."""
+    """The entry's settings with a variant's changes: keyword tables merged key by key, the other keys replaced."""
     merged = dict(base)
     for key in ("kwargs", "inputs_kwargs"):
         if key in variant:
@@ -144,8 +143,7 @@ def make_run(check: Checker, where: str, common: dict[str, Any], spec: dict[str,
 
 
 def _training(check: Checker, where: str, value: Any) -> dict[str, Any] | None:
-    """The run's training options, with its sharded plan (``parallel``) checked; a plan needs the optimizer it
-    shards."""
+    """The run's training options, its sharded plan (``parallel``) checked: a plan needs the optimizer it shards."""
     training = check.training(where, value)
     if training is None or not isinstance(value, dict) or "parallel" not in value:
         return training

@@ -13,9 +13,8 @@ Spelled in ``models.toml`` as a table under the entry's ``training``::
     headroom = 0.1                 # the fraction of it kept free (default 0.1)
 
 with the plan's other keys (``shard_group_size``, ``mixed_precision``, ``units``, ``activation_checkpointing``) as
-`torchscan.parallel.plan.parse_plan` reads them. Checked here without importing torch (the vocabulary is
-`torchscan.parallel.plan_keys`), every mistake named by its key; the worker passes the plan to
-``crawl_training_step(parallel=...)`` and sizes the other world sizes (`torchscan.report.runs.worker`).
+`torchscan.parallel.plan.parse_plan` reads them. Checked here without importing torch, every mistake named by its
+key; the worker passes the plan to ``crawl_training_step(parallel=...)`` and sizes the other world sizes.
 """
 
 from __future__ import annotations

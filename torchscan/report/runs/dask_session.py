@@ -18,7 +18,6 @@ import uuid
 import zipfile
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Self
 
@@ -74,10 +73,8 @@ def client_environment() -> dict[str, str]:
 
 
 class DaskSession:
-    """A scheduler connection for one build, opened when the first uncached run is submitted, closed on exit.
-
-    A fully cached rebuild never connects. ``note`` receives one-line remarks for the user (the progress's).
-    """
+    """A scheduler connection for one build, opened when the first uncached run is submitted (a fully cached rebuild
+    never connects), closed on exit; ``note`` receives one-line remarks for the user (the progress's)."""
 
     def __init__(self, scheduler: str | int, *, ship_from: Path | None = None,
                  note: Callable[[str], None] = print, connect_timeout: float = 60.0, isolation: str = "worker") -> None:
@@ -88,7 +85,7 @@ class DaskSession:
         self.note = note
         self.connect_timeout = connect_timeout
         self.client: Any = None
-        self._stack = ExitStack()
+        self._stack = contextlib.ExitStack()
         self._executors: list[DaskExecutor] = []
 
     def __enter__(self) -> Self:
@@ -120,11 +117,9 @@ class DaskSession:
         """Start or reach the scheduler, wait for a worker, and check every worker's environment."""
         distributed = require_distributed()
         try:
-            if isinstance(self.scheduler, int):
-                self.client = self._stack.enter_context(distributed.Client(self._local_cluster(distributed)))
-            else:
-                self.client = self._stack.enter_context(distributed.Client(self.scheduler,
-                                                                           timeout=self.connect_timeout))
+            client = (distributed.Client(self._local_cluster(distributed)) if isinstance(self.scheduler, int)
+                      else distributed.Client(self.scheduler, timeout=self.connect_timeout))
+            self.client = self._stack.enter_context(client)
             self.client.wait_for_workers(1, timeout=self.connect_timeout)
         except (OSError, TimeoutError) as error:
             self.close()
@@ -204,11 +199,8 @@ def ship_registry(client: Any, folder: Path) -> str:
 class DaskExecutor(Executor):
     """Submits each run as one Dask task that runs it in a supervised process on a worker (`run_isolated`): a warm
     one shared by this executor's runs on that worker (``isolation="worker"``, retired on `shutdown`) or its own.
-
-    With ``placement``, a run asks for the resources its registry entry needs (``GPU``, ``MEMORY``); a
-    ``local:N`` cluster, like a local build, ignores them. ``placements`` maps each finished run's stem to the
-    address of the worker that executed it.
-    """
+    With ``placement``, a run asks for the resources its entry needs (``GPU``, ``MEMORY``; a ``local:N`` cluster
+    ignores them); ``placements`` maps each finished run's stem to the address of the worker that executed it."""
 
     def __init__(self, client: Any, timeout: float, *, shipped: str | None = None, placement: bool = True,
                  note: Callable[[str], None] = print, isolation: str = "worker") -> None:

@@ -39,11 +39,9 @@ def environment() -> dict[str, Any]:
 
 
 def environment_problem(found: dict[str, Any], expected: dict[str, Any], where: str) -> str | None:
-    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can.
-
-    torch must be the same release; its build label (``+cpu``, ``+cu128``) may differ, so that a client without a
-    GPU can use GPU workers.
-    """
+    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can: torch must be the
+    same release, but its build label (``+cpu``, ``+cu128``) may differ, so that a client without a GPU can use GPU
+    workers."""
     if (_release(found["torch"]), found["torchscan"]) != (_release(expected["torch"]), expected["torchscan"]):
         return (f"{where} has torch {found['torch']} and torchscan {found['torchscan']}, but the client has torch "
                 f"{expected['torch']} and torchscan {expected['torchscan']}; install the same versions on the "
@@ -62,12 +60,9 @@ def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job
                  key: Any, expected: dict[str, Any], shipped: str | None, isolation: str = "run",
                  build: str = "") -> tuple[str, dict[str, Any]]:
     """Run ``function(job)`` in a supervised process on this worker; returns the worker's address and the result.
-
-    ``function`` may be an import path (``module:name``): only the run's process imports it then. ``shipped``
-    names the registry's zip uploaded by `ShippedRegistry`: the run then imports the registry's modules from it
-    instead of from the client's folder. ``isolation`` is ``--isolation``; warm processes are shared by the runs of
-    the build named ``build``.
-    """
+    ``function`` may be an import path (``module:name``), imported by the run's process only; ``shipped`` names the
+    registry's zip (`ShippedRegistry`) the run imports the registry's modules from; ``isolation`` is
+    ``--isolation``, and warm processes are shared by the runs of the build named ``build``."""
     worker = get_worker()
     problem = environment_problem(environment(), expected, f"the Dask worker {worker.address}")
     if problem is not None:
@@ -115,11 +110,8 @@ def _still_wanted(worker: Any, key: str) -> bool:
 
 
 class ShippedRegistry(WorkerPlugin):
-    """Writes the registry's Python files (a zip made by the client) into each worker's local directory.
-
-    Registered under one name, so a later build replaces it; the scheduler hands it to every worker that joins
-    later, restarted ones included.
-    """
+    """Writes the registry's Python files (a zip made by the client) into each worker's local directory; registered
+    under one name, so a later build replaces it, and handed to every worker that joins later."""
 
     name = "torchscan-registry"
 

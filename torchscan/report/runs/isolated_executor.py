@@ -54,8 +54,7 @@ def import_object(path: str) -> Any:
 
 class NamedFunction:
     """A function passed by its import path: pickling it sends only the path, unpickling imports it, so the
-    submitting process (a Dask worker) never imports torch, while the run's process does before its timeout starts.
-    """
+    submitting process (a Dask worker) never imports torch, while the run's process does before its timeout starts."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -83,11 +82,9 @@ def _exit_with_parent() -> None:
 
 
 def _serve(connection: Connection, reuse: bool) -> None:
-    """A worker process: receive a pickled call, answer ``started`` then its outcome; repeat while ``reuse``.
-
-    A warm worker captures the process's state once its first call (and with it torch) is imported, and resets
-    the process after every call (`ProcessState`); when something cannot be reset, the outcome says why and it ends.
-    """
+    """A worker process: receive a pickled call, answer ``started`` then its outcome; repeat while ``reuse``. A warm
+    worker captures the process's state once its first call (and with it torch) is imported, and resets the process
+    after every call (`ProcessState`); when something cannot be reset, the outcome says why and the worker ends."""
     _exit_with_parent()
     state: ProcessState | None = None
     while True:
@@ -154,13 +151,11 @@ class _Worker:
 
 
 class IsolatedProcessExecutor(Executor):
-    """Run submitted calls in ``spawn`` worker processes, at most ``max_workers`` at a time.
-
-    With ``reuse`` a worker stays warm and runs call after call, its process state reset in between (or the
-    worker replaced when a call changed what cannot be reset: ``recycled`` keeps the reasons); without it, every
-    call gets a fresh process. Either way a call past ``timeout`` has its worker killed and a dead worker is
-    replaced; ``processes_started`` counts the processes started.
-    """
+    """Run submitted calls in ``spawn`` worker processes, at most ``max_workers`` at a time. With ``reuse`` a worker
+    stays warm and runs call after call, its process state reset in between (or the worker replaced when a call
+    changed what cannot be reset: ``recycled`` keeps the reasons); without it, every call gets a fresh process.
+    Either way a call past ``timeout`` has its worker killed and a dead worker is replaced; ``processes_started``
+    counts the processes started."""
 
     def __init__(self, max_workers: int, timeout: float | None = None, *, reuse: bool = False) -> None:
         if max_workers < 1:
@@ -234,16 +229,16 @@ class IsolatedProcessExecutor(Executor):
                 workers = list(self._workers)
                 if self._shutdown and not self._queue and all(worker.task is None for worker in workers):
                     break
-            waitables: list[Any] = [self._wake_reader]
-            for worker in workers:
-                waitables.append(worker.process.sentinel)
-                if worker.task is not None:
-                    waitables.append(worker.connection)
+            waitables = [self._wake_reader, *(worker.process.sentinel for worker in workers),
+                         *(worker.connection for worker in workers if worker.task is not None)]
             ready = wait(waitables, timeout=self._next_timeout(workers))
             while self._wake_reader.poll():
                 self._wake_reader.recv_bytes()
             for worker in workers:
-                self._check(worker, ready)
+                if worker.task is not None:
+                    self._check_busy(worker, worker.task, ready)
+                elif worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
+                    self._retire(worker)
         self._stop_idle_workers()
 
     def _assign_queued(self) -> None:
@@ -281,14 +276,6 @@ class IsolatedProcessExecutor(Executor):
     def _next_timeout(self, workers: list[_Worker]) -> float | None:
         deadline = min((worker.deadline for worker in workers if worker.task is not None), default=float("inf"))
         return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
-
-    def _check(self, worker: _Worker, ready: list[Any]) -> None:
-        task = worker.task
-        if task is None:
-            if worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
-                self._retire(worker)
-        else:
-            self._check_busy(worker, task, ready)
 
     def _check_busy(self, worker: _Worker, task: _Task, ready: list[Any]) -> None:
         """Read the busy worker's messages; finish its task when it answered, died or ran past its deadline."""

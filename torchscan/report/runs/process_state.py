@@ -113,11 +113,8 @@ class ProcessState:
 
 def warn_every_run() -> None:
     """Let PyTorch's once-per-process warnings (``TORCH_WARN_ONCE`` in its C++ code, such as ``torch.meshgrid``'s)
-    reach every run, so that a run's recorded warnings do not depend on what ran before it in its process.
-
-    Called before every run in both isolation modes (a fresh process gives the same report as a warm one); Python's
-    own warnings are recorded once per run by the analysis, whatever the setting.
-    """
+    reach every run, in both isolation modes, so that a run's recorded warnings do not depend on what ran before it
+    in its process."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_warn_always(True)
 
@@ -129,14 +126,10 @@ def _thread_ids() -> frozenset[int]:
 
 def _is_user_module(module: Any) -> bool:
     """Whether a module's code lies outside the Python installation and TorchScan (namespace packages by their
-    folders; built-in and frozen modules are never dropped)."""
-    if module is None:
-        return False
+    folders; built-in and frozen modules, and ``None``, are not user modules)."""
     file = getattr(module, "__file__", None)
     files = [file] if isinstance(file, str) else list(getattr(module, "__path__", None) or [])
-    if not files:
-        return False
-    return not any(os.path.realpath(file).startswith(_KEPT_FOLDERS) for file in files)
+    return bool(files) and not any(os.path.realpath(file).startswith(_KEPT_FOLDERS) for file in files)
 
 
 def _torch_settings(rng: bool = True) -> dict[str, Any]:

@@ -1,10 +1,4 @@
-"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI).
-
-A finished run is labelled by what the build will make of it: ``ok``, ``ok, partial`` (some number is a lower bound
-or unavailable), ``failed (strict: incomplete)`` for an incomplete run under strictness, or the failure itself (with
-the failing layer, when a layer's forward raised), so the progress lines never say ``ok`` for a run that the summary
-then lists as failed.
-"""
+"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI)."""
 
 from __future__ import annotations
 
@@ -17,8 +11,9 @@ from ...results import incomplete_metrics
 
 
 def outcome_label(status: str, result: dict[str, Any] | None, strict: bool) -> str:
-    """``status`` (``ok``, ``cached`` or a failure) refined by the run's report and strictness; a failure names the
-    failing layer when the forward of one raised, as the run's page does."""
+    """``status`` (``ok``, ``cached`` or a failure) refined by what the build will make of the run: ``partial`` (some
+    number is a lower bound or unavailable), ``failed (strict: incomplete)``, or the failing layer when the forward of
+    one raised, so that a progress line never says ``ok`` for a run the summary lists as failed."""
     error = (result or {}).get("error")
     if isinstance(error, dict) and error.get("layer") is not None:
         return f"{status}, failing layer {error['layer'] or '(root)'}"

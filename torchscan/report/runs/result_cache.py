@@ -1,15 +1,11 @@
 """The result cache: a finished analysis is reused while nothing it depends on has changed.
 
-The key hashes the run's own description (factory, keyword arguments, inputs, device, extension mappings), the
-source files that define its factory, inputs callable, ``custom_modules`` and ``custom_mapping``, and the torch and
-torchscan versions. Successful analyses are stored, and runs that timed out, with the timeout they ran under: such a
-run costs its whole timeout, so it is not run again while its key is the same, until a longer timeout (the entry's
-``timeout`` or ``--timeout``) or ``--retry-failed`` asks. Other failures are cheap to reproduce and may have been
-transient (a killed worker), so they are not stored.
-
-A failure never costs an entry its last good result: the cache also keeps, per run stem, the key of the last
-successful analysis (``last-good.json``). When a run fails, that result is carried into the new cache and shown
-beside the failure as a report from an earlier build; the next successful analysis of the run replaces it.
+The key hashes the run's own description, the source files that define its callables, and the torch and torchscan
+versions. Successful analyses are stored, and runs that timed out, with the timeout they ran under: such a run costs
+its whole timeout, so it is not run again while its key is the same, until a longer timeout or ``--retry-failed``
+asks. Other failures are cheap to reproduce and may have been transient, so they are not stored. A failure never
+costs an entry its last good result: the key of each run's last successful analysis is kept (``last-good.json``),
+and that result is carried into the new cache and shown beside the failure until the next success replaces it.
 """
 
 from __future__ import annotations

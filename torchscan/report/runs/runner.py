@@ -54,10 +54,8 @@ def executor_factory(isolation: str) -> ExecutorFactory:
 def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progress, *, jobs: int,
             timeout: float, executor_factory: ExecutorFactory = isolated_executor,
             function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
-
-    ``timeout`` is the seconds a run may take when its entry sets no ``timeout`` of its own.
-    """
+    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker. ``timeout``
+    is the seconds a run may take when its entry sets no ``timeout`` of its own."""
     torch_version = installed_torch_version()
     results: dict[str, dict[str, Any]] = {}
     pending: list[tuple[Run, dict[str, Any], str]] = []

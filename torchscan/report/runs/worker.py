@@ -22,11 +22,8 @@ from typing import Any
 
 
 def _ignore_interrupts_in_spawned_workers() -> None:
-    """A spawned worker leaves Ctrl-C to the build: the parent kills its workers, which print no tracebacks.
-
-    The terminal delivers SIGINT to the whole process group, workers included, often while they are still
-    importing torch. This runs when the worker imports this module, before torch.
-    """
+    """A spawned worker leaves Ctrl-C, which the terminal sends to the whole process group, to the build: the
+    parent kills its workers, which print no tracebacks. Runs when the worker imports this module, before torch."""
     in_child = multiprocessing.current_process().name != "MainProcess" or multiprocessing.parent_process() is not None
     if in_child and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -70,10 +67,8 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
                 raise TypeError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
             stage = "inputs"
             call = _call(job, inputs_callable)
-            if "as_device" in job:  # the analysis runs on fake-tensor stand-ins of that device
-                call["as_device"] = job["as_device"]
-            if "meta_kernels" in job:  # on meta, the attention kernels the entry asks for
-                call["meta_kernels"] = job["meta_kernels"]
+            # fake-tensor stand-ins of a device, or the attention kernels on meta, when the entry asks for them
+            call.update({key: job[key] for key in ("as_device", "meta_kernels") if key in job})
             stage = "analysis"
             report = analyze_model(model, call, extensions, job.get("training"), job.get("time", False))
         except BaseException as error:
@@ -89,13 +84,10 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
 def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
                   training: dict[str, Any] | None, time: Any = False) -> dict[str, Any]:
     """``crawl_module``'s report of the model; with ``training`` options, plus the ``training`` section of
-    ``crawl_training_step`` on the same call.
-
-    The report's forward stays ``crawl_module``'s (eval mode, no gradients) so that the catalog's forward columns
-    mean the same for every entry; the step's own forward total is kept in ``training.totals.forward``. Both trace
-    memory. A sharded plan adds ``training.parallel`` and its ``fit`` across the entry's world sizes
-    (`torchscan.report.runs.sizing`). ``time`` measures the forward per layer call (the training step is not timed).
-    """
+    ``crawl_training_step`` on the same call. The report's forward stays ``crawl_module``'s (eval mode, no gradients)
+    so that the catalog's forward columns mean the same for every entry. Both trace memory. A sharded plan adds
+    ``training.parallel`` and its ``fit`` across the entry's world sizes (`torchscan.report.runs.sizing`); ``time``
+    measures the forward per layer call (the training step is not timed)."""
     report = crawl_module(model, **call, **extensions, memory=True, time=time)
     if training is not None:
         parallel = training.get("parallel")
@@ -147,8 +139,7 @@ def failure(stage: str, error: BaseException, folder: Path, model: Any) -> dict[
 
 
 def user_frames(trace: TracebackType | None, folder: Path) -> str:
-    """The traceback's frames in files under ``folder`` (not installed code), as Python shows them, paths relative
-    to it."""
+    """The traceback's frames in files under ``folder`` (not installed code), as Python shows them, paths relative."""
     root = folder.resolve()
     lines = []
     for frame in traceback.extract_tb(trace)[-TRACEBACK_FRAMES * 4:]:

@@ -1,17 +1,13 @@
 """The previous build's site, kept when nothing it is built from changed: MkDocs is then not run at all.
 
-MkDocs rebuilds every page of a site on every run (10 s for a catalog of 200 small models, most of a build where
-nothing changed). A site is a function of its inputs: the assembled ``docs`` folder (every page, report and
-asset), the MkDocs configuration, the files a configuration names (hooks, a theme's ``custom_dir``), TorchScan's
-own sources (the API page is drawn from its docstrings) and the installed packages (MkDocs, the theme, every
-plugin and Markdown extension). Their digest is recorded with a manifest of the built site's files (path and
-SHA-256 of each) under ``.torchscan-cache/site.json``.
-
-The next build computes the digest again. When it is the same and every file of the manifest is still in the
-previous output with its recorded digest, those files are hard-linked (or copied) into the new output instead of
-running MkDocs: the same bytes a full build writes. Anything else (a changed page, template or package, a site
-file deleted or edited by hand, ``--no-cache``) builds the site with MkDocs. Files a plugin reads from outside
-these inputs are not seen: ``--no-cache`` forces a full build.
+MkDocs rebuilds every page of a site on every run (10 s for a catalog of 200 small models). A site is a function
+of its inputs: the assembled ``docs`` folder, the MkDocs configuration, the files a configuration names (hooks, a
+theme's ``custom_dir``), TorchScan's own sources (the API page is drawn from its docstrings) and the installed
+packages. Their digest is recorded with a manifest of the built site's files (path and SHA-256 of each) under
+``.torchscan-cache/site.json``. When the next build's digest is the same and every file of the manifest is still
+in the previous output with its recorded digest, those files are linked into the new output instead of running
+MkDocs; anything else builds the site with MkDocs. Files a plugin reads from outside these inputs are not seen:
+``--no-cache`` forces a full build.
 """
 
 from __future__ import annotations

@@ -117,9 +117,8 @@ def _build(args: argparse.Namespace) -> int:
     except SiteBuildError as error:
         print(f"error: the MkDocs build failed: {error}", file=sys.stderr)
         return EXIT_FAILED
-    for warning in result.warnings:
-        progress.note(f"mkdocs: {warning}")
-    for line in [*result.failure_lines(), result.summary_line()]:
+    for line in [*(f"mkdocs: {warning}" for warning in result.warnings), *result.failure_lines(),
+                 result.summary_line()]:
         progress.note(line)
     return result.exit_code
 
@@ -237,8 +236,7 @@ def _diff_verdict(view: Any, require_same_model: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """Every mistake in one round: the registry's structure and values and the callables that cannot be found
-    together (exit 2); callables alone (exit 1)."""
+    """Every mistake in one round: structure, values and missing callables (exit 2), or callables alone (exit 1)."""
     reading = read_registry(args.registry)
     if reading.problems:
         raise RegistryError(reading.registry.path, reading.problems + reading.missing)

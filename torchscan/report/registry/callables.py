@@ -48,9 +48,8 @@ def callable_problem(target: str, folder: Path) -> str | None:
 
 
 def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
-    """``models[0] (name): factory: module 'zoo' ... (did you mean 'my_net'?)`` for every ``factory``, ``inputs``,
-    ``custom_modules`` and ``custom_mapping`` of the entries that cannot be found (a malformed path is skipped:
-    its form is reported as it is read)."""
+    """``models[0] (name): factory: module 'zoo' ... (did you mean 'my_net'?)`` for every callable or mapping the
+    entries name that cannot be found (a malformed path is skipped: its form is reported as it is read)."""
     problems = []
     for index, entry in enumerate(entries):
         targets = {("factory", entry.factory)}
@@ -66,8 +65,7 @@ def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
 
 
 def top_level_names(path: Path) -> frozenset[str] | None:
-    """Names a module binds at top level, or ``None`` when that cannot be known statically (syntax errors,
-    star imports, a module ``__getattr__``)."""
+    """Names a module binds at top level, or ``None`` if reading cannot tell (syntax errors, ``*``, ``__getattr__``)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=path.name)
     except (SyntaxError, UnicodeDecodeError, OSError):

@@ -108,8 +108,7 @@ class Checker:
 
     def training(self, where: str, value: Any) -> dict[str, Any] | None:
         """``training = { optimizer = "adamw" }`` (the optimizer optional; ``false`` in a variant turns the entry's
-        off): the options of the run's training step, or None when the run analyzes the forward only. Its
-        ``parallel`` table is left to `torchscan.report.registry.parallel`."""
+        off): the run's training step options (not ``parallel``, read apart), or None: the forward only."""
         if value is None or value is False:
             return None
         if not isinstance(value, dict):

@@ -49,16 +49,14 @@ class Run:
     description: str = ""
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
     extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
-    #: crawl_training_step's options (``optimizer``, and ``parallel``: the sharded plan and its sizing, see
-    #: `torchscan.report.registry.parallel`), or None: forward only
+    #: crawl_training_step's options (``optimizer``, ``parallel``: the sharded plan and sizing), or None: forward only
     training: dict[str, Any] | None = None
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
     as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
     meta_kernels: str | None = None  # on meta, the attention kernels (`torchscan.calls.meta_kernels`); None: default
     timeout: float | None = None  # seconds the run may take (the entry's ``timeout``; None: build --timeout)
-    #: A `torchscan.HARDWARE` name the catalog and model page bound the forward on: a view at render time, never in
-    #: the job (the report does not depend on it)
+    #: A `torchscan.HARDWARE` name the forward is bounded on at render time: never in the job (nor in the report)
     hardware: str | None = None
     #: ``crawl_module(..., time=...)``'s request (``{}``: the defaults), or None: the forward is not measured
     time: dict[str, int] | None = None
@@ -78,8 +76,7 @@ class Run:
 
 
 def sweep_runs(check: Checker, where: str, common: dict[str, Any], base: dict[str, Any], sweep: Sweep) -> list[Run]:
-    """One run per point of the sweep: the declared point keeps the entry's stem, the others are
-    ``<entry>.<quantity>-<value>``."""
+    """One run per point: the declared point keeps the entry's stem, the others are ``<entry>.<quantity>-<value>``."""
     runs = []
     for size in sweep.values:
         stem = common["entry"] if size == sweep.default else f"{common['entry']}.{sweep.variant(size)}"

@@ -35,9 +35,8 @@ MOST_WORLD_SIZES = 12
 
 
 def parse_parallel(check: Checker, where: str, value: Any) -> dict[str, Any] | None:
-    """``training.parallel`` checked (every mistake recorded by ``check``): the plan's keys as given,
-    ``world_sizes`` (increasing, the declared size among them), ``device_memory`` in bytes and ``headroom``; None
-    when it is not a table."""
+    """``training.parallel`` checked: the plan's keys as given, ``world_sizes`` (increasing, the declared size among
+    them), ``device_memory`` in bytes and ``headroom``; None when it is not a table."""
     problem = check.problem
     if not isinstance(value, dict):
         problem(where, "expected a table such as { strategy = \"fsdp\", world_size = 8, device_memory = \"80GB\" } "

@@ -190,9 +190,8 @@ def ship_registry(client: Any, folder: Path) -> str:
     """Upload the registry's code to every worker, present and future; returns the zip's file name on them."""
     from .dask_task import ShippedRegistry
 
-    data = registry_zip(folder)
     filename = f"torchscan-registry-{uuid.uuid4().hex[:12]}.zip"
-    client.register_plugin(ShippedRegistry(filename, data), name=ShippedRegistry.name)
+    client.register_plugin(ShippedRegistry(filename, registry_zip(folder)), name=ShippedRegistry.name)
     return filename
 
 

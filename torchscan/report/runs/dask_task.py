@@ -4,9 +4,8 @@ A Dask task cannot be killed in its worker thread, so the thread only supervises
 an `IsolatedProcessExecutor`, which enforces ``--timeout`` and turns a crash into a recorded failure, and converts
 the outcome with the runner's own `outcome_of`, so every failure reads as in a local build. With ``--isolation
 worker`` every Dask worker keeps one warm executor per build, which the client retires when its build ends
-(`retire_warm_workers`). When the client cancels the task (Ctrl-C), the run's process is killed.
-
-This module is imported on the workers (and by the client, to name the function it submits).
+(`retire_warm_workers`). When the client cancels the task (Ctrl-C), the run's process is killed. This module is
+imported on the workers (and by the client, to name the function it submits).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import wait
+from pathlib import Path
 from typing import Any
 
 from distributed import WorkerPlugin, get_worker
@@ -95,8 +95,7 @@ def _warm_executor(build: str, timeout: float, slots: int) -> IsolatedProcessExe
 
 
 def retire_warm_workers(build: str) -> None:
-    """End this worker's warm processes of ``build`` once their runs are over (the client calls it on every worker
-    when the build ends or is interrupted)."""
+    """End this worker's warm processes of ``build`` once their runs are over (called on every worker at its end)."""
     with _WARM_LOCK:
         executor = _WARM.pop(build, None)
     if executor is not None:
@@ -120,6 +119,4 @@ class ShippedRegistry(WorkerPlugin):
         self.data = data
 
     def setup(self, worker: Any) -> None:
-        path = os.path.join(worker.local_directory, self.filename)
-        with open(path, "wb") as file:
-            file.write(self.data)
+        Path(worker.local_directory, self.filename).write_bytes(self.data)

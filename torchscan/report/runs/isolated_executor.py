@@ -3,10 +3,9 @@
 ``ProcessPoolExecutor`` cannot cancel a running task, and a task that hangs or kills its process would stall or
 break the whole pool. Here a supervisor thread owns the worker processes: a task that runs past ``timeout`` has its
 worker killed and its future fails with `TaskTimeout`; a worker that dies without answering fails its task with
-`WorkerDied`; either way the next task gets a new worker.
-
-The timeout counts from the moment the task starts in its process (after the function's module, torch included, is
-imported), so a slow machine does not turn start-up into timeouts; start-up gets `STARTUP_ALLOWANCE` seconds more.
+`WorkerDied`; either way the next task gets a new worker. The timeout counts from the moment the task starts in its
+process (after the function's module, torch included, is imported), so a slow machine does not turn start-up into
+timeouts; start-up gets `STARTUP_ALLOWANCE` seconds more.
 """
 
 from __future__ import annotations
@@ -229,8 +228,11 @@ class IsolatedProcessExecutor(Executor):
                 workers = list(self._workers)
                 if self._shutdown and not self._queue and all(worker.task is None for worker in workers):
                     break
-            waitables = [self._wake_reader, *(worker.process.sentinel for worker in workers),
-                         *(worker.connection for worker in workers if worker.task is not None)]
+            waitables: list[Any] = [self._wake_reader]
+            for worker in workers:
+                waitables.append(worker.process.sentinel)
+                if worker.task is not None:
+                    waitables.append(worker.connection)
             ready = wait(waitables, timeout=self._next_timeout(workers))
             while self._wake_reader.poll():
                 self._wake_reader.recv_bytes()

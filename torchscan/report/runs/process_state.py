@@ -47,8 +47,10 @@ class ProcessState:
     @classmethod
     def capture(cls) -> ProcessState:
         """The current state (torch's and NumPy's only when they are imported)."""
+        threads = {thread.ident for thread in threading.enumerate()
+                   if thread.ident is not None and not thread.name.startswith("exit-with-parent")}
         state = cls(path=list(sys.path), environ=dict(os.environ), cwd=os.getcwd(), filters=list(warnings.filters),
-                    modules=set(sys.modules), threads=set(_thread_ids()), python_random=random.getstate())
+                    modules=set(sys.modules), threads=threads, python_random=random.getstate())
         if "numpy" in sys.modules:
             state.numpy_random = sys.modules["numpy"].random.get_state()
         if "torch" in sys.modules:
@@ -117,11 +119,6 @@ def warn_every_run() -> None:
     in its process."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_warn_always(True)
-
-
-def _thread_ids() -> frozenset[int]:
-    return frozenset(thread.ident for thread in threading.enumerate() if thread.ident is not None
-                     and not thread.name.startswith("exit-with-parent"))
 
 
 def _is_user_module(module: Any) -> bool:

@@ -136,9 +136,8 @@ class ResultCache:
             (self.current / LAST_GOOD_INDEX).write_text(json.dumps(self.last_good, sort_keys=True), encoding="utf-8")
 
     def carry_last_good(self, stem: str) -> tuple[str, dict[str, Any]] | None:
-        """The previous build's last good result of a run that failed now, kept for the next build too, with
-        its key; ``None`` when the run never succeeded before. Done even with the cache off: ``--no-cache``
-        does not reuse results, but it must not lose the only good one."""
+        """The previous build's last good result of a run that failed now, with its key, kept for the next build too
+        (even ``--no-cache`` must not lose the only good one); ``None`` when the run never succeeded before."""
         key = self._previous_index().get(stem)
         result = self._read(key) if isinstance(key, str) else None
         if key is None or result is None:

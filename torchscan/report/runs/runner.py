@@ -78,8 +78,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
 
 def _reused(cached: dict[str, Any], cache: ResultCache, key: str, stem: str, progress: Progress, timeout: float
             ) -> dict[str, Any]:
-    """A result of the previous build, kept for the next one: a successful one, or a run that timed out (shown with
-    its last good result, as when it failed in this build)."""
+    """A previous build's result, kept for the next one: a success, or a timeout (shown with its last good result)."""
     cache.keep(key, cached, stem, timeout)
     if cached["status"] == "ok":
         progress.finished(stem, "cached", cached)
@@ -91,9 +90,8 @@ def _reused(cached: dict[str, Any], cache: ResultCache, key: str, stem: str, pro
 
 
 def default_function(executor: Executor) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """`torchscan.report.runs.worker.analyze_run`, imported only when a run is not cached (it imports torch, which a
-    fully cached rebuild never needs). Local worker processes get it by its import path, so that this process
-    never imports torch; other executors get the function itself (a Dask executor sends it by name on its own)."""
+    """`torchscan.report.runs.worker.analyze_run`, imported only for an uncached run (it imports torch): local worker
+    processes get it by its import path, so that this process never imports torch; other executors the function."""
     if isinstance(executor, IsolatedProcessExecutor):
         return NamedFunction(ANALYZE_RUN)
     from .worker import analyze_run

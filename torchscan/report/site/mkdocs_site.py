@@ -252,8 +252,7 @@ def _catalog_nav(content: SiteContent, methodology: list[str], standalone: bool 
 
 
 def folder_nav(folder: Path, docs: Path) -> list[Any]:
-    """The navigation MkDocs would generate for a folder: ``index.md`` first, then pages, then sub-folders as
-    sections (titles of pages come from their first heading, as usual)."""
+    """The navigation MkDocs would make of a folder: ``index.md`` first, then pages, then sub-folders as sections."""
     pages = sorted((path for path in folder.glob("*.md")), key=lambda path: (path.name != "index.md", path.name))
     nav: list[Any] = [path.relative_to(docs).as_posix() for path in pages]
     for sub in sorted(path for path in folder.iterdir() if path.is_dir() and not path.name.startswith(".")):

@@ -71,9 +71,8 @@ class PageCache(BasePlugin):
 
 
 def markdown_settings(config: Any) -> str:
-    """The Markdown extensions and settings as stable text: an extension object (mkdocstrings adds one) by its
-    class, the build's temporary ``docs_dir`` left out of paths; a setting without a stable text (a function's
-    address) only costs cache misses."""
+    """The Markdown extensions and settings as stable text: an extension object by its class, the temporary
+    ``docs_dir`` left out of paths (a setting without a stable text, a function's address, only costs misses)."""
     names = [name if isinstance(name, str) else f"{type(name).__module__}.{type(name).__qualname__}"
              for name in config["markdown_extensions"]]
     settings = {"extensions": names, "settings": config["mdx_configs"], "directory_urls": config["use_directory_urls"],
@@ -112,8 +111,7 @@ def _token(item: AnchorLink) -> dict[str, Any]:
 
 
 def _cache_search_entries(plugin: Any, cache: PageCache) -> None:
-    """Wrap Material's search index so that a cacheable page's entries are reused while what it reads is the same
-    (other search plugins are left alone)."""
+    """Wrap Material's search index (no other) so that a cacheable page's entries are reused while it reads the same."""
     index = getattr(plugin, "search_index", None)
     add = getattr(index, "add_entry_from_context", None)
     entries = getattr(index, "entries", None)

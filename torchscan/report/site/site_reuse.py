@@ -72,8 +72,7 @@ class SiteReuse:
         self.enabled = enabled
 
     def reuse(self, inputs: str, site_dir: Path) -> list[str] | None:
-        """Link the previous site's files into ``site_dir`` and return its MkDocs warnings, or ``None`` (nothing
-        done) when the inputs changed or a file is missing or differs."""
+        """Link the previous site's files into ``site_dir`` and return its warnings; ``None`` (none linked) if stale."""
         recorded = self._previous_manifest() if self.enabled else None
         if recorded is None or recorded.get("inputs") != inputs:
             return None

@@ -53,17 +53,12 @@ class BuildResult:
     #: TorchScan's part), and ``writing`` (the remaining files and the swap).
     timings: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def torchscan_seconds(self) -> float:
-        """TorchScan's part of the build: everything but MkDocs."""
-        return sum(seconds for phase, seconds in self.timings.items() if phase != "mkdocs")
-
     def timing_line(self) -> str:
-        """``TorchScan 3.1 s (analysis 2.0 s, rendering 0.9 s, writing 0.2 s), MkDocs 4.2 s``; ``..., MkDocs not run``
-        when the previous site was kept."""
-        parts = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.timings.items() if phase != "mkdocs")
+        """``TorchScan 3.1 s (analysis 2.0 s, rendering 0.9 s, writing 0.2 s), MkDocs 4.2 s`` (or ``not run``)."""
+        ours = {phase: seconds for phase, seconds in self.timings.items() if phase != "mkdocs"}
+        parts = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in ours.items())
         mkdocs = f"{self.timings['mkdocs']:.1f} s" if "mkdocs" in self.timings else "not run"
-        return f"TorchScan {self.torchscan_seconds:.1f} s ({parts}), MkDocs {mkdocs}"
+        return f"TorchScan {sum(ours.values()):.1f} s ({parts}), MkDocs {mkdocs}"
 
     @property
     def exit_code(self) -> int:
@@ -74,8 +69,7 @@ class BuildResult:
         return f"{self.catalog.counts_text}; site at {self.output / 'index.html'}"
 
     def failure_lines(self) -> list[str]:
-        """``FAILED stem: reason`` for every failed run, in registry order, saying when its last good report from an
-        earlier build was kept."""
+        """``FAILED stem: reason`` for every failed run, in registry order, naming its last good report if kept."""
         return [f"FAILED {run.stem}: {run.reason}" + (f"; last good report kept: reports/{run.last_good_stem}.html, "
                                                       f"inputs hash {run.last_good.short_key}" if run.last_good else "")
                 for run in self.catalog.failed_runs]
@@ -83,11 +77,9 @@ class BuildResult:
 
 def previous_output(output: Path) -> Path | None:
     """``output`` when it holds an earlier build (it will be replaced), ``None`` when it is absent or empty."""
-    if not output.exists():
-        return None
     if output.is_dir() and (output / MARKER).is_file():
         return output
-    if output.is_dir() and not any(output.iterdir()):
+    if not output.exists() or (output.is_dir() and not any(output.iterdir())):
         return None
     raise OutputFolderError(f"{output} exists and is not a torchscan-report output folder (it has no {MARKER} "
                             "file); choose another --output or remove it")
@@ -124,7 +116,9 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
         if (work / CACHE_FOLDER).is_dir():
             os.replace(work / CACHE_FOLDER, staged / CACHE_FOLDER)
         _write(staged / MARKER, "torchscan-report build output: this folder is replaced by the next build\n")
-        _swap(staged, output, work)
+        if output.exists():
+            os.replace(output, work / "previous")
+        os.replace(staged, output)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     timings["writing"] = clock.lap()
@@ -135,8 +129,7 @@ def build(registry: Registry, options: BuildOptions, progress: Progress,
 
 def _site(content: SiteContent, registry: Registry, previous: Path | None, work: Path, use_cache: bool,
           progress: Progress) -> tuple[list[str], bool]:
-    """Build the site into ``work/site`` (or keep the previous one), saying what MkDocs did; its warnings, and
-    whether the previous site was kept (MkDocs not run)."""
+    """Build the site into ``work/site`` (or keep the previous one): MkDocs' warnings, and whether it was kept."""
     progress.note(f"building the site with MkDocs ({navigation_text(content)})")
     caches = SiteCaches(SiteReuse(previous, work, enabled=use_cache),
                         RenderCache(previous, work, enabled=use_cache, folder=PAGES_FOLDER))
@@ -152,13 +145,10 @@ def catalog_page(registry: Registry) -> str:
 
 def site_content(registry: Registry, catalog: CatalogView, drawn: Drawn) -> SiteContent:
     """The catalog's pages: joined under ``models/`` to an existing site, or a standalone site with the catalog home."""
-    content = SiteContent(title=registry.title, section=registry.section, catalog_page=catalog_page(registry))
-    for relative, text in drawn.files.items():
-        if relative.startswith("reports/"):
-            content.files[relative] = text.encode("utf-8")
-    content.pages.update(drawn.pages)
-    content.model_pages = [(entry.name, f"models/{entry.name}.md") for entry in catalog.entries]
-    return content
+    files = {path: text.encode("utf-8") for path, text in drawn.files.items() if path.startswith("reports/")}
+    return SiteContent(title=registry.title, section=registry.section, catalog_page=catalog_page(registry),
+                       pages=dict(drawn.pages), files=files,
+                       model_pages=[(entry.name, f"models/{entry.name}.md") for entry in catalog.entries])
 
 
 def site_text(caches: SiteCaches, model_pages: int) -> str:
@@ -186,15 +176,8 @@ class Stopwatch:
         return elapsed
 
 
-def _swap(staged: Path, output: Path, work: Path) -> None:
-    if output.exists():
-        os.replace(output, work / "previous")
-    os.replace(staged, output)
-
-
 def _write_kept(previous: Path | None, staged: Path, relative: str, text: str) -> None:
-    """Write ``staged/relative``, or link the previous output's file when it already has these bytes (deleting
-    the previous output then frees nothing of it: on some disks that costs a millisecond a file)."""
+    """Write ``staged/relative``, or link the previous output's file when that has these bytes (`link_or_copy`)."""
     data = text.encode("utf-8")
     kept = previous / relative if previous is not None else None
     try:

@@ -93,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except RegistryError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(str(error))
     except KeyboardInterrupt:
         print("interrupted; the previous output is unchanged", file=sys.stderr)
         return 130
@@ -114,14 +113,12 @@ def _build(args: argparse.Namespace) -> int:
         with _executors(args, registry, progress.note) as executor_factory:
             result = build(registry, options, progress, executor_factory)
     except (OutputFolderError, ClusterError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(str(error))
     except SiteBuildError as error:
         print(f"error: the MkDocs build failed: {error}", file=sys.stderr)
         return EXIT_FAILED
-    for warning in result.warnings:
-        progress.note(f"mkdocs: {warning}")
-    for line in [*result.failure_lines(), result.summary_line()]:
+    for line in [*(f"mkdocs: {warning}" for warning in result.warnings), *result.failure_lines(),
+                 result.summary_line()]:
         progress.note(line)
     return result.exit_code
 
@@ -152,9 +149,7 @@ def _render(args: argparse.Namespace) -> int:
     try:
         text = render_report_file(report, kind, title=args.title, templates=args.templates)
     except (KeyError, TypeError) as error:
-        print(f"error: {args.report} does not have the shape of a schema_version 1 report ({error!r})",
-              file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(f"{args.report} does not have the shape of a schema_version 1 report ({error!r})")
     _write_output(args.output, text)
     return EXIT_OK
 
@@ -180,8 +175,7 @@ def _diff(args: argparse.Namespace) -> int:
         view = diff_view(before, after, title=title, budgets=args.budgets)
         text = diff_document(view, kind, templates=args.templates)
     except (TypeError, ValueError, KeyError) as error:
-        print(f"error: cannot compare these reports: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return _usage_error(f"cannot compare these reports: {error}")
     _write_output(args.output, text)
     return _diff_verdict(view, args.require_same_model)
 
@@ -242,8 +236,7 @@ def _diff_verdict(view: Any, require_same_model: bool) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """Every mistake in one round: the registry's structure and values and the callables that cannot be found
-    together (exit 2); callables alone (exit 1)."""
+    """Every mistake in one round: structure, values and missing callables (exit 2), or callables alone (exit 1)."""
     reading = read_registry(args.registry)
     if reading.problems:
         raise RegistryError(reading.registry.path, reading.problems + reading.missing)

@@ -7,46 +7,30 @@ cache hashes the source files found here, so an edited model definition is analy
 from __future__ import annotations
 
 import ast
-import difflib
-import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checks import CALLABLE_PATTERN
+from .checks import CALLABLE_PATTERN, did_you_mean
 
 if TYPE_CHECKING:
     from .parsing import Entry
 
 
 def locate_module(module: str, folder: Path) -> Path | None:
-    """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``.
-
-    Packages are walked part by part with `PathFinder`, which reads directories and never executes a
-    package's ``__init__``. Built-in and extension modules have no source and give ``None``.
-    """
+    """The source file of ``module`` (``a.b.c``), searching the registry folder first, then ``sys.path``, with
+    `PathFinder`, which never executes a package's ``__init__``; ``None`` for modules without source."""
     search = [str(folder), *[entry for entry in sys.path if entry != str(folder)]]
-    spec = None
     parts = module.split(".")
-    for position in range(len(parts)):
-        name = ".".join(parts[: position + 1])
-        spec = PathFinder.find_spec(name, search)
-        if spec is None:
+    for position in range(1, len(parts)):
+        package = PathFinder.find_spec(".".join(parts[:position]), search)
+        if package is None or not package.submodule_search_locations:
             return None
-        if position < module.count("."):
-            if not spec.submodule_search_locations:
-                return None
-            search = list(spec.submodule_search_locations)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return None
-    return Path(spec.origin)
-
-
-def source_digest(path: Path) -> str:
-    """SHA-256 of a source file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+        search = list(package.submodule_search_locations)
+    spec = PathFinder.find_spec(module, search)
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin.endswith(".py") else None
 
 
 def callable_problem(target: str, folder: Path) -> str | None:
@@ -58,14 +42,14 @@ def callable_problem(target: str, folder: Path) -> str | None:
     names = top_level_names(path)
     head = attribute.split(".")[0]
     if names is not None and head not in names:
-        return f"module {module!r} ({path.name}) defines no top-level name {head!r}{_suggestion(head, names)}"
+        public = sorted(name for name in names if not name.startswith("_"))
+        return f"module {module!r} ({path.name}) defines no top-level name {head!r}{did_you_mean(head, public)}"
     return None
 
 
 def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
-    """``models[0] (name): factory: module 'zoo' ... (did you mean 'my_net'?)`` for every ``factory``, ``inputs``,
-    ``custom_modules`` and ``custom_mapping`` of the entries that cannot be found (a malformed path is skipped:
-    its form is reported as it is read)."""
+    """``models[0] (name): factory: module 'zoo' ... (did you mean 'my_net'?)`` for every callable or mapping the
+    entries name that cannot be found (a malformed path is skipped: its form is reported as it is read)."""
     problems = []
     for index, entry in enumerate(entries):
         targets = {("factory", entry.factory)}
@@ -80,16 +64,8 @@ def lookup_problems(entries: Sequence[Entry], folder: Path) -> list[str]:
     return problems
 
 
-def _suggestion(name: str, names: frozenset[str]) -> str:
-    """`` (did you mean 'my_net'?)`` for a misspelled name, the closest public one the module defines."""
-    public = sorted(candidate for candidate in names if not candidate.startswith("_"))
-    close = difflib.get_close_matches(name, public, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def top_level_names(path: Path) -> frozenset[str] | None:
-    """Names a module binds at top level, or ``None`` when that cannot be known statically (syntax errors,
-    star imports, a module ``__getattr__``)."""
+    """Names a module binds at top level, or ``None`` if reading cannot tell (syntax errors, ``*``, ``__getattr__``)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=path.name)
     except (SyntaxError, UnicodeDecodeError, OSError):

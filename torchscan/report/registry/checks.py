@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,14 @@ DTYPE_NAMES = frozenset({
     "float16", "half", "bfloat16", "float32", "float", "float64", "double", "complex64", "complex128",
     "int8", "int16", "int32", "int64", "long", "int", "uint8", "bool",
 })
-#: ``as_device``: the devices whose kernel choices an analysis on fake-tensor stand-ins keeps
-#: (`torchscan.calls.stand_ins`).
-AS_DEVICES = ("cpu", "cuda")
-#: ``meta_kernels``: the attention kernels of an analysis on meta (`torchscan.calls.meta_kernels`).
-META_KERNELS = ("accelerator", "math")
+#: Entry keys that take one of a few values, with what the message says they mean: ``as_device``, the devices whose
+#: kernel choices fake-tensor stand-ins keep (`torchscan.calls.stand_ins`), and ``meta_kernels``, the attention
+#: kernels of an analysis on meta (`torchscan.calls.meta_kernels`).
+CHOICES = {
+    "as_device": (("cpu", "cuda"), "analyze on fake-tensor stand-ins of that device, keeping its kernel choices"),
+    "meta_kernels": (("accelerator", "math"),
+                     "on meta, the attention kernel an accelerator would run, the default, or meta's own math path"),
+}
 #: Entry keys naming a mapping (not a callable) by import path: crawl_module's two extension arguments, with the
 #: name the error messages suggest.
 EXTENSION_KEYS = {"custom_modules": "HANDLERS", "custom_mapping": "FORMULAS"}
@@ -46,22 +50,12 @@ class Checker:
     def problem(self, where: str, message: str) -> None:
         self.problems.append(f"{where}: {message}")
 
-    def as_device(self, where: str, item: dict[str, Any]) -> str | None:
-        """The entry's ``as_device`` (None without one): a device whose kernel choices stand-ins keep."""
-        value = item.get("as_device")
-        if value is not None and value not in AS_DEVICES:
-            self.problem(f"{where}: as_device", f"expected one of {', '.join(map(repr, AS_DEVICES))} (analyze on "
-                         f"fake-tensor stand-ins of that device, keeping its kernel choices), got {describe(value)}")
-            return None
-        return value
-
-    def meta_kernels(self, where: str, item: dict[str, Any]) -> str | None:
-        """The entry's ``meta_kernels`` (None without one): on meta, an accelerator's attention kernel or meta's
-        own math path."""
-        value = item.get("meta_kernels")
-        if value is not None and value not in META_KERNELS:
-            self.problem(f"{where}: meta_kernels", f"expected one of {', '.join(map(repr, META_KERNELS))} (on meta, "
-                         f"the attention kernel an accelerator would run, the default, or meta's own math path), got "
+    def choice(self, where: str, item: dict[str, Any], key: str) -> str | None:
+        """The entry's value of a `CHOICES` key (None without one)."""
+        choices, meaning = CHOICES[key]
+        value = item.get(key)
+        if value is not None and value not in choices:
+            self.problem(f"{where}: {key}", f"expected one of {', '.join(map(repr, choices))} ({meaning}), got "
                          f"{describe(value)}")
             return None
         return value
@@ -71,8 +65,7 @@ class Checker:
         forward on (a view of the report at render time: never part of the job or its cache key)."""
         value = item.get("hardware")
         if value is not None and value not in HARDWARE:
-            close = difflib.get_close_matches(str(value), list(HARDWARE), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(str(value), HARDWARE)
             self.problem(f"{where}: hardware", f"unknown device {describe(value)}{hint}; expected one of "
                          f"{', '.join(map(repr, HARDWARE))} (torchscan.HARDWARE: the devices with published peaks)")
             return None
@@ -110,13 +103,12 @@ class Checker:
 
     def extensions(self, where: str, item: dict[str, Any]) -> dict[str, str]:
         """The entry's ``custom_modules`` / ``custom_mapping`` import paths, by key."""
-        return {key: self.callable_path(f"{where}: {key}", item[key], required=True, what=name)
+        return {key: self.callable_path(f"{where}: {key}", item[key], what=name)
                 for key, name in EXTENSION_KEYS.items() if key in item}
 
     def training(self, where: str, value: Any) -> dict[str, Any] | None:
         """``training = { optimizer = "adamw" }`` (the optimizer optional; ``false`` in a variant turns the entry's
-        off): the options of the run's training step, or None when the run analyzes the forward only. Its
-        ``parallel`` table is left to `torchscan.report.registry.parallel`."""
+        off): the run's training step options (not ``parallel``, read apart), or None: the forward only."""
         if value is None or value is False:
             return None
         if not isinstance(value, dict):
@@ -161,9 +153,9 @@ class Checker:
             return value if isinstance(value, str) else ""
         return value
 
-    def callable_path(self, where: str, value: Any, required: bool, what: str = "callable") -> str:
+    def callable_path(self, where: str, value: Any, what: str = "callable") -> str:
         """An import path ``package.module:name`` of a callable (or, for the extension keys, of a mapping)."""
-        if value is None and required:
+        if value is None:
             self.problem(where, f"missing; expected \"package.module:{what}\"")
             return ""
         if not isinstance(value, str) or not CALLABLE_PATTERN.match(value):
@@ -231,9 +223,14 @@ class Checker:
             return
         for key in table:
             if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                self.problem(f"{where}: {key}", f"unknown key{hint}; expected one of {', '.join(allowed)}")
+                self.problem(f"{where}: {key}", f"unknown key{did_you_mean(key, allowed)}; expected one of "
+                             f"{', '.join(allowed)}")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'my_net'?)`` naming the candidate closest to a misspelled ``name``, or ``""`` if none is."""
+    close = difflib.get_close_matches(name, list(candidates), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _is_shape(value: Any) -> bool:
@@ -242,19 +239,14 @@ def _is_shape(value: Any) -> bool:
 
 
 def _first_non_plain(value: Any, prefix: str = "") -> tuple[str, Any] | None:
+    """The path and value of the first value in ``value`` (at any depth) that is not a plain TOML value."""
     if isinstance(value, dict):
-        for key, item in value.items():
-            found = _first_non_plain(item, f"{prefix}.{key}" if prefix else str(key))
-            if found:
-                return found
-        return None
-    if isinstance(value, list):
-        for position, item in enumerate(value):
-            found = _first_non_plain(item, f"{prefix}[{position}]")
-            if found:
-                return found
-        return None
-    return None if isinstance(value, (str, int, float, bool)) else (prefix, value)
+        children = [(f"{prefix}.{key}" if prefix else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        children = [(f"{prefix}[{position}]", item) for position, item in enumerate(value)]
+    else:
+        return None if isinstance(value, (str, int, float, bool)) else (prefix, value)
+    return next(filter(None, (_first_non_plain(item, path) for path, item in children)), None)
 
 
 def describe(value: Any) -> str:

@@ -49,16 +49,14 @@ class Run:
     description: str = ""
     memory: int | None = None  # bytes a cluster worker must offer (a placement request, not part of the result)
     extensions: dict[str, str] = field(default_factory=dict)  # custom_modules / custom_mapping -> import path
-    #: crawl_training_step's options (``optimizer``, and ``parallel``: the sharded plan and its sizing, see
-    #: `torchscan.report.registry.parallel`), or None: forward only
+    #: crawl_training_step's options (``optimizer``, ``parallel``: the sharded plan and sizing), or None: forward only
     training: dict[str, Any] | None = None
     quantity: str | None = None  # a sweep's point: the swept quantity's name and ``size``, its value here
     size: int | None = None
     as_device: str | None = None  # analyze on fake-tensor stand-ins of this device (`torchscan.calls.stand_ins`)
     meta_kernels: str | None = None  # on meta, the attention kernels (`torchscan.calls.meta_kernels`); None: default
     timeout: float | None = None  # seconds the run may take (the entry's ``timeout``; None: build --timeout)
-    #: A `torchscan.HARDWARE` name the catalog and model page bound the forward on: a view at render time, never in
-    #: the job (the report does not depend on it)
+    #: A `torchscan.HARDWARE` name the forward is bounded on at render time: never in the job (nor in the report)
     hardware: str | None = None
     #: ``crawl_module(..., time=...)``'s request (``{}``: the defaults), or None: the forward is not measured
     time: dict[str, int] | None = None
@@ -69,24 +67,16 @@ class Run:
             "entry": self.entry, "variant": self.variant, "stem": self.stem, "folder": str(folder),
             "factory": self.factory, "kwargs": self.kwargs, "inputs": self.inputs.to_json(), "device": self.device,
             **self.extensions}
-        if self.memory is not None:
-            job["memory"] = self.memory
-        if self.training is not None:  # only then: runs without training keep their jobs (and cache keys)
-            job["training"] = dict(self.training)  # (a parallel plan's tables are plain TOML values, never changed)
-        if self.as_device is not None:  # likewise
-            job["as_device"] = self.as_device
-        if self.meta_kernels is not None:  # likewise
-            job["meta_kernels"] = self.meta_kernels
-        if self.time is not None:  # likewise: only measuring entries carry it (and pay its repeats)
-            job["time"] = dict(self.time) or True
-        if self.timeout is not None:  # how long the run may take: not part of the cache key (a cluster task reads it)
-            job["timeout"] = self.timeout
-        return job
+        # Each only when set, so that runs without it keep their jobs (and cache keys); memory and timeout are
+        # left out of the cache key (`torchscan.report.runs.result_cache`), a cluster task reads them.
+        optional = {"memory": self.memory, "training": None if self.training is None else dict(self.training),
+                    "as_device": self.as_device, "meta_kernels": self.meta_kernels,
+                    "time": None if self.time is None else dict(self.time) or True, "timeout": self.timeout}
+        return job | {key: value for key, value in optional.items() if value is not None}
 
 
 def sweep_runs(check: Checker, where: str, common: dict[str, Any], base: dict[str, Any], sweep: Sweep) -> list[Run]:
-    """One run per point of the sweep: the declared point keeps the entry's stem, the others are
-    ``<entry>.<quantity>-<value>``."""
+    """One run per point: the declared point keeps the entry's stem, the others are ``<entry>.<quantity>-<value>``."""
     runs = []
     for size in sweep.values:
         stem = common["entry"] if size == sweep.default else f"{common['entry']}.{sweep.variant(size)}"
@@ -128,8 +118,7 @@ def _reserved_variant(check: Checker, where: str, entry: str, label: str) -> Non
 
 
 def _variant_settings(check: Checker, at: str, base: dict[str, Any], variant: dict[str, Any]) -> dict[str, Any]:
-    """The entry's settings with a variant's changes: keyword tables merged key by key, shapes and dtypes
-    replaced."""
+    """The entry's settings with a variant's changes: keyword tables merged key by key, the other keys replaced."""
     merged = dict(base)
     for key in ("kwargs", "inputs_kwargs"):
         if key in variant:
@@ -151,8 +140,7 @@ def make_run(check: Checker, where: str, common: dict[str, Any], spec: dict[str,
 
 
 def _training(check: Checker, where: str, value: Any) -> dict[str, Any] | None:
-    """The run's training options, with its sharded plan (``parallel``) checked; a plan needs the optimizer it
-    shards."""
+    """The run's training options, its sharded plan (``parallel``) checked: a plan needs the optimizer it shards."""
     training = check.training(where, value)
     if training is None or not isinstance(value, dict) or "parallel" not in value:
         return training
@@ -178,8 +166,7 @@ def _inputs(check: Checker, where: str, spec: dict[str, Any]) -> InputSpec:
             check.problem(f"{where}: dtype", "dtype only applies to generated inputs (input_shape); the inputs "
                           "callable creates its tensors with the dtypes it wants")
         kwargs = check.plain_table(f"{where}: inputs_kwargs", spec.get("inputs_kwargs", {}))
-        return InputSpec(callable=check.callable_path(f"{where}: inputs", spec["inputs"], required=True),
-                         kwargs=kwargs)
+        return InputSpec(callable=check.callable_path(f"{where}: inputs", spec["inputs"]), kwargs=kwargs)
     if "inputs_kwargs" in spec:
         check.problem(f"{where}: inputs_kwargs", "inputs_kwargs only applies with inputs = \"module:callable\"")
     shapes = check.shapes(f"{where}: input_shape", spec["input_shape"])

@@ -13,19 +13,17 @@ Spelled in ``models.toml`` as a table under the entry's ``training``::
     headroom = 0.1                 # the fraction of it kept free (default 0.1)
 
 with the plan's other keys (``shard_group_size``, ``mixed_precision``, ``units``, ``activation_checkpointing``) as
-`torchscan.parallel.plan.parse_plan` reads them. Checked here without importing torch (the vocabulary is
-`torchscan.parallel.plan_keys`), every mistake named by its key; the worker passes the plan to
-``crawl_training_step(parallel=...)`` and sizes the other world sizes (`torchscan.report.runs.worker`).
+`torchscan.parallel.plan.parse_plan` reads them. Checked here without importing torch, every mistake named by its
+key; the worker passes the plan to ``crawl_training_step(parallel=...)`` and sizes the other world sizes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ...parallel.plan_keys import DTYPE_ALIASES, KEYS, PRECISION_KEYS, STRATEGIES
 from .checks import Checker, describe
-from .placement import parse_memory
+from .sweeps import Problem
 
 #: The keys of ``training.parallel`` beyond the plan's own: the sizing of `torchscan.fit_devices`.
 SIZING_KEYS = ("world_sizes", "device_memory", "headroom")
@@ -35,31 +33,28 @@ DEFAULT_HEADROOM = 0.1
 #: The most world sizes an entry may ask for: each is one sharded step of the model (seconds to a minute).
 MOST_WORLD_SIZES = 12
 
-Problem = Callable[[str, str], None]
-
 
 def parse_parallel(check: Checker, where: str, value: Any) -> dict[str, Any] | None:
-    """``training.parallel`` checked (every mistake recorded by ``check``): the plan's keys as given,
-    ``world_sizes`` (increasing, the declared size among them), ``device_memory`` in bytes and ``headroom``; None
-    when it is not a table."""
-    problem, unknown_keys = check.problem, check.unknown_keys
+    """``training.parallel`` checked: the plan's keys as given, ``world_sizes`` (increasing, the declared size among
+    them), ``device_memory`` in bytes and ``headroom``; None when it is not a table."""
+    problem = check.problem
     if not isinstance(value, dict):
         problem(where, "expected a table such as { strategy = \"fsdp\", world_size = 8, device_memory = \"80GB\" } "
                 f"(the sharded plan of the training step), got {describe(value)}")
         return None
-    unknown_keys(where, value, PARALLEL_KEYS)
+    check.unknown_keys(where, value, PARALLEL_KEYS)
     strategy = _strategy(where, value.get("strategy"), problem)
     world_size = _positive_int(f"{where}.world_size", value.get("world_size"), problem,
                                "the declared world size, an integer >= 1 (the catalog's per-device peak is at it)")
     sizes = _world_sizes(where, value.get("world_sizes"), world_size, problem)
-    plan = {key: value[key] for key in KEYS if key in value}
     _shard_group(where, strategy, value.get("shard_group_size"), sizes, problem)
-    _mixed_precision(f"{where}.mixed_precision", value.get("mixed_precision"), problem, unknown_keys)
+    _mixed_precision(f"{where}.mixed_precision", value.get("mixed_precision"), check)
     _units(f"{where}.units", value.get("units"), problem)
     if not isinstance(value.get("activation_checkpointing", False), bool):
         problem(f"{where}.activation_checkpointing", "expected true or false (recompute each unit's forward in the "
                 f"backward), got {describe(value['activation_checkpointing'])}")
-    return {**plan, "world_sizes": sizes, "device_memory": _device_memory(where, value.get("device_memory"), problem),
+    return {**plan_of(value), "world_sizes": sizes,
+            "device_memory": _device_memory(where, value.get("device_memory"), check),
             "headroom": _headroom(f"{where}.headroom", value.get("headroom", DEFAULT_HEADROOM), problem)}
 
 
@@ -118,20 +113,19 @@ def _shard_group(where: str, strategy: str, value: Any, sizes: list[int], proble
                 "must be a whole number of shard groups")
 
 
-def _mixed_precision(where: str, value: Any, problem: Problem, unknown_keys: Callable[[str, Any, tuple[str, ...]], None]
-                     ) -> None:
+def _mixed_precision(where: str, value: Any, check: Checker) -> None:
     if value is None:
         return
     if not isinstance(value, dict):
-        problem(where, f"expected a table of {', '.join(PRECISION_KEYS)} (FSDP2's MixedPrecisionPolicy), such as "
+        check.problem(where, f"expected a table of {', '.join(PRECISION_KEYS)} (FSDP2's MixedPrecisionPolicy), such as "
                 f"{{ param_dtype = \"bfloat16\", reduce_dtype = \"float32\" }}, got {describe(value)}")
         return
-    unknown_keys(where, value, PRECISION_KEYS)
+    check.unknown_keys(where, value, PRECISION_KEYS)
     for key in PRECISION_KEYS:
         name = value.get(key)
         if name is not None and (not isinstance(name, str) or name.removeprefix("torch.") not in DTYPE_ALIASES):
-            problem(f"{where}.{key}", f"expected a floating dtype name ({', '.join(DTYPE_ALIASES)}), got "
-                    f"{describe(name)}")
+            check.problem(f"{where}.{key}", f"expected a floating dtype name ({', '.join(DTYPE_ALIASES)}), got "
+                          f"{describe(name)}")
 
 
 def _units(where: str, value: Any, problem: Problem) -> None:
@@ -141,16 +135,11 @@ def _units(where: str, value: Any, problem: Problem) -> None:
                 f"that class becomes an FSDP unit), got {describe(value)}")
 
 
-def _device_memory(where: str, value: Any, problem: Problem) -> int | None:
+def _device_memory(where: str, value: Any, check: Checker) -> int | None:
     if value is None:
-        problem(f"{where}.device_memory", "missing; expected one device's memory, a size such as \"80GB\" (what "
-                "the catalog's \"fits on\" and the model page's chart compare the per-device peak with)")
-        return None
-    try:
-        return parse_memory(value)
-    except ValueError as error:
-        problem(f"{where}.device_memory", str(error))
-        return None
+        check.problem(f"{where}.device_memory", "missing; expected one device's memory, a size such as \"80GB\" "
+                      "(what the catalog's \"fits on\" and the model page's chart compare the per-device peak with)")
+    return check.memory(f"{where}.device_memory", value)
 
 
 def _headroom(where: str, value: Any, problem: Problem) -> float:

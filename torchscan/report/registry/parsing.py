@@ -128,7 +128,7 @@ def _entry(check: Checker, index: int, item: dict[str, Any]) -> Entry:
     where = f"models[{index}]" + (f" ({raw_name})" if isinstance(raw_name, str) else "")
     check.unknown_keys(where, item, ENTRY_KEYS)
     name = check.name(f"{where}: name", raw_name)
-    factory = check.callable_path(f"{where}: factory", item.get("factory"), required=True)
+    factory = check.callable_path(f"{where}: factory", item.get("factory"))
     device = item.get("device", "cpu")
     if device not in DEVICES:
         check.problem(f"{where}: device", f"expected one of {', '.join(DEVICES)}, got {describe(device)}")
@@ -147,8 +147,8 @@ def _entry(check: Checker, index: int, item: dict[str, Any]) -> Entry:
     common = {"entry": name, "factory": factory, "device": device, "strict": strict,
               "memory": check.memory(f"{where}: memory", item.get("memory")),
               "timeout": check.timeout(f"{where}: timeout", item.get("timeout")),
-              "extensions": check.extensions(where, item), "as_device": check.as_device(where, item),
-              "meta_kernels": check.meta_kernels(where, item), "hardware": check.hardware(where, item),
+              "extensions": check.extensions(where, item), "as_device": check.choice(where, item, "as_device"),
+              "meta_kernels": check.choice(where, item, "meta_kernels"), "hardware": check.hardware(where, item),
               "time": check.time(where, item, device)}
     sweep = _sweep(check, where, item)
     if sweep is not None:

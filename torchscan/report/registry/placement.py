@@ -1,10 +1,9 @@
 """Where a run may execute: its ``device`` and ``memory`` requests, as the registry states them and as Dask sees them.
 
-A ``device = "cuda"`` run needs a GPU: on a cluster it asks for the ``GPU`` resource, so that only workers started
-with ``--resources GPU=1`` take it; anywhere without CUDA it fails in stage ``build`` with a message that says so.
-So does an ``as_device = "cuda"`` run: fake-tensor stand-ins choose a GPU's kernels only where one is usable.
-``memory = "16GB"`` becomes the ``MEMORY`` resource (in bytes) for workers started with ``--resources MEMORY=...``;
-a local build ignores it. This module imports neither torch nor Dask: the registry validates with it.
+A ``device = "cuda"`` run, or an ``as_device = "cuda"`` one (stand-ins choose a GPU's kernels only where one is
+usable), asks a cluster for the ``GPU`` resource (workers started with ``--resources GPU=1``), and fails in stage
+``build`` anywhere without CUDA. ``memory = "16GB"`` becomes the ``MEMORY`` resource (in bytes); a local build
+ignores it. This module imports neither torch nor Dask: the registry validates with it.
 """
 
 from __future__ import annotations

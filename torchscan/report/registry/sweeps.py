@@ -5,10 +5,8 @@ An entry's ``kwargs``, ``inputs_kwargs`` and ``input_shape`` refer to the quanti
 "{seq_len}" }``. Each value of the sweep becomes one run with the reference replaced by the integer. The run of the
 declared point (``default``) keeps the entry's name as its stem, so its files, catalog row and budgets read like an
 unswept entry's; the other points are ``<entry>.<quantity>-<value>``. Only the declared point runs the entry's
-training step: a training step is a question about one size, and it costs several forwards.
-
-The functions here report mistakes through a callback (``problem(where, message)``) so that the registry checker
-lists them with every other problem of the file.
+training step: a training step is a question about one size, and it costs several forwards. Mistakes are reported
+through a callback (``problem(where, message)``), listed with every other problem of the registry.
 """
 
 from __future__ import annotations
@@ -100,8 +98,7 @@ def _listed_values(where: str, raw: Any, problem: Problem) -> tuple[int, ...]:
 
 
 def _range_values(where: str, table: dict[str, Any], problem: Problem) -> tuple[int, ...]:
-    """``from``, ``from + step``, … up to ``to`` inclusive (``to`` must be on the lattice, so no point is silently
-    dropped)."""
+    """``from``, ``from + step``, … up to ``to`` inclusive; ``to`` must be a point (so none is silently dropped)."""
     bad = [key for key in ("from", "to", "step") if not _is_size(table.get(key))]
     for key in bad:
         problem(f"{where}.{key}", f"expected a positive integer, got {_shown(table.get(key))}")

@@ -2,11 +2,9 @@
 
 `DaskSession` connects to a running scheduler (``tcp://host:8786``) or starts a ``LocalCluster`` (``local:N``),
 checks that every worker has the client's torch and torchscan versions, optionally ships the registry's code, and
-hands the runner a `DaskExecutor`: a ``concurrent.futures.Executor`` whose tasks run `dask_task.run_isolated` on
-the workers, so each run still gets a supervised process (warm, or its own with ``--isolation run``), timeout and
-crash handling. The runner is unchanged: it keeps
-the cache, skips cached runs, and writes every file. Dask's ``distributed`` is an optional extra, imported only
-here and only when a scheduler is asked for.
+hands the unchanged runner a `DaskExecutor` whose tasks run `dask_task.run_isolated` on the workers, so each run
+still gets a supervised process, timeout and crash handling. Dask's ``distributed`` is an optional extra, imported
+only here and only when a scheduler is asked for.
 """
 
 from __future__ import annotations
@@ -20,13 +18,12 @@ import uuid
 import zipfile
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Self
 
 from ... import __version__
 from ..registry.placement import dask_resources
-from .isolated_executor import WorkerDied, import_callable
+from .isolated_executor import WorkerDied, import_object
 from .result_cache import installed_torch_version
 from .runner import reuses_workers
 
@@ -76,10 +73,8 @@ def client_environment() -> dict[str, str]:
 
 
 class DaskSession:
-    """A scheduler connection for one build, opened when the first uncached run is submitted, closed on exit.
-
-    A fully cached rebuild never connects. ``note`` receives one-line remarks for the user (the progress's).
-    """
+    """A scheduler connection for one build, opened when the first uncached run is submitted (a fully cached rebuild
+    never connects), closed on exit; ``note`` receives one-line remarks for the user (the progress's)."""
 
     def __init__(self, scheduler: str | int, *, ship_from: Path | None = None,
                  note: Callable[[str], None] = print, connect_timeout: float = 60.0, isolation: str = "worker") -> None:
@@ -90,7 +85,7 @@ class DaskSession:
         self.note = note
         self.connect_timeout = connect_timeout
         self.client: Any = None
-        self._stack = ExitStack()
+        self._stack = contextlib.ExitStack()
         self._executors: list[DaskExecutor] = []
 
     def __enter__(self) -> Self:
@@ -122,11 +117,9 @@ class DaskSession:
         """Start or reach the scheduler, wait for a worker, and check every worker's environment."""
         distributed = require_distributed()
         try:
-            if isinstance(self.scheduler, int):
-                self.client = self._stack.enter_context(distributed.Client(self._local_cluster(distributed)))
-            else:
-                self.client = self._stack.enter_context(distributed.Client(self.scheduler,
-                                                                           timeout=self.connect_timeout))
+            client = (distributed.Client(self._local_cluster(distributed)) if isinstance(self.scheduler, int)
+                      else distributed.Client(self.scheduler, timeout=self.connect_timeout))
+            self.client = self._stack.enter_context(client)
             self.client.wait_for_workers(1, timeout=self.connect_timeout)
         except (OSError, TimeoutError) as error:
             self.close()
@@ -149,7 +142,7 @@ def _by_name(function: Callable[..., Any]) -> str | Callable[..., Any]:
     """A module-level function's import path (the worker then never imports it, only the run's process does)."""
     path = f"{function.__module__}:{function.__qualname__}"
     try:
-        return path if import_callable(path) is function else function
+        return path if import_object(path) is function else function
     except (ImportError, AttributeError):
         return function
 
@@ -197,20 +190,16 @@ def ship_registry(client: Any, folder: Path) -> str:
     """Upload the registry's code to every worker, present and future; returns the zip's file name on them."""
     from .dask_task import ShippedRegistry
 
-    data = registry_zip(folder)
     filename = f"torchscan-registry-{uuid.uuid4().hex[:12]}.zip"
-    client.register_plugin(ShippedRegistry(filename, data), name=ShippedRegistry.name)
+    client.register_plugin(ShippedRegistry(filename, registry_zip(folder)), name=ShippedRegistry.name)
     return filename
 
 
 class DaskExecutor(Executor):
     """Submits each run as one Dask task that runs it in a supervised process on a worker (`run_isolated`): a warm
     one shared by this executor's runs on that worker (``isolation="worker"``, retired on `shutdown`) or its own.
-
-    With ``placement``, a run asks for the resources its registry entry needs (``GPU``, ``MEMORY``); a
-    ``local:N`` cluster, like a local build, ignores them. ``placements`` maps each finished run's stem to the
-    address of the worker that executed it.
-    """
+    With ``placement``, a run asks for the resources its entry needs (``GPU``, ``MEMORY``; a ``local:N`` cluster
+    ignores them); ``placements`` maps each finished run's stem to the address of the worker that executed it."""
 
     def __init__(self, client: Any, timeout: float, *, shipped: str | None = None, placement: bool = True,
                  note: Callable[[str], None] = print, isolation: str = "worker") -> None:

@@ -2,14 +2,10 @@
 
 A Dask task cannot be killed in its worker thread, so the thread only supervises: `run_isolated` hands the run to
 an `IsolatedProcessExecutor`, which enforces ``--timeout`` and turns a crash into a recorded failure, and converts
-the outcome with the runner's own `outcome_of`. With ``--isolation worker`` (the default) every Dask worker keeps one
-warm executor per build, with as many warm processes as the worker has threads, reset between runs as locally;
-the client retires them when its build ends (`retire_warm_workers`). With ``--isolation run`` each run gets a
-one-process executor of its own. Every failure therefore carries the same stage, type and
-message as in a local build. The thread also watches its task: when the client cancels it (Ctrl-C), the run's
-process is killed instead of running on unobserved.
-
-This module is imported on the workers (and by the client, to name the function it submits).
+the outcome with the runner's own `outcome_of`, so every failure reads as in a local build. With ``--isolation
+worker`` every Dask worker keeps one warm executor per build, which the client retires when its build ends
+(`retire_warm_workers`). When the client cancels the task (Ctrl-C), the run's process is killed. This module is
+imported on the workers (and by the client, to name the function it submits).
 """
 
 from __future__ import annotations
@@ -19,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import wait
+from pathlib import Path
 from typing import Any
 
 from distributed import WorkerPlugin, get_worker
@@ -42,11 +39,9 @@ def environment() -> dict[str, Any]:
 
 
 def environment_problem(found: dict[str, Any], expected: dict[str, Any], where: str) -> str | None:
-    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can.
-
-    torch must be the same release; its build label (``+cpu``, ``+cu128``) may differ, so that a client without a
-    GPU can use GPU workers.
-    """
+    """Why runs cannot execute in the environment ``found`` at ``where``, or None when they can: torch must be the
+    same release, but its build label (``+cpu``, ``+cu128``) may differ, so that a client without a GPU can use GPU
+    workers."""
     if (_release(found["torch"]), found["torchscan"]) != (_release(expected["torch"]), expected["torchscan"]):
         return (f"{where} has torch {found['torch']} and torchscan {found['torchscan']}, but the client has torch "
                 f"{expected['torch']} and torchscan {expected['torchscan']}; install the same versions on the "
@@ -65,12 +60,9 @@ def run_isolated(function: str | Callable[[dict[str, Any]], dict[str, Any]], job
                  key: Any, expected: dict[str, Any], shipped: str | None, isolation: str = "run",
                  build: str = "") -> tuple[str, dict[str, Any]]:
     """Run ``function(job)`` in a supervised process on this worker; returns the worker's address and the result.
-
-    ``function`` may be an import path (``module:name``): only the run's process imports it then. ``shipped``
-    names the registry's zip uploaded by `ShippedRegistry`: the run then imports the registry's modules from it
-    instead of from the client's folder. ``isolation`` is ``--isolation``; warm processes are shared by the runs of
-    the build named ``build``.
-    """
+    ``function`` may be an import path (``module:name``), imported by the run's process only; ``shipped`` names the
+    registry's zip (`ShippedRegistry`) the run imports the registry's modules from; ``isolation`` is
+    ``--isolation``, and warm processes are shared by the runs of the build named ``build``."""
     worker = get_worker()
     problem = environment_problem(environment(), expected, f"the Dask worker {worker.address}")
     if problem is not None:
@@ -102,15 +94,12 @@ def _warm_executor(build: str, timeout: float, slots: int) -> IsolatedProcessExe
         return _WARM[build]
 
 
-def retire_warm_workers(build: str) -> int:
-    """End this worker's warm processes of ``build`` once their runs are over (the client calls it on every worker
-    when the build ends or is interrupted); returns how many processes they were."""
+def retire_warm_workers(build: str) -> None:
+    """End this worker's warm processes of ``build`` once their runs are over (called on every worker at its end)."""
     with _WARM_LOCK:
         executor = _WARM.pop(build, None)
-    if executor is None:
-        return 0
-    executor.shutdown(wait=False, cancel_futures=True)  # idle processes end now, busy ones after their run
-    return executor.processes_started
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)  # idle processes end now, busy ones after their run
 
 
 def _still_wanted(worker: Any, key: str) -> bool:
@@ -120,11 +109,8 @@ def _still_wanted(worker: Any, key: str) -> bool:
 
 
 class ShippedRegistry(WorkerPlugin):
-    """Writes the registry's Python files (a zip made by the client) into each worker's local directory.
-
-    Registered under one name, so a later build replaces it; the scheduler hands it to every worker that joins
-    later, restarted ones included.
-    """
+    """Writes the registry's Python files (a zip made by the client) into each worker's local directory; registered
+    under one name, so a later build replaces it, and handed to every worker that joins later."""
 
     name = "torchscan-registry"
 
@@ -133,6 +119,4 @@ class ShippedRegistry(WorkerPlugin):
         self.data = data
 
     def setup(self, worker: Any) -> None:
-        path = os.path.join(worker.local_directory, self.filename)
-        with open(path, "wb") as file:
-            file.write(self.data)
+        Path(worker.local_directory, self.filename).write_bytes(self.data)

@@ -3,15 +3,9 @@
 ``ProcessPoolExecutor`` cannot cancel a running task, and a task that hangs or kills its process would stall or
 break the whole pool. Here a supervisor thread owns the worker processes: a task that runs past ``timeout`` has its
 worker killed and its future fails with `TaskTimeout`; a worker that dies without answering fails its task with
-`WorkerDied`; either way the next task gets a new worker.
-
-A worker is warm (``reuse=True``: it imports the task's function, torch included, once and runs task after task,
-its process state reset in between by `ProcessState`, or it ends when a task changed what cannot be reset) or serves
-one task and exits (``reuse=False``: one fresh process per task).
-
-The timeout counts from the moment the task starts in its process (after the interpreter has started and the
-function's module, torch included, is imported), so a slow machine does not turn start-up into timeouts; start-up
-itself gets `STARTUP_ALLOWANCE` seconds more.
+`WorkerDied`; either way the next task gets a new worker. The timeout counts from the moment the task starts in its
+process (after the function's module, torch included, is imported), so a slow machine does not turn start-up into
+timeouts; start-up gets `STARTUP_ALLOWANCE` seconds more.
 """
 
 from __future__ import annotations
@@ -48,8 +42,8 @@ class TaskRaised(RuntimeError):
     """The task raised in its process; the message names the original exception type."""
 
 
-def import_callable(path: str) -> Callable[..., Any]:
-    """The module-level function named ``module:qualified.name`` (imported as a side effect)."""
+def import_object(path: str) -> Any:
+    """The object named ``module:qualified.name``, its module imported (a run's function, an entry's callables)."""
     module_name, _, name = path.partition(":")
     value: Any = importlib.import_module(module_name)
     for part in name.split("."):
@@ -58,29 +52,23 @@ def import_callable(path: str) -> Callable[..., Any]:
 
 
 class NamedFunction:
-    """A function passed by its import path: pickling it sends only the path, unpickling imports it.
-
-    Handing one to `IsolatedProcessExecutor.submit` keeps the submitting process free of the function's imports
-    (a Dask worker then never imports torch), while the run's process still imports them before its timeout starts.
-    """
+    """A function passed by its import path: pickling it sends only the path, unpickling imports it, so the
+    submitting process (a Dask worker) never imports torch, while the run's process does before its timeout starts."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return import_callable, (self.path,)
+        return import_object, (self.path,)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The function called here (a run's process receives the function itself, imported when unpickled)."""
-        return import_callable(self.path)(*args, **kwargs)
+        return import_object(self.path)(*args, **kwargs)
 
 
 def _exit_with_parent() -> None:
-    """End this process as soon as the one that started it is gone (a SIGKILLed build, a lost Dask worker).
-
-    A killed parent cannot kill its children, and nobody would ever read this run's result: without the watch, a
-    hanging model would outlive its build forever.
-    """
+    """End this process as soon as the one that started it is gone (a SIGKILLed build, a lost Dask worker): a
+    killed parent cannot kill its children, and a hanging model would otherwise outlive its build forever."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -93,12 +81,9 @@ def _exit_with_parent() -> None:
 
 
 def _serve(connection: Connection, reuse: bool) -> None:
-    """A worker process: receive a pickled call, answer ``started`` then its outcome; repeat while ``reuse``.
-
-    A warm worker captures the process's state when its first call has been received (and its function, torch
-    included, imported), gives every call the random state of that moment, and resets the process after every
-    call (`ProcessState`); when something cannot be reset, the outcome names why and the worker ends.
-    """
+    """A worker process: receive a pickled call, answer ``started`` then its outcome; repeat while ``reuse``. A warm
+    worker captures the process's state once its first call (and with it torch) is imported, and resets the process
+    after every call (`ProcessState`); when something cannot be reset, the outcome says why and the worker ends."""
     _exit_with_parent()
     state: ProcessState | None = None
     while True:
@@ -165,19 +150,16 @@ class _Worker:
 
 
 class IsolatedProcessExecutor(Executor):
-    """Run submitted calls in worker processes (``spawn`` by default), at most ``max_workers`` at a time.
+    """Run submitted calls in ``spawn`` worker processes, at most ``max_workers`` at a time. With ``reuse`` a worker
+    stays warm and runs call after call, its process state reset in between (or the worker replaced when a call
+    changed what cannot be reset: ``recycled`` keeps the reasons); without it, every call gets a fresh process.
+    Either way a call past ``timeout`` has its worker killed and a dead worker is replaced; ``processes_started``
+    counts the processes started."""
 
-    With ``reuse`` a worker stays warm and runs call after call, its process state reset in between (or the
-    worker replaced when a call changed what cannot be reset: ``recycled`` keeps the reasons); without it, every
-    call gets a fresh process. Either way a call past ``timeout`` has its worker killed and a dead worker is
-    replaced; ``processes_started`` counts the processes started.
-    """
-
-    def __init__(self, max_workers: int, timeout: float | None = None, start_method: str = "spawn", *,
-                 reuse: bool = False) -> None:
+    def __init__(self, max_workers: int, timeout: float | None = None, *, reuse: bool = False) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
-        self._context = multiprocessing.get_context(start_method)
+        self._context = multiprocessing.get_context("spawn")
         self._max_workers = max_workers
         self._timeout = timeout
         self._reuse = reuse
@@ -255,7 +237,10 @@ class IsolatedProcessExecutor(Executor):
             while self._wake_reader.poll():
                 self._wake_reader.recv_bytes()
             for worker in workers:
-                self._check(worker, ready)
+                if worker.task is not None:
+                    self._check_busy(worker, worker.task, ready)
+                elif worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
+                    self._retire(worker)
         self._stop_idle_workers()
 
     def _assign_queued(self) -> None:
@@ -270,8 +255,7 @@ class IsolatedProcessExecutor(Executor):
 
     def _start_worker(self) -> _Worker:
         parent, child = self._context.Pipe(duplex=True)
-        # typeshed types get_context(str) as BaseContext, which lacks the Process every real context has
-        process = self._context.Process(target=_serve, args=(child, self._reuse), daemon=True)  # type: ignore[attr-defined]
+        process = self._context.Process(target=_serve, args=(child, self._reuse), daemon=True)
         process.start()
         child.close()
         self.processes_started += 1
@@ -295,30 +279,21 @@ class IsolatedProcessExecutor(Executor):
         deadline = min((worker.deadline for worker in workers if worker.task is not None), default=float("inf"))
         return None if deadline == float("inf") else max(0.0, deadline - time.monotonic())
 
-    def _check(self, worker: _Worker, ready: list[Any]) -> None:
-        task = worker.task
-        if task is None:
-            if worker.process.sentinel in ready:  # an idle worker that died (killed from outside): forget it
-                self._retire(worker)
-        else:
-            self._check_busy(worker, task, ready)
-
     def _check_busy(self, worker: _Worker, task: _Task, ready: list[Any]) -> None:
         """Read the busy worker's messages; finish its task when it answered, died or ran past its deadline."""
         silent = False  # the pipe closed without an outcome: the worker died
         while not silent and task.outcome is None and worker.connection in ready and worker.connection.poll():
             silent = not self._receive(worker, task)
         if task.outcome is not None:
-            self._finish(worker, task.outcome)
+            self._finish(worker, task, task.outcome)
         elif silent or (worker.process.sentinel in ready and not worker.connection.poll()):
             worker.process.join()
-            if self._hand_again(worker, task):
-                return
-            self._finish(worker, ("died", _exit_text(worker.process), "it died"))
+            if not self._hand_again(worker, task):
+                self._finish(worker, task, ("died", _exit_text(worker.process), "it died"))
         elif time.monotonic() >= worker.deadline:
             worker.process.kill()
             worker.process.join()
-            self._finish(worker, ("timeout", None, "it was killed"))
+            self._finish(worker, task, ("timeout", None, "it was killed"))
 
     def _receive(self, worker: _Worker, task: _Task) -> bool:
         """Read one message of the worker's; False when its pipe closed instead (it died)."""
@@ -345,16 +320,13 @@ class IsolatedProcessExecutor(Executor):
             self._queue.appendleft(task)
         return True
 
-    def _finish(self, worker: _Worker, outcome: tuple[str, Any, str | None]) -> None:
+    def _finish(self, worker: _Worker, task: _Task, outcome: tuple[str, Any, str | None]) -> None:
         kind, value, reason = outcome
-        task = worker.task
         worker.task = None
         if reason is not None:
             if self._reuse and kind in ("ok", "raised"):
                 self.recycled.append(reason)
             self._retire(worker)
-        if task is None:
-            return
         if kind == "ok":
             task.future.set_result(value)
         elif kind == "raised":
@@ -381,6 +353,7 @@ class IsolatedProcessExecutor(Executor):
                 worker.connection.send_bytes(b"")
         for worker in list(self._workers):
             self._retire(worker)
+
 
 def _exit_text(process: Any) -> str:
     code = process.exitcode

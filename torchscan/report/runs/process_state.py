@@ -3,31 +3,12 @@
 A warm worker (``--isolation worker``) serves many runs, so that torch is imported once per worker instead of once
 per run. Each run must still see the process as a fresh one would: `ProcessState` is captured once, when the
 worker's first run has been received (its function, and with it torch, imported), and `ProcessState.reset` runs
-after every run. It puts back what is cheap to put back and names what is not; the worker then ends and a fresh one
-takes the next run.
-
-Put back after every run (and the RNGs before every run):
-
-- ``sys.path``, ``os.environ``, the working directory and the ``warnings`` filters;
-- the modules the run imported from outside the Python installation and outside TorchScan (the registry's own
-  factories and what they import from its folder, a package installed in editable mode) are dropped from
-  ``sys.modules``, so the next run imports them afresh, edited or not; installed packages (torch, torchvision,
-  timm, transformers) stay imported;
-- torch, when imported: every global module hook table (``torch.nn.modules.module._global_*``: forward, pre-forward,
-  backward and registration hooks), the default dtype and device, grad mode, anomaly detection, the
-  deterministic-algorithm flags, the float32 matmul precision, the cuDNN flags and the intra-op thread count;
-- the random number generators: torch's CPU generator, Python's ``random`` and NumPy's global one (when imported)
-  start every run in the state they had when the worker received its first run, as in a fresh process;
-- PyTorch's once-per-process warnings are given in every run (`warn_every_run`, in both isolation modes).
-
-Ending the worker instead (the reason is kept in `reset`'s answer):
-
-- a torch function or dispatch mode left active (a ``with torch.device(...)`` never exited, a mode pushed and not
-  popped), or inference mode left on;
-- CUDA initialized by the run (device memory, the CUDA context and its generators are not reset cheaply);
-- a thread the run started still running;
-- an attribute of ``torch``, ``torch.nn.functional``, ``torch.Tensor`` or of a ``torch.nn`` module class replaced
-  (a monkeypatch, which dropping the module that made it does not undo).
+after every run. It puts back what is cheap to put back (``sys.path``, ``os.environ``, the working directory, the
+``warnings`` filters, the modules imported from outside the Python installation and TorchScan, torch's global hook
+tables and process-wide settings, and, before every run, the random number generators) and names what is not (a
+torch function or dispatch mode left active, inference mode, CUDA initialized, a thread the run started still
+running, an attribute of torch replaced); the worker then ends and a fresh one takes the next run. docs/cli.md
+lists both in full.
 """
 
 from __future__ import annotations
@@ -66,8 +47,10 @@ class ProcessState:
     @classmethod
     def capture(cls) -> ProcessState:
         """The current state (torch's and NumPy's only when they are imported)."""
+        threads = {thread.ident for thread in threading.enumerate()
+                   if thread.ident is not None and not thread.name.startswith("exit-with-parent")}
         state = cls(path=list(sys.path), environ=dict(os.environ), cwd=os.getcwd(), filters=list(warnings.filters),
-                    modules=set(sys.modules), threads=set(_thread_ids()), python_random=random.getstate())
+                    modules=set(sys.modules), threads=threads, python_random=random.getstate())
         if "numpy" in sys.modules:
             state.numpy_random = sys.modules["numpy"].random.get_state()
         if "torch" in sys.modules:
@@ -132,30 +115,18 @@ class ProcessState:
 
 def warn_every_run() -> None:
     """Let PyTorch's once-per-process warnings (``TORCH_WARN_ONCE`` in its C++ code, such as ``torch.meshgrid``'s)
-    reach every run, so that a run's recorded warnings do not depend on what ran before it in its process.
-
-    Called before every run in both isolation modes (a fresh process gives the same report as a warm one); Python's
-    own warnings are recorded once per run by the analysis, whatever the setting.
-    """
+    reach every run, in both isolation modes, so that a run's recorded warnings do not depend on what ran before it
+    in its process."""
     if "torch" in sys.modules:
         sys.modules["torch"].set_warn_always(True)
 
 
-def _thread_ids() -> frozenset[int]:
-    return frozenset(thread.ident for thread in threading.enumerate() if thread.ident is not None
-                     and not thread.name.startswith("exit-with-parent"))
-
-
 def _is_user_module(module: Any) -> bool:
     """Whether a module's code lies outside the Python installation and TorchScan (namespace packages by their
-    folders; built-in and frozen modules are never dropped)."""
-    if module is None:
-        return False
+    folders; built-in and frozen modules, and ``None``, are not user modules)."""
     file = getattr(module, "__file__", None)
     files = [file] if isinstance(file, str) else list(getattr(module, "__path__", None) or [])
-    if not files:
-        return False
-    return not any(os.path.realpath(file).startswith(_KEPT_FOLDERS) for file in files)
+    return bool(files) and not any(os.path.realpath(file).startswith(_KEPT_FOLDERS) for file in files)
 
 
 def _torch_settings(rng: bool = True) -> dict[str, Any]:

@@ -1,13 +1,8 @@
-"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI).
-
-A finished run is labelled by what the build will make of it: ``ok``, ``ok, partial`` (some number is a lower bound
-or unavailable), ``failed (strict: incomplete)`` for an incomplete run under strictness, or the failure itself (with
-the failing layer, when a layer's forward raised), so the progress lines never say ``ok`` for a run that the summary
-then lists as failed.
-"""
+"""Build progress: a live rich progress bar on a terminal, one plain line per event otherwise (logs, CI)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Collection
 from typing import Any, TextIO
@@ -16,8 +11,9 @@ from ...results import incomplete_metrics
 
 
 def outcome_label(status: str, result: dict[str, Any] | None, strict: bool) -> str:
-    """``status`` (``ok``, ``cached`` or a failure) refined by the run's report and strictness; a failure names the
-    failing layer when the forward of one raised, as the run's page does."""
+    """``status`` (``ok``, ``cached`` or a failure) refined by what the build will make of the run: ``partial`` (some
+    number is a lower bound or unavailable), ``failed (strict: incomplete)``, or the failing layer when the forward of
+    one raised, so that a progress line never says ``ok`` for a run the summary lists as failed."""
     error = (result or {}).get("error")
     if isinstance(error, dict) and error.get("layer") is not None:
         return f"{status}, failing layer {error['layer'] or '(root)'}"
@@ -49,7 +45,10 @@ class Progress:
     def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
         self.done += 1
         self.started.pop(stem, None)
-        self.note(f"[{self.done}/{self.total}] {stem}: {outcome_label(status, result, stem in self.strict)}")
+        self._show(stem, outcome_label(status, result, stem in self.strict))
+
+    def _show(self, stem: str, label: str) -> None:
+        self.note(f"[{self.done}/{self.total}] {stem}: {label}")
 
     def stop(self) -> None:
         pass
@@ -81,12 +80,9 @@ class RichProgress(Progress):
         super().submitted(stem)
         self._describe()
 
-    def finished(self, stem: str, status: str, result: dict[str, Any] | None = None) -> None:
+    def _show(self, stem: str, label: str) -> None:
         from rich.markup import escape
 
-        self.started.pop(stem, None)
-        self.done += 1
-        label = outcome_label(status, result, stem in self.strict)
         style = "green" if label in ("ok", "cached") else "yellow" if label.endswith("partial") else "red"
         self.console.print(f"[{style}]{escape(label)}[/{style}] {escape(stem)}", highlight=False)
         self.bar.advance(self.task)
@@ -107,8 +103,6 @@ def make_progress(stream: TextIO | None = None) -> Progress:
     """Rich on a terminal (when rich is installed), plain lines otherwise."""
     stream = stream or sys.stderr
     if stream.isatty():
-        try:
+        with contextlib.suppress(ImportError):
             return RichProgress(stream)
-        except ImportError:
-            pass
     return Progress(stream)

@@ -1,15 +1,11 @@
 """The result cache: a finished analysis is reused while nothing it depends on has changed.
 
-The key hashes the run's own description (factory, keyword arguments, inputs, device, extension mappings), the
-source files that define its factory, inputs callable, ``custom_modules`` and ``custom_mapping``, and the torch and
-torchscan versions. Successful analyses are stored, and runs that timed out, with the timeout they ran under: such a
-run costs its whole timeout, so it is not run again while its key is the same, until a longer timeout (the entry's
-``timeout`` or ``--timeout``) or ``--retry-failed`` asks. Other failures are cheap to reproduce and may have been
-transient (a killed worker), so they are not stored.
-
-A failure never costs an entry its last good result: the cache also keeps, per run stem, the key of the last
-successful analysis (``last-good.json``). When a run fails, that result is carried into the new cache and shown
-beside the failure as a report from an earlier build; the next successful analysis of the run replaces it.
+The key hashes the run's own description, the source files that define its callables, and the torch and torchscan
+versions. Successful analyses are stored, and runs that timed out, with the timeout they ran under: such a run costs
+its whole timeout, so it is not run again while its key is the same, until a longer timeout or ``--retry-failed``
+asks. Other failures are cheap to reproduce and may have been transient, so they are not stored. A failure never
+costs an entry its last good result: the key of each run's last successful analysis is kept (``last-good.json``),
+and that result is carried into the new cache and shown beside the failure until the next success replaces it.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import __version__
-from ..registry.callables import locate_module, source_digest
+from ..registry.callables import locate_module
 
 CACHE_FOLDER = ".torchscan-cache"
 #: Bumped when the stored layout changes, so stale entries are never read.
@@ -54,6 +50,20 @@ def link_or_copy(source: Path, target: Path) -> bool:
     return True
 
 
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value stored at ``path``, or ``None`` when it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def installed_torch_version() -> str:
     """torch's version from package metadata: reading it does not import torch."""
     try:
@@ -69,7 +79,7 @@ def cache_key(job: dict[str, Any], folder: Path, torch_version: str) -> str:
     for target in filter(None, targets):
         module = target.partition(":")[0]
         path = locate_module(module, folder)
-        sources[module] = source_digest(path) if path else None
+        sources[module] = file_digest(path) if path else None
     described = {key: value for key, value in job.items() if key not in UNHASHED_JOB_KEYS}
     payload = {"format": CACHE_FORMAT, "job": described, "sources": sources, "torch": torch_version,
                "torchscan": __version__}
@@ -113,8 +123,7 @@ class ResultCache:
             self.last_good[stem] = key
 
     def keep(self, key: str, result: dict[str, Any], stem: str, timeout: float | None = None) -> None:
-        """Keep a result that `load` read from the previous build: its file is hard-linked (a copy where links are
-        not possible), not written again, so that deleting the previous output frees nothing of it."""
+        """Keep a result that `load` read from the previous build: its file is linked (`link_or_copy`), not written."""
         if self.previous is None or not link_or_copy(self.previous / f"{key}.json", self.current / f"{key}.json"):
             self.store(key, result, stem, timeout)
         elif result["status"] == "ok":
@@ -127,9 +136,8 @@ class ResultCache:
             (self.current / LAST_GOOD_INDEX).write_text(json.dumps(self.last_good, sort_keys=True), encoding="utf-8")
 
     def carry_last_good(self, stem: str) -> tuple[str, dict[str, Any]] | None:
-        """The previous build's last good result of a run that failed now, kept for the next build too, with
-        its key; ``None`` when the run never succeeded before. Done even with the cache off: ``--no-cache``
-        does not reuse results, but it must not lose the only good one."""
+        """The previous build's last good result of a run that failed now, with its key, kept for the next build too
+        (even ``--no-cache`` must not lose the only good one); ``None`` when the run never succeeded before."""
         key = self._previous_index().get(stem)
         result = self._read(key) if isinstance(key, str) else None
         if key is None or result is None:
@@ -138,20 +146,12 @@ class ResultCache:
         return key, result
 
     def _previous_index(self) -> dict[str, Any]:
-        try:
-            index = json.loads((self.previous / LAST_GOOD_INDEX).read_text(encoding="utf-8")) if self.previous else {}
-        except (OSError, ValueError):
-            return {}
+        index = read_json(self.previous / LAST_GOOD_INDEX) if self.previous else None
         return index if isinstance(index, dict) else {}
 
     def _read(self, key: str, with_timeouts: bool = False) -> dict[str, Any] | None:
         """The stored successful result under ``key`` (or, ``with_timeouts``, a stored timeout too)."""
-        if self.previous is None:
-            return None
-        try:
-            result = json.loads((self.previous / f"{key}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        result = read_json(self.previous / f"{key}.json") if self.previous else None
         if not isinstance(result, dict):
             return None
         return result if result.get("status") == "ok" or (with_timeouts and timed_out(result)) else None

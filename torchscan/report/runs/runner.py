@@ -1,10 +1,8 @@
 """The batch runner: submit one pure function per registry run to an Executor and collect every result.
 
-The runner does not know where the work runs. The default executor runs the runs in warm, supervised ``spawn``
-worker processes with a timeout (`IsolatedProcessExecutor`; ``isolation="run"`` gives each run a fresh process of
-its own instead); any other ``concurrent.futures.Executor`` (a cluster's, a thread pool
-in a test) works unchanged, with timeouts then left to that executor. A run that raises, hangs or kills its
-process becomes a recorded failure, and the others go on.
+The default executor runs the runs in supervised worker processes with a timeout (`IsolatedProcessExecutor`); any
+other ``concurrent.futures.Executor`` (a cluster's, a thread pool in a test) works unchanged, with timeouts then
+left to that executor. A run that raises, hangs or kills its process becomes a recorded failure; the others go on.
 """
 
 from __future__ import annotations
@@ -56,11 +54,8 @@ def executor_factory(isolation: str) -> ExecutorFactory:
 def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progress, *, jobs: int,
             timeout: float, executor_factory: ExecutorFactory = isolated_executor,
             function: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
-    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker.
-
-    ``timeout`` is the seconds a run may take when its entry sets no ``timeout`` of its own. ``function`` defaults to
-    `torchscan.report.runs.worker.analyze_run` (see `default_function`).
-    """
+    """Results of every run, keyed by the run's stem; cached ones are reused without starting a worker. ``timeout``
+    is the seconds a run may take when its entry sets no ``timeout`` of its own."""
     torch_version = installed_torch_version()
     results: dict[str, dict[str, Any]] = {}
     pending: list[tuple[Run, dict[str, Any], str]] = []
@@ -83,8 +78,7 @@ def run_all(runs: list[Run], folder: Path, cache: ResultCache, progress: Progres
 
 def _reused(cached: dict[str, Any], cache: ResultCache, key: str, stem: str, progress: Progress, timeout: float
             ) -> dict[str, Any]:
-    """A result of the previous build, kept for the next one: a successful one, or a run that timed out (shown with
-    its last good result, as when it failed in this build)."""
+    """A previous build's result, kept for the next one: a success, or a timeout (shown with its last good result)."""
     cache.keep(key, cached, stem, timeout)
     if cached["status"] == "ok":
         progress.finished(stem, "cached", cached)
@@ -96,10 +90,8 @@ def _reused(cached: dict[str, Any], cache: ResultCache, key: str, stem: str, pro
 
 
 def default_function(executor: Executor) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """`torchscan.report.runs.worker.analyze_run`, imported only when a run is not cached (it imports torch, which a
-    fully cached rebuild never needs). Local worker processes get it by its import path, so that this process
-    never imports torch: that import cost a build with one changed entry over a second before its run was even
-    submitted. Other executors get the function itself (a Dask executor sends it by name on its own)."""
+    """`torchscan.report.runs.worker.analyze_run`, imported only for an uncached run (it imports torch): local worker
+    processes get it by its import path, so that this process never imports torch; other executors the function."""
     if isinstance(executor, IsolatedProcessExecutor):
         return NamedFunction(ANALYZE_RUN)
     from .worker import analyze_run
@@ -144,9 +136,7 @@ def _submit(executor: Executor, function: Callable[[dict[str, Any]], dict[str, A
 def with_last_good(result: dict[str, Any], cache: ResultCache, stem: str) -> dict[str, Any]:
     """A failed run's record with its last good result (``last_good``: the inputs' hash it was built from, as
     ``key``, and its ``report``), kept in the cache until a new good result replaces it; others unchanged."""
-    if result["status"] == "ok":
-        return result
-    kept = cache.carry_last_good(stem)
+    kept = None if result["status"] == "ok" else cache.carry_last_good(stem)
     if kept is None:
         return result
     key, previous = kept

@@ -1,9 +1,5 @@
-"""The sizing of a run with a sharded plan (``training.parallel`` in ``models.toml``): the plan at every world size.
-
-The run's training step has analyzed the plan at its declared world size (``training.parallel`` of the report);
-`sized_plan` runs the same sharded step at each other world size the entry names and adds `torchscan.fit_devices`'s
-result as ``training.parallel.fit``: the per-device peak and its categories at each world size, and the smallest
-world size whose devices hold it.
+"""The sizing of a run with a sharded plan (``training.parallel`` in ``models.toml``): the plan at every world size,
+as `torchscan.fit_devices` sizes it (the per-device peak at each, and the smallest world size whose devices hold it).
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """The pure function of the batch runner: one registry run in, one JSON-serializable result out.
 
-``analyze_run(job)`` imports the factory relative to the registry's folder, builds the model (on the meta device
-when asked), creates its inputs, runs `torchscan.crawl_module`, and returns ``{"status": "ok", "report": ...}``
-or ``{"status": "failed", "error": {...}}``. It never raises for a model's mistakes and never writes files, so any
-``concurrent.futures.Executor`` (a local process pool, a cluster's executor) can run it.
-
-Python warnings raised meanwhile (a torch ``UserWarning`` about a model's configuration, say) are recorded in the
-report's ``context.warnings`` instead of being printed among the build's progress lines. A failure keeps the
-traceback frames of the user's own code, with paths relative to the registry folder, and the path of the layer
-whose forward raised.
+``analyze_run(job)`` imports the factory relative to the registry's folder, builds the model, creates its inputs,
+runs `torchscan.crawl_module`, and returns ``{"status": "ok", "report": ...}`` or ``{"status": "failed", "error":
+{...}}``. It never raises for a model's mistakes and never writes files, so any ``concurrent.futures.Executor`` can
+run it. Python warnings raised meanwhile are recorded in the report's ``context.warnings``, not printed.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import signal
 import sys
@@ -28,11 +22,8 @@ from typing import Any
 
 
 def _ignore_interrupts_in_spawned_workers() -> None:
-    """A spawned worker leaves Ctrl-C to the build: the parent kills its workers, which print no tracebacks.
-
-    The terminal delivers SIGINT to the whole process group, workers included, often while they are still
-    importing torch. This runs when the worker imports this module, before torch.
-    """
+    """A spawned worker leaves Ctrl-C, which the terminal sends to the whole process group, to the build: the
+    parent kills its workers, which print no tracebacks. Runs when the worker imports this module, before torch."""
     in_child = multiprocessing.current_process().name != "MainProcess" or multiprocessing.parent_process() is not None
     if in_child and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -51,6 +42,7 @@ from ...training.step import crawl_training_step  # noqa: E402
 from ...values import map_tensors  # noqa: E402
 from ..registry.parallel import plan_of  # noqa: E402
 from ..registry.placement import require_device  # noqa: E402
+from .isolated_executor import import_object  # noqa: E402
 from .sizing import sized_plan  # noqa: E402
 
 #: Frames of a failure's traceback kept for its page (the innermost ones).
@@ -75,10 +67,8 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
                 raise TypeError(f"the factory returned {type(model).__name__}, not a torch.nn.Module")
             stage = "inputs"
             call = _call(job, inputs_callable)
-            if "as_device" in job:  # the analysis runs on fake-tensor stand-ins of that device
-                call["as_device"] = job["as_device"]
-            if "meta_kernels" in job:  # on meta, the attention kernels the entry asks for
-                call["meta_kernels"] = job["meta_kernels"]
+            # fake-tensor stand-ins of a device, or the attention kernels on meta, when the entry asks for them
+            call.update({key: job[key] for key in ("as_device", "meta_kernels") if key in job})
             stage = "analysis"
             report = analyze_model(model, call, extensions, job.get("training"), job.get("time", False))
         except BaseException as error:
@@ -94,17 +84,10 @@ def analyze_run(job: dict[str, Any]) -> dict[str, Any]:
 def analyze_model(model: Any, call: dict[str, Any], extensions: dict[str, Any],
                   training: dict[str, Any] | None, time: Any = False) -> dict[str, Any]:
     """``crawl_module``'s report of the model; with ``training`` options, plus the ``training`` section of
-    ``crawl_training_step`` on the same call.
-
-    The report's forward stays ``crawl_module``'s (eval mode, no gradients) so that the catalog's forward columns
-    mean the same for every entry: a training step's forward runs in train mode, where batch normalization
-    computes batch statistics and dropout runs. Its own forward total is kept in ``training.totals.forward``.
-    Both trace memory (``memory=True``): the forward's memory section is the report's ``memory``, the step's comes
-    with its section as ``training.memory``, so the catalog, the model pages and the reviews show both peaks. A
-    sharded plan (``training["parallel"]``) adds ``training.parallel`` at the declared world size and its ``fit``
-    across the entry's world sizes (`torchscan.report.runs.sizing`). ``time`` (the entry's ``time``) measures the
-    forward per layer call on the model's device (the report's ``time`` section; the training step is not timed).
-    """
+    ``crawl_training_step`` on the same call. The report's forward stays ``crawl_module``'s (eval mode, no gradients)
+    so that the catalog's forward columns mean the same for every entry. Both trace memory. A sharded plan adds
+    ``training.parallel`` and its ``fit`` across the entry's world sizes (`torchscan.report.runs.sizing`); ``time``
+    measures the forward per layer call (the training step is not timed)."""
     report = crawl_module(model, **call, **extensions, memory=True, time=time)
     if training is not None:
         parallel = training.get("parallel")
@@ -137,20 +120,18 @@ def recorded_warnings(caught: list[warnings.WarningMessage]) -> list[dict[str, s
     return [{"category": category, "message": message} for category, message in seen]
 
 
-def failure(stage: str, error: BaseException, folder: Path | None = None, model: Any = None) -> dict[str, Any]:
+def failure(stage: str, error: BaseException, folder: Path, model: Any) -> dict[str, Any]:
     """A recorded failure: the stage, the exception type and message (with the exception's notes, such as
-    TorchScan's hint that ``input_shape`` excludes the batch dimension), the user's traceback frames (paths relative
-    to the registry folder; frames of torch, torchscan and other installed code are left out) and, when the
+    TorchScan's hint that ``input_shape`` excludes the batch dimension), the user's traceback frames and, when the
     forward of a layer raised, that layer's path (so the note naming the layer call is left out of the message)."""
     kind = type(error)
     name = kind.__qualname__ if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{kind.__qualname__}"
     notes = [note for note in getattr(error, "__notes__", ()) if isinstance(note, str) and
              not note.startswith(LAYER_NOTE)]
     record = {"stage": stage, "type": name, "message": "\n".join([str(error), *notes])[:2000]}
-    if folder is not None:
-        frames = user_frames(error.__traceback__, folder)
-        if frames:
-            record["traceback"] = frames
+    frames = user_frames(error.__traceback__, folder)
+    if frames:
+        record["traceback"] = frames
     layer = failing_layer(error.__traceback__, model) if model is not None else None
     if layer is not None:
         record["layer"] = layer
@@ -158,7 +139,7 @@ def failure(stage: str, error: BaseException, folder: Path | None = None, model:
 
 
 def user_frames(trace: TracebackType | None, folder: Path) -> str:
-    """The traceback's frames in files under ``folder``, formatted as Python does, paths relative to it."""
+    """The traceback's frames in files under ``folder`` (not installed code), as Python shows them, paths relative."""
     root = folder.resolve()
     lines = []
     for frame in traceback.extract_tb(trace)[-TRACEBACK_FRAMES * 4:]:
@@ -186,18 +167,9 @@ def failing_layer(trace: TracebackType | None, model: Any) -> str | None:
     return found
 
 
-def resolve_object(target: str) -> Any:
-    """Import ``module:attribute.path`` and return the object it names."""
-    module_name, _, attribute = target.partition(":")
-    value: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    return value
-
-
 def resolve(target: str) -> Any:
     """The callable that ``module:attribute.path`` names."""
-    value = resolve_object(target)
+    value = import_object(target)
     if not callable(value):
         raise TypeError(f"{target} is a {type(value).__name__}, not a callable")
     return value
@@ -209,11 +181,11 @@ def resolve_extensions(job: dict[str, Any]) -> dict[str, Any]:
     extensions: dict[str, Any] = {}
     if "custom_modules" in job:
         target = job["custom_modules"]
-        extensions["custom_modules"] = validate_handler_map(resolve_object(target), f"custom_modules ({target})")
+        extensions["custom_modules"] = validate_handler_map(import_object(target), f"custom_modules ({target})")
     if "custom_mapping" in job:
         target = job["custom_mapping"]
         try:
-            extensions["custom_mapping"] = validate_custom_mapping(resolve_object(target))
+            extensions["custom_mapping"] = validate_custom_mapping(import_object(target))
         except TypeError as error:
             raise TypeError(f"custom_mapping ({target}): {error}") from None
     return extensions

@@ -107,15 +107,13 @@ def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_
     """Assemble ``work/docs`` and build it into ``site_dir``; returns MkDocs' warnings (empty on a clean build).
     With ``caches``, the previous site is kept when nothing it is built from changed, and unchanged model pages
     reuse their earlier conversion; either way ``site_dir`` gets the bytes of a full build."""
-    from mkdocs.config import load_config
-
     from .page_cache import PageCache
 
     docs = work / "docs"
-    assembled = _assemble(content, mkdocs_file, work, docs, load_config)
+    assembled = _assemble(content, mkdocs_file, work, docs)
     assembled.overrides.update(docs_dir=str(docs), site_dir=str(site_dir), use_directory_urls=False, strict=True)
     if caches is None:
-        return _run_mkdocs(load_config, assembled.config_file, assembled.overrides)
+        return _run_mkdocs(assembled.config_file, assembled.overrides)
     inputs = site_inputs(docs, assembled.config_file.read_text(encoding="utf-8"), assembled.overrides,
                          assembled.sources, work)
     kept = caches.site.reuse(inputs, site_dir)
@@ -126,14 +124,13 @@ def build_site(content: SiteContent, mkdocs_file: Path | None, work: Path, site_
     generated = frozenset(content.pages) | frozenset(content.files)
     plugin = PageCache(caches.pages, [page for _, page in content.model_pages],
                        content_hash([environment_digest(), tree_digest(docs, generated)]))
-    warnings = _run_mkdocs(load_config, assembled.config_file, assembled.overrides, plugin)
+    warnings = _run_mkdocs(assembled.config_file, assembled.overrides, plugin)
     caches.pages_reused = plugin.reused
     caches.site.record(inputs, site_dir, warnings)
     return warnings
 
 
-def _assemble(content: SiteContent, mkdocs_file: Path | None, work: Path, docs: Path, load_config: Any
-              ) -> _Assembled:
+def _assemble(content: SiteContent, mkdocs_file: Path | None, work: Path, docs: Path) -> _Assembled:
     """Write ``docs`` (the user's pages, the methodology pages, the catalog's) and the configuration to build it."""
     if docs.exists():
         shutil.rmtree(docs)
@@ -145,13 +142,15 @@ def _assemble(content: SiteContent, mkdocs_file: Path | None, work: Path, docs: 
         config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         assembled = _Assembled(config_file, {}, [Path(hook) for hook in config["hooks"]])
     else:
-        assembled = _joined(content, mkdocs_file, docs, load_config)
+        assembled = _joined(content, mkdocs_file, docs)
     _write_content(docs, content)
     return assembled
 
 
-def _joined(content: SiteContent, mkdocs_file: Path, docs: Path, load_config: Any) -> _Assembled:
+def _joined(content: SiteContent, mkdocs_file: Path, docs: Path) -> _Assembled:
     """The user's site with the catalog's section added: their configuration, overridden where needed."""
+    from mkdocs.config import load_config
+
     with _captured_logs() as messages:
         user = load_config(str(mkdocs_file))
     if messages:
@@ -170,8 +169,9 @@ def _joined(content: SiteContent, mkdocs_file: Path, docs: Path, load_config: An
     return _Assembled(mkdocs_file, overrides, sources)
 
 
-def _run_mkdocs(load_config: Any, config_file: Path, overrides: dict[str, Any], plugin: Any = None) -> list[str]:
+def _run_mkdocs(config_file: Path, overrides: dict[str, Any], plugin: Any = None) -> list[str]:
     from mkdocs.commands.build import build
+    from mkdocs.config import load_config
     from mkdocs.exceptions import MkDocsException
 
     with _fixed_build_date(), _captured_logs() as messages:
@@ -252,8 +252,7 @@ def _catalog_nav(content: SiteContent, methodology: list[str], standalone: bool 
 
 
 def folder_nav(folder: Path, docs: Path) -> list[Any]:
-    """The navigation MkDocs would generate for a folder: ``index.md`` first, then pages, then sub-folders as
-    sections (titles of pages come from their first heading, as usual)."""
+    """The navigation MkDocs would make of a folder: ``index.md`` first, then pages, then sub-folders as sections."""
     pages = sorted((path for path in folder.glob("*.md")), key=lambda path: (path.name != "index.md", path.name))
     nav: list[Any] = [path.relative_to(docs).as_posix() for path in pages]
     for sub in sorted(path for path in folder.iterdir() if path.is_dir() and not path.name.startswith(".")):

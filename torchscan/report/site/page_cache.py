@@ -1,23 +1,13 @@
 """MkDocs' work on unchanged model pages, reused: their Markdown conversion and their search entries.
 
-Profiled on a catalog of 200 small models, MkDocs spends three quarters of its build on the model pages' Markdown
-(25 ms a page: Python-Markdown's raw-HTML parsing of the layer tree and charts, its inline patterns, MkDocs' link
-rewriting) and on Material's search plugin, which parses every page's HTML again to index it (12 ms a page); the
-theme's template takes 2.5 ms a page. A build with one changed entry paid all of it for every page.
-
-Both are pure functions of what they read, so this MkDocs plugin, added by TorchScan to its own builds, keeps
-their results for the model pages (and nothing else), keyed by everything they read:
-
-- a page's conversion (HTML, table of contents, title, anchors and the links to other pages' anchors) by the
-  page's final Markdown (after every other plugin's ``on_page_markdown``), its place, the site's file list, the
-  Markdown extensions and their settings, the site's other source files (which a page could include), and the
-  installed packages' versions (MkDocs, the theme, every extension);
-- its search entries by the HTML the search plugin reads, the table of contents, the page's address, title and
-  metadata, and the search settings.
-
-Everything else (other plugins' page events, the theme's template, the search index, static files) runs as in an
+Profiled on a catalog of 200 small models, MkDocs spends three quarters of its build converting the model pages'
+Markdown (25 ms a page) and in Material's search plugin, which parses every page's HTML again (12 ms a page). Both
+are pure functions of what they read, so this MkDocs plugin, added by TorchScan to its own builds, keeps their
+results for the model pages, keyed by everything they read: a page's conversion by its final Markdown, its place,
+the site's file list, the Markdown settings, the site's other source files and the installed packages; its search
+entries by what the search plugin reads of the page and the search settings. Everything else runs as in an
 uncached build, and the site is byte-identical to an uncached build's (tested). Entries live beside the render
-cache (``.torchscan-cache/pages/``), read from the previous output and carried into the new one when used.
+cache (``.torchscan-cache/pages/``).
 """
 
 from __future__ import annotations
@@ -42,7 +32,6 @@ _PAGES_LOG = logging.getLogger("mkdocs.structure.pages")
 
 class PageCache(BasePlugin):
     """Reuses the conversion and search entries of the pages in ``cacheable`` (paths relative to ``docs_dir``).
-
     ``context`` is the caller's digest of what every page may read besides its own Markdown (the site's other
     source files, the installed packages); the plugin adds the Markdown settings and the site's file list."""
 
@@ -78,13 +67,12 @@ class PageCache(BasePlugin):
         return _decoded(files[STATE]) if files is not None and STATE in files else None
 
     def save(self, key: str, state: dict[str, Any]) -> None:
-        self.store.store(key, {STATE: _encoded(state)})
+        self.store.store(key, {STATE: json.dumps(state)})  # unsorted: the search index keeps its entries' key order
 
 
 def markdown_settings(config: Any) -> str:
-    """The Markdown extensions and settings as stable text: an extension object (mkdocstrings adds one) by its
-    class, the build's temporary ``docs_dir`` left out of paths; a setting without a stable text (a function's
-    address) only costs cache misses."""
+    """The Markdown extensions and settings as stable text: an extension object by its class, the temporary
+    ``docs_dir`` left out of paths (a setting without a stable text, a function's address, only costs misses)."""
     names = [name if isinstance(name, str) else f"{type(name).__module__}.{type(name).__qualname__}"
              for name in config["markdown_extensions"]]
     settings = {"extensions": names, "settings": config["mdx_configs"], "directory_urls": config["use_directory_urls"],
@@ -123,8 +111,7 @@ def _token(item: AnchorLink) -> dict[str, Any]:
 
 
 def _cache_search_entries(plugin: Any, cache: PageCache) -> None:
-    """Wrap Material's search index so that a cacheable page's entries are reused while what it reads is the same
-    (other search plugins are left alone)."""
+    """Wrap Material's search index (no other) so that a cacheable page's entries are reused while it reads the same."""
     index = getattr(plugin, "search_index", None)
     add = getattr(index, "add_entry_from_context", None)
     entries = getattr(index, "entries", None)
@@ -147,11 +134,6 @@ def _cache_search_entries(plugin: Any, cache: PageCache) -> None:
         return None
 
     index.add_entry_from_context = add_entry
-
-
-def _encoded(state: dict[str, Any]) -> str:
-    """The state as JSON, its dicts in their own order (the search index keeps its entries' key order)."""
-    return json.dumps(state)
 
 
 def _decoded(text: str) -> dict[str, Any] | None:

@@ -1,17 +1,13 @@
 """The previous build's site, kept when nothing it is built from changed: MkDocs is then not run at all.
 
-MkDocs rebuilds every page of a site on every run (10 s for a catalog of 200 small models, most of a build where
-nothing changed). A site is a function of its inputs: the assembled ``docs`` folder (every page, report and
-asset), the MkDocs configuration, the files a configuration names (hooks, a theme's ``custom_dir``), TorchScan's
-own sources (the API page is drawn from its docstrings) and the installed packages (MkDocs, the theme, every
-plugin and Markdown extension). Their digest is recorded with a manifest of the built site's files (path and
-SHA-256 of each) under ``.torchscan-cache/site.json``.
-
-The next build computes the digest again. When it is the same and every file of the manifest is still in the
-previous output with its recorded digest, those files are hard-linked (or copied) into the new output instead of
-running MkDocs: the same bytes a full build writes. Anything else (a changed page, template or package, a site
-file deleted or edited by hand, ``--no-cache``) builds the site with MkDocs. Files a plugin reads from outside
-these inputs are not seen: ``--no-cache`` forces a full build.
+MkDocs rebuilds every page of a site on every run (10 s for a catalog of 200 small models). A site is a function
+of its inputs: the assembled ``docs`` folder, the MkDocs configuration, the files a configuration names (hooks, a
+theme's ``custom_dir``), TorchScan's own sources (the API page is drawn from its docstrings) and the installed
+packages. Their digest is recorded with a manifest of the built site's files (path and SHA-256 of each) under
+``.torchscan-cache/site.json``. When the next build's digest is the same and every file of the manifest is still
+in the previous output with its recorded digest, those files are linked into the new output instead of running
+MkDocs; anything else builds the site with MkDocs. Files a plugin reads from outside these inputs are not seen:
+``--no-cache`` forces a full build.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..output.render_cache import code_digest, content_hash
-from ..runs.result_cache import CACHE_FOLDER, link_or_copy
+from ..runs.result_cache import CACHE_FOLDER, file_digest, link_or_copy, read_json
 
 MANIFEST = "site.json"
 #: Bumped when the manifest's layout changes, so another layout is never trusted.
@@ -37,11 +33,6 @@ def environment_digest() -> str:
     """A digest of every installed distribution's name and version (MkDocs, its theme, plugins and extensions)."""
     installed = sorted({(dist.metadata["Name"] or "", dist.version) for dist in metadata.distributions()})
     return content_hash({"installed": installed, "torchscan_code": code_digest()})
-
-
-def file_digest(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def tree_digest(folder: Path, skip: frozenset[str] = frozenset()) -> str:
@@ -81,8 +72,7 @@ class SiteReuse:
         self.enabled = enabled
 
     def reuse(self, inputs: str, site_dir: Path) -> list[str] | None:
-        """Link the previous site's files into ``site_dir`` and return its MkDocs warnings, or ``None`` (nothing
-        done) when the inputs changed or a file is missing or differs."""
+        """Link the previous site's files into ``site_dir`` and return its warnings; ``None`` (none linked) if stale."""
         recorded = self._previous_manifest() if self.enabled else None
         if recorded is None or recorded.get("inputs") != inputs:
             return None
@@ -103,12 +93,7 @@ class SiteReuse:
         self._write({"format": MANIFEST_FORMAT, "inputs": inputs, "warnings": warnings, "files": files})
 
     def _previous_manifest(self) -> dict[str, Any] | None:
-        if self.previous is None:
-            return None
-        try:
-            recorded = json.loads((self.previous / CACHE_FOLDER / MANIFEST).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
+        recorded: Any = read_json(self.previous / CACHE_FOLDER / MANIFEST) if self.previous else None
         valid = (isinstance(recorded, dict) and recorded.get("format") == MANIFEST_FORMAT
                  and isinstance(recorded.get("files"), dict) and isinstance(recorded.get("warnings"), list))
         return recorded if valid and all(map(_inside, recorded["files"])) else None

@@ -41,8 +41,6 @@ META_KERNELS = (ACCELERATOR, MATH)
 _SDPA = functional.scaled_dot_product_attention
 _aten = torch.ops.aten
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-_SDPA_DEFAULTS: dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
-                                  "enable_gqa": False}
 _HALF = (torch.float16, torch.bfloat16)
 #: Flash attention's largest head dimension (``check_head_dim_size_flash``).
 FLASH_MAX_HEAD_DIM = 256
@@ -145,16 +143,16 @@ class ReplayedCalls:
 
 @dataclass(frozen=True)
 class AttentionCall:
-    """One ``scaled_dot_product_attention`` call's arguments, by name."""
+    """One ``scaled_dot_product_attention`` call's arguments, by name, with its defaults."""
 
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    attn_mask: torch.Tensor | None
-    dropout_p: float
-    is_causal: bool
-    scale: float | None
-    enable_gqa: bool
+    attn_mask: torch.Tensor | None = None
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
 
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -171,7 +169,7 @@ def attention_call(args: tuple, kwargs: dict[str, Any]) -> AttentionCall | None:
     dtype, a mask (if any) that PyTorch accepts for them; else None (the call runs unchanged and PyTorch checks it)."""
     if len(args) > len(_SDPA_PARAMETERS) or set(kwargs) - set(_SDPA_PARAMETERS[len(args):]):
         return None
-    named = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_PARAMETERS, args, strict=False)), **kwargs}
+    named = dict(zip(_SDPA_PARAMETERS, args, strict=False), **kwargs)
     if not all(name in named for name in _SDPA_PARAMETERS[:3]):
         return None
     call = AttentionCall(**named)
@@ -201,15 +199,11 @@ def _valid_mask(call: AttentionCall) -> bool:
 def cuda_kernel(call: AttentionCall) -> Callable[[AttentionCall], torch.Tensor] | None:
     """The fused kernel CUDA's ``select_sdp_backend`` picks for the call, flash before memory-efficient (the
     default priority order), or None where it picks the math path."""
-    if _accepts(call, FLASH_CONSTRAINTS):
+    if all(constraint(call) for constraint in FLASH_CONSTRAINTS):
         return flash_attention
-    if _accepts(call, EFFICIENT_CONSTRAINTS):
+    if all(constraint(call) for constraint in EFFICIENT_CONSTRAINTS):
         return efficient_attention
     return None
-
-
-def _accepts(call: AttentionCall, constraints: tuple[Callable[[AttentionCall], bool], ...]) -> bool:
-    return all(constraint(call) for constraint in constraints)
 
 
 def _four_dimensional(call: AttentionCall) -> bool:

@@ -124,15 +124,8 @@ class StandIns:
 
     @contextmanager
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[tuple, dict[str, Any]]]:
-        """The call's stand-ins for the block, the caller's values exactly as they were afterwards.
-
-        Every tensor of the call is replaced, also inside objects such as a KV cache and its layers, which become
-        copies (`torchscan.values.map_tensors` with ``objects=True``), so the forward's changes (the cache appending
-        the new position) land on the copies. What the copies share with the caller's values because it holds no
-        tensor (a cache layer not filled yet, a list of flags) is put back after the block
-        (`torchscan.values.restore_state`), also when it raises. A tensor that cannot be replaced is refused before
-        the forward runs, with a one-paragraph ``TypeError`` naming where it sits and the way out.
-        """
+        """The call's stand-ins for the block (replaced as the module docstring says), the caller's values exactly
+        as they were afterwards, also when the block raises; a tensor that cannot be replaced is refused first."""
         saved = saved_state((args, kwargs))
         try:
             try:
@@ -237,14 +230,9 @@ def _plain_tensor_attributes(model: nn.Module) -> list[str]:
 def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any], str, torch.Tensor]]:
     """Put a stand-in in every parameter and buffer slot (a tensor in several slots gets one stand-in); returns
     ``(slots, name, original)`` for each swap."""
-    swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
-    for module in model.modules():
-        stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
-        for store in stores:
-            for name, tensor in store.items():
-                if tensor is None:
-                    continue
-                swapped.append((store, name, tensor))
+    swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = [
+        (store, name, tensor) for module in model.modules() for store in (module._parameters, module._buffers)
+        for name, tensor in store.items() if tensor is not None]
     made = stand_ins.model_tensors
     for store, name, tensor in swapped:
         if id(tensor) not in made:
@@ -255,8 +243,7 @@ def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any]
 
 def _refuse_lazy(model: nn.Module) -> None:
     """Lazy modules materialize their parameters (and change class) on their first forward: not on stand-ins."""
-    lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers())
-            if is_lazy(tensor)]
+    lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers()) if is_lazy(tensor)]
     if lazy:
         raise ValueError(f"as_device: the model has uninitialized lazy parameters or buffers ({', '.join(lazy)}) that "
                          "its first forward would materialize; run one forward (or crawl_module) without as_device "

@@ -12,6 +12,8 @@ Nothing here runs unless the caller asked for memory: the recorder checks its li
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -79,7 +81,7 @@ def attention_products(args: tuple) -> int:
     (batch x heads x queries x keys) and the output (batch x heads x queries x value features)."""
     query, key, value = args[0], args[1], args[2]
     *batch, queries, _ = query.shape
-    rows = queries * _product(batch)
+    rows = queries * math.prod(batch)
     return rows * key.shape[-2] + rows * value.shape[-1]
 
 
@@ -91,7 +93,7 @@ def native_attention_products(args: tuple) -> int:
     query, key, embed_dim, heads = args[0], args[1], int(args[3]), int(args[4])
     *batch, queries, _ = query.shape
     keys = key.shape[-2]
-    return _product(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
+    return math.prod(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
 
 
 def native_score_bytes(args: tuple) -> int:
@@ -99,7 +101,7 @@ def native_score_bytes(args: tuple) -> int:
     kernel computes inside itself."""
     query, key, heads = args[0], args[1], int(args[4])
     *batch, queries, _ = query.shape
-    return _product(batch) * heads * queries * key.shape[-2] * query.element_size()
+    return math.prod(batch) * heads * queries * key.shape[-2] * query.element_size()
 
 
 def native_attention_reason(device_type: str, score_bytes: int) -> str:
@@ -117,13 +119,6 @@ def native_attention_reason(device_type: str, score_bytes: int) -> str:
                 f"kernel workspace that the trace does not count")
     return (f"{_NATIVE_MHA_RAN}: on {device_type} only its outputs exist; on CPU the kernel computes the score matrix "
             f"inside itself ({scores}), a kernel workspace that the trace does not count")
-
-
-def _product(sizes: Iterable[int]) -> int:
-    result = 1
-    for size in sizes:
-        result *= int(size)
-    return result
 
 
 def tensor_bytes(value: Any) -> int:
@@ -297,11 +292,8 @@ def activation_count(count: int, observed: bool, hidden: bool = False) -> Metric
 
 def trace_device(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> torch.device:
     """The device the trace runs on: that of the first input tensor, else of the first parameter or buffer."""
-    for tensor in (*tensors_in(args), *tensors_in(kwargs)):
-        return tensor.device
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
+    tensors = itertools.chain(tensors_in(args), tensors_in(kwargs), model.parameters(), model.buffers())
+    return next((tensor.device for tensor in tensors), torch.device("cpu"))
 
 
 @functools.cache

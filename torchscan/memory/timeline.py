@@ -103,7 +103,9 @@ class MemoryTimeline:
                 ) -> bool:
         """Follow ``tensor``'s storage (created by operator ``index``, or pre-existing when -1) unless it is
         followed already, in which case a result's change of size is booked; False when it cannot be followed."""
-        if self.device is not None and not self._traced_device(tensor.device):
+        wanted = self.device
+        if wanted is not None and (tensor.device.type != wanted.type
+                                   or wanted.index is not None and tensor.device.index != wanted.index):
             return True
         try:
             storage = tensor.untyped_storage()
@@ -121,12 +123,6 @@ class MemoryTimeline:
         if index >= 0:
             self.level += record.nbytes
         return True
-
-    def _traced_device(self, device: torch.device) -> bool:
-        wanted = self.device
-        if wanted is None:
-            return True
-        return device.type == wanted.type and (wanted.index is None or device.index == wanted.index)
 
     def _resized(self, record: StorageRecord, nbytes: int) -> None:
         """An operator resized a followed storage (an ``out=`` argument): the difference is allocated or freed."""
@@ -163,10 +159,10 @@ class MemoryTimeline:
         the timeline does not follow it. Categories split what is live; they never change the level."""
         if not isinstance(category, str) or not category:
             raise ValueError(f"category must be a non-empty string, got {category!r}")
-        known = (self._following or {}).get(id(tensor.untyped_storage()))
-        if known is None:
+        record = self.followed(tensor)
+        if record is None:
             return False
-        known[1].category = category
+        record.category = category
         return True
 
     def close(self) -> None:

@@ -43,10 +43,6 @@ FIRST_STEP_NOT_TRACED = ("not traced: with zero_grad='zeros' the traced backward
                          "from the start, which a first step does not have yet")
 
 
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
-
-
 class StepMemory:
     """The traced memory of one training step, fed by the forward's probe and then by the step's recorder.
 
@@ -81,7 +77,7 @@ class StepMemory:
 
     def saving(self) -> Any:
         """The context in which autograd's saved tensors are noted (the forward and the loss)."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         """A tensor saved for the backward: its storage, if the step created it, is a saved activation (once)."""

@@ -41,7 +41,9 @@ __all__ = [
     "first_input",
     "handler",
     "identity",
+    "movement",
     "movement_dmas",
+    "on_input",
     "real_flops",
     "signature",
 ]
@@ -70,12 +72,15 @@ def as_positional(call: ModuleCall, *names: str) -> ModuleCall:
     return ModuleCall(call.module, (first_input(call, *names),), call.kwargs, call.output)
 
 
+def on_input(estimate: Callable[[ModuleCall], ModuleEstimates], *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
+    """A built-in formula for a call that may pass its input under one of ``names`` (see `as_positional`)."""
+    return lambda call: estimate(as_positional(call, *names))
+
+
 def real_flops(flops: int, tensor: torch.Tensor) -> int | None:
     """``flops`` for a real floating-point tensor; other dtypes have no stated count (``None``: unavailable, never
     zero)."""
-    if tensor.is_floating_point():
-        return flops
-    return None
+    return flops if tensor.is_floating_point() else None
 
 
 def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
@@ -97,6 +102,14 @@ def movement_dmas(source: torch.Tensor, result: torch.Tensor) -> int:
     if storage_root(result) is storage_root(source):
         return 0
     return source.numel() + result.numel()
+
+
+def movement(spatial: ModuleEstimates, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
+    """A block that only moves its input (passed positionally or under one of ``names``): no arithmetic, the
+    elements of `movement_dmas`, and the ``spatial`` fields."""
+    def estimate(call: ModuleCall) -> ModuleEstimates:
+        return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(first_input(call, *names), call.output), **spatial}
+    return estimate
 
 
 def identity(call: ModuleCall) -> ModuleEstimates:

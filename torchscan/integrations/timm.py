@@ -19,14 +19,15 @@ from .common import (
     NO_SPATIAL_MEANING,
     POINTWISE,
     FamilyRule,
-    as_positional,
     elementwise,
     estimate_group_norm,
     estimate_layer_norm,
     evaluation_identity,
     first_input,
     handler,
+    movement,
     movement_dmas,
+    on_input,
     real_flops,
     signature,
 )
@@ -36,15 +37,6 @@ ACTIVATION = "formula:timm.activation"
 SCALE = "formula:timm.scale"
 SHAPE = "formula:timm.shape"
 POOLING = "formula:timm.pooling"
-
-
-def _layer_norm(call: ModuleCall) -> ModuleEstimates:
-    """LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm)."""
-    return estimate_layer_norm(as_positional(call, "x"))
-
-
-def _group_norm(call: ModuleCall) -> ModuleEstimates:
-    return estimate_group_norm(as_positional(call, "x"))
 
 
 def _inplace(name: str) -> Callable[[ModuleCall], OperatorSignature]:
@@ -65,13 +57,6 @@ def _scale(parameter: str) -> Callable[[ModuleCall], ModuleEstimates]:
         return {"module_flops": real_flops(output.numel(), source), "macs": 0,
                 "dmas": source.numel() + scales + output.numel(), **POINTWISE}
     return estimate
-
-
-def _flat(call: ModuleCall) -> ModuleEstimates:
-    """EfficientFormer's ``x.flatten(2).transpose(1, 2)``: image to tokens, a view; the spatial grid becomes one
-    token axis, so receptive fields have no meaning here."""
-    source = first_input(call, "x")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **NO_SPATIAL_MEANING}
 
 
 def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
@@ -122,8 +107,11 @@ def _global_response_norm(call: ModuleCall) -> ModuleEstimates:
 
 #: Norm kernels may copy a non-contiguous input first (PyTorch's meta kernels do): a layout detail, not counted.
 CONTIGUOUS_COPY = ("aten.clone",)
-LAYER_NORM = handler(_layer_norm, NORM, signature("aten.native_layer_norm", optional=CONTIGUOUS_COPY))
-GROUP_NORM = handler(_group_norm, NORM, signature("aten.native_group_norm", optional=CONTIGUOUS_COPY))
+#: LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm).
+LAYER_NORM = handler(on_input(estimate_layer_norm, "x"), NORM,
+                     signature("aten.native_layer_norm", optional=CONTIGUOUS_COPY))
+GROUP_NORM = handler(on_input(estimate_group_norm, "x"), NORM,
+                     signature("aten.native_group_norm", optional=CONTIGUOUS_COPY))
 LAYER_SCALE = handler(_scale("gamma"), SCALE, _inplace("mul"))
 
 #: Qualified class name -> handler.
@@ -154,7 +142,8 @@ HANDLERS: dict[str, ThirdPartyHandler] = {
     "timm.layers.drop.DropPath": handler(evaluation_identity, SHAPE, signature()),
     "timm.layers.adaptive_avgmax_pool.FastAdaptiveAvgPool": handler(_fast_adaptive_avg_pool, POOLING,
                                                                     signature("aten.mean")),
-    "timm.models.efficientformer.Flat": handler(_flat, SHAPE, signature()),
+    # EfficientFormer's x.flatten(2).transpose(1, 2): image to tokens (a view), the grid flattened to one token axis
+    "timm.models.efficientformer.Flat": handler(movement(NO_SPATIAL_MEANING, "x"), SHAPE, signature()),
     "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, _levit_downsample_signature),
 }
 

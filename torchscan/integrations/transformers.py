@@ -31,12 +31,12 @@ from .common import (
     first_input,
     handler,
     identity,
+    movement,
     movement_dmas,
     real_flops,
     signature,
 )
 
-LIBRARY = "transformers"
 ACTIVATION = "formula:transformers.activation"
 NORM = "formula:transformers.norm"
 POSITION = "formula:transformers.position"
@@ -78,10 +78,6 @@ def _gelu_tanh_variant(module: Any) -> tuple[int, OperatorSignature]:
     return GELU_TANH_WRITTEN_OUT, GELU_TANH_SIGNATURE
 
 
-def _linear_activation(call: ModuleCall) -> ModuleEstimates:
-    return identity(call)
-
-
 ACTIVATIONS: dict[str, ThirdPartyHandler] = {
     "GELUActivation": _activation(_gelu_variant),
     "GELUTanh": _activation(_gelu_tanh_variant),
@@ -100,7 +96,7 @@ ACTIVATIONS: dict[str, ThirdPartyHandler] = {
     "ReLUSquaredActivation": _fixed(FLOPS_PER_ELEMENT["relu"] + 1, signature("aten.relu", "aten.pow")),
     # sqrt(softplus(x))
     "SqrtSoftplusActivation": _fixed(FLOPS_PER_ELEMENT["softplus"] + 1, signature("aten.softplus", "aten.sqrt")),
-    "LinearActivation": handler(_linear_activation, ACTIVATION, signature()),
+    "LinearActivation": handler(identity, ACTIVATION, signature()),
 }
 
 # --- RMS normalization ------------------------------------------------------------------------------------------
@@ -193,12 +189,6 @@ def _conv1d(call: ModuleCall) -> ModuleEstimates:
     return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE}
 
 
-def _same_pad(call: ModuleCall) -> ModuleEstimates:
-    """Drops the last time step after a convolution with an even kernel: a view, nothing read or written."""
-    source = first_input(call, "hidden_states")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}
-
-
 def _qualified(module: str, names: dict[str, ThirdPartyHandler]) -> dict[str, ThirdPartyHandler]:
     return {f"{module}.{name}": value for name, value in names.items()}
 
@@ -238,5 +228,5 @@ RULES: tuple[FamilyRule, ...] = (
                _model_class("ScaledWordEmbedding"), SCALED_WORD_EMBEDDING),
     FamilyRule("transformers same-pad layer", "a class in `transformers.models.*` whose name ends in "
                "`SamePadLayer`: drops the last time step of an even-kernel convolution (a view)",
-               _model_class("SamePadLayer"), handler(_same_pad, SHAPE, signature())),
+               _model_class("SamePadLayer"), handler(movement(POINTWISE, "hidden_states"), SHAPE, signature())),
 )

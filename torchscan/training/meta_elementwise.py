@@ -18,6 +18,7 @@ operator and every new tensor, so reports are the same as with the kernels run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -69,18 +70,9 @@ class MetaElementwise(TorchDispatchMode):
         return result
 
 
-_KINDS: dict[Any, str] = {}
-
-
+@functools.cache
 def _kind(func: Any) -> str:
     """`IN_PLACE`, `OUT_OF_PLACE` or `OTHER` for an operator overload, read from its schema once."""
-    kind = _KINDS.get(func)
-    if kind is None:
-        kind = _KINDS[func] = _kind_from_schema(func)
-    return kind
-
-
-def _kind_from_schema(func: Any) -> str:
     schema = func._schema
     if schema.name in _FOLLOWS_ITS_ARGUMENT:
         return OUT_OF_PLACE

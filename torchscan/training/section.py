@@ -108,14 +108,12 @@ def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases
         "engine": flops_result(phases.engine.flops, MODEL, phases.engine.uncounted),
         "recomputation": flops_result(phases.recomputation.flops, MODEL, phases.recomputation.uncounted),
     }
-    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS),
-                                    "FLOPs", MODEL, method)
+    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS), "FLOPs", MODEL, method)
+    steps = [parts[name] for name in ("forward", "loss_forward", "backward")]
     if phases.optimizer_type is None:
         parts["optimizer"] = not_requested("FLOPs", MODEL)
     else:
         parts["optimizer"] = flops_result(phases.optimizer.flops, MODEL, phases.optimizer.uncounted)
-    steps = [parts[name] for name in ("forward", "loss_forward", "backward")]
-    if phases.optimizer_type is not None:
         steps.append(parts["optimizer"])
     parts["step"] = add_results(steps, "FLOPs", MODEL, method)
     return parts

@@ -113,9 +113,8 @@ def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], A
               ) -> tuple[dict[str, Any], Phases]:
     """The forward's report and the phases of the rest of the step (on stand-ins when asked); the model's state is
     put back and the step's memory timeline (if any) stops following storages, also when the step raises."""
-    model = analysis.model
     try:
-        with preserved_state(model), running(analysis) as run:
+        with preserved_state(analysis.model), running(analysis) as run:
             if step.keep_gradients:
                 _zero_gradients(run.model)
             report = analyze(run)
@@ -163,21 +162,13 @@ def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
     return make_optimizer, plan
 
 
-
-
-
 # -- the forward: train mode, gradients on, graph ownership ------------------------------------------------------------
 
 
 class GraphOwners:
-    """Which owner (layer call index or the loss) created each autograd node of the step, by creation.
-
-    It listens to the recorder's operators through the forward and the loss: the nodes an operator created belong
-    to the innermost call open when it ran (``outside`` when none is: the loss). Autograd attaches an operator's
-    node after dispatch returns, so each operator's nodes are claimed when the next event arrives (`settle`). A
-    closing call (it subscribes to the tracer) also claims what no operator created inside it, such as a custom
-    autograd Function's node (a checkpointed block's).
-    """
+    """Which owner (layer call index or the loss) created each autograd node of the step (the module docstring says
+    how). Autograd attaches an operator's node after dispatch returns, so each operator's nodes are claimed when the
+    next event arrives (`settle`)."""
 
     def __init__(self) -> None:
         self.owners: dict[Any, Owner] = {}
@@ -302,7 +293,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         end_forward_region(step.autocast)
         graph.claim(LOSS, value, step.output)
         step.output = None  # a loop keeps the loss, not the output (what autograd saved of it lives on)
-        _hook_nodes(step.graph, phases)
+        _hook_nodes(graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:
             memory.backward_starts()
@@ -311,7 +302,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         with outside_autocast(step.autocast), tracer.replaying(), tracer.subscribed(Recomputation(phases)):
             value.backward()
         recorder.leave()
-    step.graph.owners.clear()
+    graph.owners.clear()
     if memory is not None:
         memory.backward_ended(model)
     if make_optimizer is not None:

@@ -211,25 +211,10 @@ def _four_dimensional(call: AttentionCall) -> bool:
     return all(tensor.dim() == 4 for tensor in call.tensors)
 
 
-def _no_mask(call: AttentionCall) -> bool:
-    """``check_for_attn_mask``: flash takes no mask."""
-    return call.attn_mask is None
-
-
 def _flash_head_dims(call: AttentionCall) -> bool:
     """``check_head_dim_size_flash``: one head dimension for query, key and value, at most 256."""
     size = call.query.shape[-1]
     return call.key.shape[-1] == call.value.shape[-1] == size and size <= FLASH_MAX_HEAD_DIM
-
-
-def _square_if_causal(call: AttentionCall) -> bool:
-    """``check_flash_causal_non_square_seqlens``: causal flash attention needs as many queries as keys."""
-    return not call.is_causal or call.query.shape[-2] == call.key.shape[-2]
-
-
-def _half_precision(call: AttentionCall) -> bool:
-    """``check_dtypes_flash_attention`` on sm80+: float16 or bfloat16."""
-    return call.query.dtype in _HALF
 
 
 def _batch_and_heads(call: AttentionCall) -> bool:
@@ -275,20 +260,21 @@ def _efficient_storage_alignment(call: AttentionCall) -> bool:
     alignment = _efficient_alignment(call)
     return all(tensor.storage_offset() % alignment == 0 or tensor.numel() == 0 for tensor in call.tensors)
 
-
-def _efficient_dtype(call: AttentionCall) -> bool:
-    """The memory-efficient kernel's dtypes on sm80+: float16, float32, bfloat16."""
-    return call.query.dtype in (*_HALF, torch.float32)
-
-
+#: Each kernel's constraints, checked in order: a later one may assume an earlier one (four dimensions).
 FLASH_CONSTRAINTS: tuple[Callable[[AttentionCall], bool], ...] = (
     lambda call: torch.backends.cuda.flash_sdp_enabled(),  # check_runtime_disabled_flash
-    _four_dimensional, _no_mask, _flash_head_dims, _square_if_causal, _half_precision, _batch_and_heads,
-    _nonzero_lengths, lambda call: _unit_last_stride(call, ignore_singleton=True))
+    _four_dimensional,
+    lambda call: call.attn_mask is None,  # check_for_attn_mask: flash takes no mask
+    _flash_head_dims,
+    # check_flash_causal_non_square_seqlens: causal flash attention needs as many queries as keys
+    lambda call: not call.is_causal or call.query.shape[-2] == call.key.shape[-2],
+    lambda call: call.query.dtype in _HALF,  # check_dtypes_flash_attention on sm80+: float16 or bfloat16
+    _batch_and_heads, _nonzero_lengths, lambda call: _unit_last_stride(call, ignore_singleton=True))
 EFFICIENT_CONSTRAINTS: tuple[Callable[[AttentionCall], bool], ...] = (
     lambda call: torch.backends.cuda.mem_efficient_sdp_enabled(),  # check_runtime_disabled_mem_efficient
     _four_dimensional, _efficient_head_dims, _efficient_storage_alignment, _nonzero_lengths,
-    lambda call: _unit_last_stride(call, ignore_singleton=False), _batch_and_heads, _efficient_dtype)
+    lambda call: _unit_last_stride(call, ignore_singleton=False), _batch_and_heads,
+    lambda call: call.query.dtype in (*_HALF, torch.float32))  # the memory-efficient kernel's dtypes on sm80+
 
 
 # -- the kernels, called as attention.cpp calls them -------------------------------------------------------------

@@ -123,10 +123,7 @@ def native_attention_reason(device_type: str, score_bytes: int) -> str:
 
 def tensor_bytes(value: Any) -> int:
     """The bytes of the elements of the tensors in ``value`` (each tensor once, a view as its own size)."""
-    seen: dict[int, int] = {}
-    for tensor in tensors_in(value):
-        seen[id(tensor)] = tensor.numel() * tensor.element_size()
-    return sum(seen.values())
+    return sum({id(tensor): tensor.numel() * tensor.element_size() for tensor in tensors_in(value)}.values())
 
 
 class ForwardMemory:

@@ -210,9 +210,3 @@ def step_memory_section(memory: StepMemory) -> dict[str, Any]:
                            for (path, index), value in memory.saved_by.items()],
         **probe.stand_ins_field(),
     }
-
-
-def add_step_memory(section: dict[str, Any], memory: StepMemory) -> None:
-    """Add ``memory`` and the ``training_peak_bytes`` total (the steady state's) to a training section."""
-    section["memory"] = step_memory_section(memory)
-    section["totals"]["training_peak_bytes"] = dict(section["memory"]["peak"])

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..crawler import IncompleteAnalysisError
-from ..memory.training_step import StepMemory, add_step_memory
+from ..memory.training_step import StepMemory, step_memory_section
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
 from ..results import DIRECT, INCLUSIVE, MODEL, OPERATOR_DISPATCH, ROOT_LABEL, MetricResult, add_results, not_requested
 from ..wire import call_key, positions_by_call
@@ -52,28 +52,24 @@ def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[An
     layers = report["layers"]
     section_layers = _layer_backward(layers, phases)
     operators, diagnostics = operator_report(phases.recorder.totals(), mapping, phases.recorder)
-    section = {
+    section: dict[str, Any] = {
         "version": TRAINING_VERSION,
         "devices": list(report["context"]["devices"]),
         "loss": {"source": "default" if phases.loss_default else "callable",
                  "description": DEFAULT_LOSS if phases.loss_default else "the caller's loss(output)"},
-        "optimizer": _optimizer_entry(optimizer, phases),
+        "optimizer": None if optimizer is None else {
+            "name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
+            "implementation": phases.optimizer_implementation, "counted_on": "meta"},
         "precision": phases.precision,
         "totals": _totals(report, section_layers, phases),
         "layers": section_layers,
         "operator_flops": operators,
         "diagnostics": diagnostics,
     }
-    if memory is not None:
-        add_step_memory(section, memory)
+    if memory is not None:  # the step's memory, and its steady-state peak as the training_peak_bytes total
+        section["memory"] = step_memory_section(memory)
+        section["totals"]["training_peak_bytes"] = dict(section["memory"]["peak"])
     return section
-
-
-def _optimizer_entry(optimizer: Any, phases: Phases) -> dict[str, Any] | None:
-    if optimizer is None:
-        return None
-    return {"name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
-            "implementation": phases.optimizer_implementation, "counted_on": "meta"}
 
 
 def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[str, Any]]:

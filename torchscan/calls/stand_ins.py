@@ -65,19 +65,12 @@ def stand_in_device(as_device: Any) -> torch.device | None:
         hint = ": a model on meta is analyzed with meta kernels without as_device" if device.type == "meta" else ""
         raise ValueError(f"as_device must name a device whose kernel choices stand-ins keep "
                          f"({', '.join(STAND_IN_DEVICES)}), got {str(device)!r}{hint}")
-    if device.type == "cuda":
-        _require_cuda_kernel_choice(device)
-    return device
-
-
-def _require_cuda_kernel_choice(device: torch.device) -> None:
-    """A ``cuda`` stand-in needs a CUDA build with a usable device: elsewhere fake ``cuda`` tensors take the math
-    attention path, not the kernels a GPU runs."""
-    if not torch.cuda.is_available():
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"as_device={str(device)!r} needs a torch build with a usable CUDA device (this torch "
                          f"{torch.__version__} reports none: torch.cuda.is_available() is False); fake cuda tensors "
                          "here would take the math attention path, not the kernels a GPU runs")
     require_available(device, "as_device")
+    return device
 
 
 @dataclass

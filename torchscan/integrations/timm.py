@@ -73,11 +73,6 @@ def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
             "receptive_field": window, "effective_stride": module.stride, "effective_padding": padding}
 
 
-def _levit_downsample_signature(call: ModuleCall) -> OperatorSignature:
-    # The reshape after subsampling copies (clone) unless the result happens to be contiguous.
-    return signature(optional=("aten.clone",))
-
-
 def _fast_adaptive_avg_pool(call: ModuleCall) -> ModuleEstimates:
     """``x.mean(spatial dims)``: global average pooling, m FLOPs per window of m elements (m - 1 additions, one
     division), the input read and the pooled output written; the window is the whole spatial extent."""
@@ -144,7 +139,8 @@ HANDLERS: dict[str, ThirdPartyHandler] = {
                                                                     signature("aten.mean")),
     # EfficientFormer's x.flatten(2).transpose(1, 2): image to tokens (a view), the grid flattened to one token axis
     "timm.models.efficientformer.Flat": handler(movement(NO_SPATIAL_MEANING, "x"), SHAPE, signature()),
-    "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, _levit_downsample_signature),
+    # the reshape after subsampling copies (clone) unless the result happens to be contiguous
+    "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, signature(optional=("aten.clone",))),
 }
 
 RULES: tuple[FamilyRule, ...] = ()

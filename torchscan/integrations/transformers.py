@@ -189,13 +189,9 @@ def _conv1d(call: ModuleCall) -> ModuleEstimates:
     return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE}
 
 
-def _qualified(module: str, names: dict[str, ThirdPartyHandler]) -> dict[str, ThirdPartyHandler]:
-    return {f"{module}.{name}": value for name, value in names.items()}
-
-
 #: Qualified class name -> handler.
 HANDLERS: dict[str, ThirdPartyHandler] = {
-    **_qualified("transformers.activations", ACTIVATIONS),
+    **{f"transformers.activations.{name}": activation for name, activation in ACTIVATIONS.items()},
     "transformers.pytorch_utils.Conv1D": handler(_conv1d, DENSE, signature("aten.addmm")),
     "transformers.modeling_utils.Conv1D": handler(_conv1d, DENSE, signature("aten.addmm")),  # before 4.39
     # T5-style "LayerNorm"s are RMS norms: weight * x * rsqrt(mean(x^2) + eps)

@@ -138,7 +138,7 @@ class ForwardMemory:
         self.stack = stack  # the tracer's open frames (their ``record`` names the call)
         self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
         self.activations = 0
-        self.kernels: list[str] = []  # attention kernels, in first-seen order
+        self.kernels: dict[str, None] = {}  # attention kernels, in first-seen order (an ordered set)
         self.native_scores = 0  # the largest score matrix a fused MultiheadAttention computed inside its kernel
         self.recurrent: dict[str, dict[str, Any] | None] = {}  # fused recurrent kernel -> the call it first ran in
         self.output_cache: OutputCache | None = None  # the KV caches the model's output holds
@@ -160,23 +160,16 @@ class ForwardMemory:
         if packet in PRODUCT_OPERATORS:
             self.activations += out.numel() if isinstance(out, torch.Tensor) else 0
         elif packet in ATTENTION_KERNELS:
-            self._attention(packet, args)
+            kernel = ATTENTION_KERNELS[packet]
+            self.kernels[kernel] = None
+            if kernel != "math":  # the math path's products are counted as products
+                self.activations += attention_products(args)
         elif packet is _aten._native_multi_head_attention:
             self.activations += native_attention_products(args)
-            self._seen(NATIVE_MHA)
+            self.kernels[NATIVE_MHA] = None
             self.native_scores = max(self.native_scores, native_score_bytes(args))
         elif packet in RECURRENT_KERNELS and operator_label(func) not in self.recurrent:
             self.recurrent[operator_label(func)] = open_call(self.stack)
-
-    def _attention(self, packet: Any, args: tuple) -> None:
-        kernel = ATTENTION_KERNELS[packet]
-        self._seen(kernel)
-        if kernel != "math":  # the math path's products are counted as products
-            self.activations += attention_products(args)
-
-    def _seen(self, kernel: str) -> None:
-        if kernel not in self.kernels:
-            self.kernels.append(kernel)
 
     def attention_kernel(self) -> dict[str, str]:
         """The report's ``attention_kernel`` for the kernels this forward ran (on stand-ins, and on meta with
@@ -186,7 +179,7 @@ class ForwardMemory:
             meta_reason = kernel_reason(self.meta_kernels, name)
             if meta_reason is not None:
                 reasons[name] = meta_reason
-        kernel = attention_kernel(self.kernels, reasons)
+        kernel = attention_kernel(list(self.kernels), reasons)
         if self.stand_ins is not None:
             kernel["reason"] += self.stand_ins.kernel_note()
         return kernel

@@ -7,10 +7,10 @@ for every parameter. On meta there is no data, so a valid element-wise call's wh
 
 * an in-place operator (``add_``) returns its first argument, unchanged in shape, dtype and storage (and an in-place
   ``_foreach_`` operator returns nothing);
-* an out-of-place operator (``sqrt``, ``div``, and ``zeros_like``, which the new state starts from) returns a new tensor whose shape, strides and dtype follow from the
-  operator, the metadata of its tensor arguments and the types (not the values) of its scalar arguments. The first
-  call of such a signature runs the meta kernel, which also checks the call; later calls of the same signature get
-  a new tensor of the recorded metadata.
+* an out-of-place operator (``sqrt``, ``div``, and ``zeros_like``, which the new state starts from) returns a new tensor
+  whose shape, strides and dtype follow from the operator, the metadata of its tensor arguments and the types (not the
+  values) of its scalar arguments. The first call of such a signature runs the meta kernel, which also checks the call;
+  later calls of the same signature get a new tensor of the recorded metadata.
 
 `MetaElementwise` answers both; modes above it (the operator recorder, the memory timeline) still see every
 operator and every new tensor, so reports are the same as with the kernels run.

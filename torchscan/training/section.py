@@ -41,10 +41,6 @@ class Phases:
         self.precision: dict[str, Any] = {}  # `torchscan.training.precision.precision_section`
         self.loss_default = True
 
-    def backward_scope(self, owner: Owner) -> OperatorScope:
-        return self.backward.setdefault(owner, OperatorScope())
-
-
 def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any,
                      memory: StepMemory | None = None) -> dict[str, Any]:
     """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices, precision

@@ -38,7 +38,7 @@ from ..crawler import (
 )
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory
-from ..operators import build_formula_table, new_recorder
+from ..operators import OperatorScope, build_formula_table, new_recorder
 from ..parallel.plan import ParallelPlan, parse_plan
 from ..parallel.step import sharded_step
 from ..timing.profiled import time_training_step
@@ -200,10 +200,8 @@ class GraphOwners:
             self.claim(frame.index, call.output, (call.args, call.kwargs))
 
     def claim(self, owner: Owner, outputs: Any, inputs: Any) -> None:
-        """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``, stopping where ``inputs`` came in.
-
-        Nodes that inner calls claimed, the inputs' own nodes and ``AccumulateGrad`` (engine work) stop the walk.
-        """
+        """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``: nodes that inner calls claimed, the
+        nodes of ``inputs`` and ``AccumulateGrad`` (engine work) stop the walk."""
         boundary = {tensor.grad_fn for tensor in tensors_in(inputs) if tensor.grad_fn is not None}
         owners = self.owners
         todo = [tensor.grad_fn for tensor in tensors_in(outputs) if tensor.grad_fn is not None]
@@ -333,7 +331,7 @@ def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
         recorder.leave()
 
     for node, owner in graph.owners.items():
-        scope = phases.backward_scope(owner)
+        scope = phases.backward.setdefault(owner, OperatorScope())
         node.register_prehook(lambda grad_outputs, scope=scope: recorder.enter(scope))
         node.register_hook(leave)
 

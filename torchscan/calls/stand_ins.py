@@ -245,11 +245,7 @@ def _refuse_lazy(model: nn.Module) -> None:
 
 @functools.cache
 def _load_fake_kernels() -> None:
-    """Run one operator on a fake tensor before the first analysis on stand-ins.
-
-    Fake tensors compute through meta kernels, which PyTorch imports on first use; the exceptions that importing
-    raises and catches leave reference cycles through the frames of the running forward, which would keep that
-    forward's tensors alive while the analysis pauses the cyclic collector (as `torchscan.memory.forward` notes).
-    """
+    """Run one operator on a fake tensor before the first analysis on stand-ins: fake tensors compute through meta
+    kernels, which PyTorch imports on first use, inside the forward otherwise (see `torchscan.memory.forward`)."""
     with FakeTensorMode():
         torch.empty(1).add(1)

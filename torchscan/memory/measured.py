@@ -1,8 +1,5 @@
-"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device.
-
-The result says what was observed. A workload in which the method saw no allocation at all (it ran on another
-device, or allocated only outside PyTorch's allocator) gets an ``unavailable`` peak, never a confident zero.
-"""
+"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device, as observed: a workload
+in which the method saw no allocation at all gets an ``unavailable`` peak, never a confident zero."""
 
 from __future__ import annotations
 

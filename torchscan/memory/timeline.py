@@ -159,10 +159,10 @@ class MemoryTimeline:
         the timeline does not follow it. Categories split what is live; they never change the level."""
         if not isinstance(category, str) or not category:
             raise ValueError(f"category must be a non-empty string, got {category!r}")
-        record = self.followed(tensor)
-        if record is None:
+        known = (self._following or {}).get(id(tensor.untyped_storage()))
+        if known is None:
             return False
-        record.category = category
+        known[1].category = category
         return True
 
     def close(self) -> None:

@@ -32,7 +32,6 @@ class Phases:
         self.loss_forward = OperatorScope()
         self.engine = OperatorScope()
         self.optimizer = OperatorScope()  # the steady-state optimizer step, whose FLOPs the totals count
-        self.first_optimizer = OperatorScope()  # the first optimizer step, which creates the state (not counted)
         self.recomputation = OperatorScope()  # module calls re-run during the backward (activation checkpointing)
         self.backward: dict[Owner, OperatorScope] = {}
         self.optimizer_type: str | None = None

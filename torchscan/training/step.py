@@ -356,7 +356,7 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     phases.optimizer_implementation = settle_implementation(optimizer, foreach)
     recorder = phases.recorder
     elementwise = MetaElementwise()  # one for both steps: the second repeats the first's signatures
-    for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
+    for scope, first in ((OperatorScope(), True), (phases.optimizer, False)):  # the first step's FLOPs not counted
         if first and memory is None:  # only its memory is reported: it just creates the state, unobserved
             with elementwise:
                 optimizer.step()

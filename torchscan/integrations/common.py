@@ -19,13 +19,12 @@ from ..formulas.modules.embedding import estimate_embedding
 from ..formulas.modules.linear import dense_work
 from ..formulas.modules.norm import estimate_group_norm, estimate_layer_norm
 from ..handlers import Callback, ModuleCall, ModuleEstimates
-from ..operator_check import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
+from ..operator_check import SignatureSource, ThirdPartyHandler, signature
 from ..results import Incomplete
 
 __all__ = [
     "FLOPS_PER_ELEMENT",
     "GROUP_FLOPS",
-    "NO_OPERATOR",
     "NO_SPATIAL_MEANING",
     "POINTWISE",
     "RMS_FLOPS",
@@ -132,9 +131,6 @@ def _drop_rate(module: torch.nn.Module) -> float:
         if isinstance(rate, (int, float)):
             return float(rate)
     return 1.0
-
-
-NO_OPERATOR = OperatorSignature()
 
 
 @dataclass(frozen=True)

@@ -59,12 +59,9 @@ class StorageRecord:
 
 
 class MemoryTimeline:
-    """Live tensor bytes after every recorded operator, above the level at the start of the trace.
-
-    Feed it with `record` for each dispatched operator, then `close` it (it stops following storages and drops
-    its weak references) and read `summary`. ``device`` limits the trace to storages on that device (any index
-    of its type when it names none); None follows every device.
-    """
+    """Live tensor bytes after every recorded operator, above the level at the start of the trace: `record` each
+    dispatched operator, `close` it, then read `summary`. ``device`` limits the trace to storages on that device (any
+    index of its type when it names none); None follows every device."""
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device

@@ -17,11 +17,7 @@ share with the caller's values because it holds no tensor (the layers of an empt
 stand-in (a subclass, a sparse tensor, one inside an object that cannot be copied) is refused before the forward
 with one paragraph naming where it sits in the call and the way out. A tensor that stand-ins cannot see (a plain
 tensor attribute of a module) meets them in the forward: PyTorch's device mismatch error then gets a note naming
-the module attributes that hold tensors.
-
-Only a device whose kernel choice this torch build can make is accepted: ``cpu`` always, ``cuda`` when this build
-has a usable CUDA device (a CPU-only build has no CUDA kernel selection compiled in, so fake ``cuda`` tensors would
-take the math path and mislead).
+the module attributes that hold tensors. `stand_in_device` says which devices stand-ins accept.
 """
 
 from __future__ import annotations
@@ -212,12 +208,8 @@ _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 
 def _plain_tensor_attributes(model: nn.Module) -> list[str]:
     """``path.name (Type)`` of each module attribute that holds tensors outside the parameters and buffers."""
-    found = []
-    for path, module in model.named_modules():
-        for name, item in vars(module).items():
-            if name not in _MODULE_INTERNALS and tensors_in(item):
-                found.append(f"{f'{path}.' if path else ''}{name} ({type(module).__name__})")
-    return found
+    return [f"{f'{path}.' if path else ''}{name} ({type(module).__name__})" for path, module in model.named_modules()
+            for name, item in vars(module).items() if name not in _MODULE_INTERNALS and tensors_in(item)]
 
 
 def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any], str, torch.Tensor]]:

@@ -207,13 +207,6 @@ class ForwardMemory:
             if frame.parts.parent is None and call is not None:
                 self.output_cache = output_cache(call.output, self.timeline)
 
-    def call_memory(self, parts: CallParts, base: int, partial: bool) -> dict[str, MetricResult]:
-        """A layer record's ``memory``: the call's output bytes and the live bytes at its end (``base``: the bytes
-        that existed before the forward)."""
-        output, level = self.ends.get(id(parts), (0, 0))
-        return {"output_bytes": traced_bytes(output, False, MODULE_CALL),
-                "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
-
     def close(self) -> None:
         self.timeline.close()
 
@@ -265,11 +258,17 @@ def memory_totals(section: dict[str, Any]) -> dict[str, MetricResult]:
 
 
 def layer_memories(probe: ForwardMemory) -> Callable[[CallParts], dict[str, MetricResult]]:
-    """Each layer record's ``memory``, by its call's parts."""
+    """Each layer record's ``memory``, by its call's parts: the call's output bytes and the live bytes at its end
+    (``base``, the bytes that existed before the forward, included)."""
     timeline = probe.timeline
     base = sum(record.nbytes for record in timeline.records if record.pre_existing)
     partial = timeline.untracked > 0
-    return lambda parts: probe.call_memory(parts, base, partial)
+
+    def memory(parts: CallParts) -> dict[str, MetricResult]:
+        output, level = probe.ends.get(id(parts), (0, 0))
+        return {"output_bytes": traced_bytes(output, False, MODULE_CALL),
+                "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
+    return memory
 
 
 def activation_count(count: int, observed: bool, hidden: bool = False) -> MetricResult:

@@ -140,9 +140,9 @@ def unique_storages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def _categories(live: dict[str, int]) -> dict[str, int]:
     """Live bytes by category as the report's ``at_peak``; ``buffers``, added to the contract's six, holds the
     buffers and any other tensor that existed before the step."""
-    return {PARAMETERS: live.get(PARAMETERS, 0), GRADIENTS: live.get(GRADIENTS, 0), OPTIMIZER_STATE: live.get(OPTIMIZER_STATE, 0),
-            SAVED: live.get(SAVED, 0), "temporaries": live.get(CREATED, 0),
-            WEIGHT_COPIES: live.get(WEIGHT_COPIES, 0), INPUTS: live.get(INPUTS, 0),
+    return {PARAMETERS: live.get(PARAMETERS, 0), GRADIENTS: live.get(GRADIENTS, 0),
+            OPTIMIZER_STATE: live.get(OPTIMIZER_STATE, 0), SAVED: live.get(SAVED, 0),
+            "temporaries": live.get(CREATED, 0), WEIGHT_COPIES: live.get(WEIGHT_COPIES, 0), INPUTS: live.get(INPUTS, 0),
             BUFFERS: live.get(BUFFERS, 0) + live.get(PRE_EXISTING, 0)}
 
 

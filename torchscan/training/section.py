@@ -90,9 +90,8 @@ def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases
     """Forward, loss, layer backward, engine, backward, optimizer and whole-step FLOPs, each a MetricResult."""
     method = OPERATOR_DISPATCH
     loss_backward = phases.backward.get(LOSS, OperatorScope())
-    forward: MetricResult = dict(report["operator_flops"]["total"])  # type: ignore[assignment]
     parts: dict[str, MetricResult] = {
-        "forward": forward,
+        "forward": dict(report["operator_flops"]["total"]),  # type: ignore[dict-item]
         "loss_forward": flops_result(phases.loss_forward.flops, MODEL, phases.loss_forward.uncounted),
         "layers_backward": add_results((layer["backward_flops"][DIRECT] for layer in layers), "FLOPs", MODEL, method),
         "loss_backward": flops_result(loss_backward.flops, MODEL, loss_backward.uncounted),

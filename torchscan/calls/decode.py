@@ -56,14 +56,6 @@ def _check_position_limit(model: Any, positions: int) -> None:
                          f"max_position_embeddings ({limit}); raise it in the configuration to analyze longer contexts")
 
 
-def _attention_shape(config: Any) -> tuple[int, int]:
-    """Key/value heads and head dimension of the decoder, as its attention layers compute them."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return kv_heads, head_dim
-
-
 def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int, device: torch.device,
                   kind: str) -> Any:
     """A cache of ``kind`` built from the model's configuration (its layer types included), each key/value layer
@@ -76,7 +68,10 @@ def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int
     else:
         cache = transformers.DynamicCache(config=model.config)
         expected = transformers.cache_utils.DynamicLayer
-    kv_heads, head_dim = _attention_shape(config)
+    # the key/value heads and head dimension, as the decoder's attention layers compute them
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     for index, layer in enumerate(cache.layers):
         if not isinstance(layer, expected) or cache.is_linear[index]:
             raise ValueError(f"layer {index} of the model's {kind} cache is a {type(layer).__name__}: "

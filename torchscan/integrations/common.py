@@ -48,8 +48,7 @@ __all__ = [
 ]
 
 
-def handler(callback: Callback, method: str, operators: SignatureSource
-            ) -> ThirdPartyHandler:
+def handler(callback: Callback, method: str, operators: SignatureSource) -> ThirdPartyHandler:
     """A third-party handler: formula, method label (``formula:<library>.<family>``) and declared operators."""
     return ThirdPartyHandler(callback, method=method, operators=operators)
 

@@ -263,7 +263,6 @@ def layer_memories(probe: ForwardMemory) -> Callable[[CallParts], dict[str, Metr
     timeline = probe.timeline
     base = sum(record.nbytes for record in timeline.records if record.pre_existing)
     partial = timeline.untracked > 0
-
     def memory(parts: CallParts) -> dict[str, MetricResult]:
         output, level = probe.ends.get(id(parts), (0, 0))
         return {"output_bytes": traced_bytes(output, False, MODULE_CALL),

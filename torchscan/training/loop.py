@@ -73,7 +73,6 @@ def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor
         return value
     value = loss(output)
     if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
-        raise TypeError("loss must return a one-element tensor that requires grad, got "
-                        f"{type(value).__name__}" + (f" of shape {tuple(value.shape)}" if isinstance(
-                            value, torch.Tensor) else ""))
+        shape = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"loss must return a one-element tensor that requires grad, got {type(value).__name__}{shape}")
     return value

@@ -31,8 +31,6 @@ _VALUE_TYPES = (str, torch.dtype, torch.memory_format, torch.layout, torch.devic
 _FOLLOWS_ITS_ARGUMENT = frozenset({"aten::empty_like", "aten::zeros_like"})
 IN_PLACE, OUT_OF_PLACE, OTHER = "in_place", "out_of_place", "other"
 
-Metadata = tuple[torch.Size, tuple[int, ...], torch.dtype]
-
 
 class MetaElementwise(TorchDispatchMode):
     """Answers element-wise operators on meta tensors from their metadata (see the module). One instance serves
@@ -40,7 +38,7 @@ class MetaElementwise(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._results: dict[tuple, Metadata] = {}
+        self._results: dict[tuple, tuple[torch.Size, tuple[int, ...], torch.dtype]] = {}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:

@@ -85,23 +85,16 @@ def attention_products(args: tuple) -> int:
     return rows * key.shape[-2] + rows * value.shape[-1]
 
 
-def native_attention_products(args: tuple) -> int:
-    """fvcore's convention for ``nn.MultiheadAttention``'s fused inference fast path
-    (``_native_multi_head_attention(query, key, value, embed_dim, heads, ...)``): the outputs of the products the
-    unfused path runs, the query, key and value projections, the score matrix, the attention output and the output
-    projection."""
+def native_attention_sizes(args: tuple) -> tuple[int, int]:
+    """``nn.MultiheadAttention``'s fused inference fast path (``_native_multi_head_attention(query, key, value,
+    embed_dim, heads, ...)``): fvcore's convention for it, the outputs of the products the unfused path runs (the
+    query, key and value projections, the score matrix, the attention output and the output projection), and the
+    bytes of the score matrix (batch x heads x queries x keys) that its CPU kernel computes inside itself."""
     query, key, embed_dim, heads = args[0], args[1], int(args[3]), int(args[4])
     *batch, queries, _ = query.shape
-    keys = key.shape[-2]
-    return math.prod(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
-
-
-def native_score_bytes(args: tuple) -> int:
-    """The bytes of the score matrix (batch x heads x queries x keys) that ``_native_multi_head_attention``'s CPU
-    kernel computes inside itself."""
-    query, key, heads = args[0], args[1], int(args[4])
-    *batch, queries, _ = query.shape
-    return math.prod(batch) * heads * queries * key.shape[-2] * query.element_size()
+    rows, keys = math.prod(batch), key.shape[-2]
+    products = rows * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
+    return products, rows * heads * queries * keys * query.element_size()
 
 
 def native_attention_reason(device_type: str, score_bytes: int) -> str:
@@ -165,9 +158,10 @@ class ForwardMemory:
             if kernel != "math":  # the math path's products are counted as products
                 self.activations += attention_products(args)
         elif packet is _aten._native_multi_head_attention:
-            self.activations += native_attention_products(args)
+            products, scores = native_attention_sizes(args)
+            self.activations += products
             self.kernels[NATIVE_MHA] = None
-            self.native_scores = max(self.native_scores, native_score_bytes(args))
+            self.native_scores = max(self.native_scores, scores)
         elif packet in RECURRENT_KERNELS and operator_label(func) not in self.recurrent:
             self.recurrent[operator_label(func)] = open_call(self.stack)
 

@@ -156,8 +156,7 @@ def _not_plain(cache: Any) -> str | None:
 
 
 def _uncovered(cache: Any, index: int, layer: Any) -> str | None:
-    """Why key/value layer ``index`` does not hold one (batch, heads, positions, head_dim) pair of the positions the
-    step reads, or ``None``."""
+    """Why layer ``index`` lacks a (batch, heads, positions, head_dim) key/value pair of the positions read, or None."""
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
         return "holds no key/value tensors of shape (batch, heads, positions, head_dim)"
@@ -178,8 +177,7 @@ def _preallocated(layer: Any, keys: torch.Tensor) -> bool:
 
 
 def _length(cache: Any, index: int) -> int | str:
-    """The number of positions layer ``index`` holds, or why it cannot be read: a layer that counts them in a
-    tensor has no value for it on ``meta``."""
+    """The positions layer ``index`` holds, or why they cannot be read (a tensor count has no value on meta)."""
     try:
         length = cache.get_seq_length(index)
         return length if isinstance(length, int) else int(length)

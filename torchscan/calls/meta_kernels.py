@@ -234,9 +234,8 @@ def _nonzero_lengths(call: AttentionCall) -> bool:
 
 def _unit_last_stride(call: AttentionCall, ignore_singleton: bool) -> bool:
     """``check_last_dim_stride_equals_1_dense``: the features (and the mask's keys) are contiguous."""
-    strides_one = all(tensor.stride(-1) == 1 for tensor in call.tensors)
-    if ignore_singleton:
-        strides_one = strides_one or call.query.shape[-1] == 1
+    strides_one = (all(tensor.stride(-1) == 1 for tensor in call.tensors)
+                   or (ignore_singleton and call.query.shape[-1] == 1))
     return strides_one and (call.attn_mask is None or call.attn_mask.stride(-1) == 1)
 
 

@@ -76,8 +76,7 @@ def on_input(estimate: Callable[[ModuleCall], ModuleEstimates], *names: str) -> 
 
 
 def real_flops(flops: int, tensor: torch.Tensor) -> int | None:
-    """``flops`` for a real floating-point tensor; other dtypes have no stated count (``None``: unavailable, never
-    zero)."""
+    """``flops`` for a floating-point tensor; other dtypes have no stated count (``None``: unavailable, never zero)."""
     return flops if tensor.is_floating_point() else None
 
 
@@ -97,9 +96,7 @@ def storage_root(tensor: torch.Tensor) -> torch.Tensor:
 def movement_dmas(source: torch.Tensor, result: torch.Tensor) -> int:
     """0 when the result is a view of the input (or the input itself); one read and one write per element for a
     copy, the convention of the built-in shape formulas."""
-    if storage_root(result) is storage_root(source):
-        return 0
-    return source.numel() + result.numel()
+    return 0 if storage_root(result) is storage_root(source) else source.numel() + result.numel()
 
 
 def movement(spatial: ModuleEstimates, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:

@@ -49,8 +49,7 @@ def _swish_signature(call: ModuleCall) -> OperatorSignature:
 
 
 def _scale(parameter: str) -> Callable[[ModuleCall], ModuleEstimates]:
-    """``x * gamma`` with one learned scale per channel: one multiply per element; input, scales and output
-    accessed once each."""
+    """``x * gamma``, one learned scale per channel: one multiply per element; input, scales and output read once."""
     def estimate(call: ModuleCall) -> ModuleEstimates:
         source, output = first_input(call, "x"), call.output
         scales = getattr(call.module, parameter).numel()

@@ -150,8 +150,7 @@ ROTARY = handler(_rotary, POSITION, signature("aten.mul", "aten.mul", "aten.mul"
 def _learned_positions(call: ModuleCall) -> ModuleEstimates:
     """Whisper's position table: rows selected by ``position_ids`` (a gather: the ids read, one row element read
     per output element, the output written), or a slice of the table (a view: nothing read or written)."""
-    position_ids = call.argument(2, "position_ids", None)
-    output = call.output
+    position_ids, output = call.argument(2, "position_ids", None), call.output
     if position_ids is None:
         module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
         return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(module.weight, output), **POINTWISE}

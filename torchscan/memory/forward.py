@@ -193,8 +193,7 @@ class ForwardMemory:
         """A call opened: nothing to note (the peak reads the open call from the tracer's stack)."""
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
-        """A call of the model ended: note its output bytes and the level now, and the model's own call any cache
-        its output holds."""
+        """A call ended: note its output bytes and the level now, and for the model's own call the caches it returns."""
         if frame.parts is not None:
             output = 0 if call is None else tensor_bytes(call.output)
             self.ends[id(frame.parts)] = (output, self.timeline.level)

@@ -205,8 +205,7 @@ class MemoryTimeline:
         return {category: self._bytes(value) for category, value in live.items()}
 
     def _bytes(self, value: int) -> MetricResult:
-        """``value`` bytes as a result: unavailable when no storage was seen, a lower bound when some result
-        tensor could not be followed."""
+        """``value`` bytes: unavailable if no storage was seen, a lower bound if some result could not be followed."""
         if not self.records and not self.untracked:
             return unavailable(UNIT, MODEL, METHOD)
         return (lower_bound if self.untracked else complete)(value, UNIT, MODEL, METHOD)

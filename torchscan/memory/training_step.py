@@ -190,9 +190,8 @@ def _first_step(memory: StepMemory, partial: bool) -> dict[str, Any]:
 
 
 def step_memory_section(memory: StepMemory) -> dict[str, Any]:
-    """The training section's ``memory``: the steady-state step's peak (its phase and operator, the breakdown at the
-    peak), the first step's, what a previous step leaves resident, and the bytes each layer call saved for the
-    backward."""
+    """The training section's ``memory``: the steady-state step's peak (its phase, operator and breakdown), the first
+    step's, what a previous step leaves resident, and the bytes each layer call saved for the backward."""
     probe = memory.probe
     assert probe is not None
     partial = memory.timeline.untracked > 0 or any(timeline.untracked for timeline in memory.optimizer_steps.values())

@@ -60,8 +60,7 @@ def implementation(optimizer: torch.optim.Optimizer) -> str:
 
 
 def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:
-    """The caller's loss of the output, checked, or the default: the sum of every floating output tensor that
-    requires grad."""
+    """The caller's loss of the output, checked, or the default: the sum of the floating output tensors needing grad."""
     if loss is None:
         floats = [t for t in tensors_in(output) if t.is_floating_point() and t.requires_grad]
         if not floats:

@@ -42,8 +42,7 @@ class Phases:
 
 def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any,
                      memory: StepMemory | None = None) -> dict[str, Any]:
-    """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices, precision
-    and, when traced, the step's memory."""
+    """The ``training`` section: backward FLOPs per layer call, totals, loss, optimizer, devices, precision, memory."""
     layers = report["layers"]
     section_layers = _layer_backward(layers, phases)
     operators, diagnostics = operator_report(phases.recorder.totals(), mapping, phases.recorder)

@@ -149,8 +149,7 @@ def default_foreach(analysis: Analysis) -> bool:
 
 def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
              ) -> tuple[Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None, ParallelPlan | None]:
-    """The step's arguments checked before anything runs (errors name the argument): the optimizer to build and the
-    parallel plan."""
+    """The step's arguments checked before anything runs (errors name them): the optimizer and the parallel plan."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
     if zero_grad not in ZERO_GRAD:
@@ -166,9 +165,8 @@ def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
 
 
 class GraphOwners:
-    """Which owner (layer call index or the loss) created each autograd node of the step (the module docstring says
-    how). Autograd attaches an operator's node after dispatch returns, so each operator's nodes are claimed when the
-    next event arrives (`settle`)."""
+    """Which owner (layer call index or the loss) created each autograd node (see the module docstring). Autograd
+    attaches an operator's node after dispatch returns, so each operator's nodes are claimed at the next event."""
 
     def __init__(self) -> None:
         self.owners: dict[Any, Owner] = {}

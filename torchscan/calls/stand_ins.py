@@ -174,8 +174,7 @@ def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
     block (a tensor nothing replaced met the stand-ins) gets a note naming the tensors that stand-ins cannot reach."""
     _refuse_lazy(model)
     _load_fake_kernels()
-    model_devices = sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())})
-    stand_ins = StandIns(device, model_devices)
+    stand_ins = StandIns(device, sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())}))
     swapped = _swap_in(model, stand_ins)
     try:
         with stand_ins.mode:

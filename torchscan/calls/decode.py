@@ -1,13 +1,9 @@
 """Decode steps with a KV cache: the call of one generated token, and the bytes of the cache that call reads.
 
 `decode_step_inputs` builds what ``transformers``' ``generate()`` passes to a causal language model for one new
-token after ``context_length`` positions: the token, a fresh cache (``generate()``'s default dynamic one, or a
-preallocated static one) filled with that many positions, the position of the new token. `kv_cache_section` finds
-such a cache in any analyzed call (by the shape of ``transformers``' Cache API, without importing ``transformers``)
-and states the bytes of the keys and values the step reads, before the step appends its own position.
-``transformers`` is imported only when `decode_step_inputs` runs, so ``import torchscan`` never imports it.
+token; `kv_cache_section` finds such a cache in any analyzed call (by the shape of ``transformers``' Cache API) and
+states the bytes of its keys and values. ``transformers`` is imported only when `decode_step_inputs` runs.
 """
-
 from __future__ import annotations
 
 import inspect
@@ -17,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..results import MODEL, MetricResult, complete, unavailable
+from ..results import MODEL, complete, unavailable
 from ..values import dtype_name
 
 __all__ = ["CACHE_KINDS", "KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_section"]
@@ -25,9 +21,7 @@ __all__ = ["CACHE_KINDS", "KV_CACHE_METHOD", "decode_step_inputs", "kv_cache_sec
 #: The method label of the KV-cache bytes: the bytes of the key and value tensors the cache holds.
 KV_CACHE_METHOD = "key_value_cache_tensors"
 KV_CACHE_UNIT = "bytes"
-#: The caches `decode_step_inputs` builds: ``generate()``'s default, which appends by concatenation (a copy of every
-#: layer's keys and values per step), and the preallocated one of ``cache_implementation="static"`` and compiled
-#: serving, which writes the new position in place and whose attention reads every preallocated position.
+#: The caches `decode_step_inputs` builds (its docstring says how they differ).
 CACHE_KINDS = ("dynamic", "static")
 
 
@@ -62,14 +56,6 @@ def _check_position_limit(model: Any, positions: int) -> None:
                          f"max_position_embeddings ({limit}); raise it in the configuration to analyze longer contexts")
 
 
-def _attention_shape(config: Any) -> tuple[int, int]:
-    """Key/value heads and head dimension of the decoder, as its attention layers compute them."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return kv_heads, head_dim
-
-
 def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int, device: torch.device,
                   kind: str) -> Any:
     """A cache of ``kind`` built from the model's configuration (its layer types included), each key/value layer
@@ -82,7 +68,10 @@ def _filled_cache(model: Any, transformers: Any, positions: int, batch_size: int
     else:
         cache = transformers.DynamicCache(config=model.config)
         expected = transformers.cache_utils.DynamicLayer
-    kv_heads, head_dim = _attention_shape(config)
+    # the key/value heads and head dimension, as the decoder's attention layers compute them
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     for index, layer in enumerate(cache.layers):
         if not isinstance(layer, expected) or cache.is_linear[index]:
             raise ValueError(f"layer {index} of the model's {kind} cache is a {type(layer).__name__}: "
@@ -150,11 +139,6 @@ def _is_cache(value: Any) -> bool:
         return False
 
 
-def find_cache(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """The first KV cache among a call's arguments, or ``None``."""
-    return next((value for value in (*args, *kwargs.values()) if _is_cache(value)), None)
-
-
 def _not_plain(cache: Any) -> str | None:
     """Why ``cache`` is not one plain key/value pair per layer covering every position, or ``None``."""
     layers = list(cache.layers)
@@ -172,8 +156,7 @@ def _not_plain(cache: Any) -> str | None:
 
 
 def _uncovered(cache: Any, index: int, layer: Any) -> str | None:
-    """Why key/value layer ``index`` does not hold one (batch, heads, positions, head_dim) pair of the positions the
-    step reads, or ``None``."""
+    """Why layer ``index`` lacks a (batch, heads, positions, head_dim) key/value pair of the positions read, or None."""
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() == 4):
         return "holds no key/value tensors of shape (batch, heads, positions, head_dim)"
@@ -194,8 +177,7 @@ def _preallocated(layer: Any, keys: torch.Tensor) -> bool:
 
 
 def _length(cache: Any, index: int) -> int | str:
-    """The number of positions layer ``index`` holds, or why it cannot be read: a layer that counts them in a
-    tensor has no value for it on ``meta``."""
+    """The positions layer ``index`` holds, or why they cannot be read (a tensor count has no value on meta)."""
     try:
         length = cache.get_seq_length(index)
         return length if isinstance(length, int) else int(length)
@@ -220,13 +202,12 @@ def _kv_cache_field(cache: Any) -> dict[str, Any]:
     field.update({"batch_size": _uniform(s[0] for s in shapes), "kv_heads": _uniform(s[1] for s in shapes),
                   "positions": _uniform(s[2] for s in shapes), "head_dim": _uniform(s[3] for s in shapes),
                   "dtype": _uniform(dtype_name(tensor.dtype) for tensor in tensors)})
-    total: MetricResult = complete(sum(tensor.numel() * tensor.element_size() for tensor in tensors), KV_CACHE_UNIT,
-                                   MODEL, KV_CACHE_METHOD)
-    return {"bytes": total, **field}
+    nbytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    return {"bytes": complete(nbytes, KV_CACHE_UNIT, MODEL, KV_CACHE_METHOD), **field}
 
 
 def kv_cache_section(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """``{"kv_cache": ...}`` for a call that passes a KV cache, measured before the call appends to it; else
     ``{}`` (reports of calls without a cache do not have the field)."""
-    cache = find_cache(args, kwargs)
+    cache = next((value for value in (*args, *kwargs.values()) if _is_cache(value)), None)
     return {} if cache is None else {"kv_cache": _kv_cache_field(cache)}

@@ -57,9 +57,8 @@ def batch_note(message: str, shapes: list[tuple[int, ...]]) -> str | None:
         return None
     one = len(shapes) == 1
     stripped = [shape[1:] if shape else shape for shape in shapes]
-    given, fixed = (_shape_text(shapes[0]), _shape_text(stripped[0])) if one else (_shapes_text(shapes),
-                                                                                     _shapes_text(stripped))
-    sizes = ", ".join(_shape_text((1, *shape)) for shape in shapes)
+    given, fixed = (shapes[0], stripped[0]) if one else (shapes, stripped)  # written as Python writes them
+    sizes = ", ".join(str((1, *shape)) for shape in shapes)
     tensors = ", ".join(f"torch.randn({', '.join(map(str, shape))})" for shape in shapes)
     return (f"TorchScan: input_shape is the shape of one sample, without the batch dimension: TorchScan adds a batch "
             f"of 1, so the model received input of size {sizes}. If {given} already includes the batch, pass "
@@ -74,11 +73,3 @@ def looks_batched(message: str, shapes: list[tuple[int, ...]]) -> bool:
         return False
     ranks = {int(rank) for rank in RANK.findall(message)}
     return any(len(shape) >= 2 and (shape[0] == 1 or len(shape) in ranks) for shape in shapes)
-
-
-def _shape_text(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
-
-
-def _shapes_text(shapes: list[tuple[int, ...]]) -> str:
-    return "[" + ", ".join(map(_shape_text, shapes)) + "]"

@@ -72,10 +72,8 @@ def _provided_call(args: Any, kwargs: Any) -> tuple[tuple, dict[str, Any]]:
 
 def normalize_dtypes(dtype: Any, count: int, default: torch.dtype) -> list[torch.dtype]:
     """One dtype for every generated input, or an iterable with exactly one dtype per shape."""
-    if dtype is None:
-        return [default] * count
-    if isinstance(dtype, torch.dtype):
-        return [dtype] * count
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return [default if dtype is None else dtype] * count
     if isinstance(dtype, (str, bytes)) or not isinstance(dtype, Iterable):
         raise TypeError(f"dtype must be a torch.dtype or an iterable of torch.dtype, got {_describe(dtype)}")
     dtypes = list(dtype)

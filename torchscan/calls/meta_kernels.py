@@ -16,9 +16,8 @@ attention.cpp (the flash kernel's head dimension padded to a multiple of 8, a bo
 rows aligned for the memory-efficient kernel). Where PyTorch prefers cuDNN's attention (a Hopper or Blackwell GPU
 with cuDNN newer than 9.15), the kernel is cuDNN's, which also never allocates the score matrix.
 
-The routing is a `torch.overrides.TorchFunctionMode` entered for the analysis only (`meta_attention`): nothing is
-registered globally and nothing is left behind, also when the analysis raises. Calls on other devices, and calls
-CUDA would send to the math path, run unchanged.
+The routing is a `torch.overrides.TorchFunctionMode` entered for the analysis only (`meta_attention`); nothing is
+registered globally.
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ META_KERNELS = (ACCELERATOR, MATH)
 _SDPA = functional.scaled_dot_product_attention
 _aten = torch.ops.aten
 _SDPA_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-_SDPA_DEFAULTS: dict[str, Any] = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None,
-                                  "enable_gqa": False}
 _HALF = (torch.float16, torch.bfloat16)
 #: Flash attention's largest head dimension (``check_head_dim_size_flash``).
 FLASH_MAX_HEAD_DIM = 256
@@ -145,16 +142,16 @@ class ReplayedCalls:
 
 @dataclass(frozen=True)
 class AttentionCall:
-    """One ``scaled_dot_product_attention`` call's arguments, by name."""
+    """One ``scaled_dot_product_attention`` call's arguments, by name, with its defaults."""
 
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    attn_mask: torch.Tensor | None
-    dropout_p: float
-    is_causal: bool
-    scale: float | None
-    enable_gqa: bool
+    attn_mask: torch.Tensor | None = None
+    dropout_p: float = 0.0
+    is_causal: bool = False
+    scale: float | None = None
+    enable_gqa: bool = False
 
     @property
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -171,7 +168,7 @@ def attention_call(args: tuple, kwargs: dict[str, Any]) -> AttentionCall | None:
     dtype, a mask (if any) that PyTorch accepts for them; else None (the call runs unchanged and PyTorch checks it)."""
     if len(args) > len(_SDPA_PARAMETERS) or set(kwargs) - set(_SDPA_PARAMETERS[len(args):]):
         return None
-    named = {**_SDPA_DEFAULTS, **dict(zip(_SDPA_PARAMETERS, args, strict=False)), **kwargs}
+    named = dict(zip(_SDPA_PARAMETERS, args, strict=False), **kwargs)
     if not all(name in named for name in _SDPA_PARAMETERS[:3]):
         return None
     call = AttentionCall(**named)
@@ -201,15 +198,11 @@ def _valid_mask(call: AttentionCall) -> bool:
 def cuda_kernel(call: AttentionCall) -> Callable[[AttentionCall], torch.Tensor] | None:
     """The fused kernel CUDA's ``select_sdp_backend`` picks for the call, flash before memory-efficient (the
     default priority order), or None where it picks the math path."""
-    if _accepts(call, FLASH_CONSTRAINTS):
+    if all(constraint(call) for constraint in FLASH_CONSTRAINTS):
         return flash_attention
-    if _accepts(call, EFFICIENT_CONSTRAINTS):
+    if all(constraint(call) for constraint in EFFICIENT_CONSTRAINTS):
         return efficient_attention
     return None
-
-
-def _accepts(call: AttentionCall, constraints: tuple[Callable[[AttentionCall], bool], ...]) -> bool:
-    return all(constraint(call) for constraint in constraints)
 
 
 def _four_dimensional(call: AttentionCall) -> bool:
@@ -217,25 +210,10 @@ def _four_dimensional(call: AttentionCall) -> bool:
     return all(tensor.dim() == 4 for tensor in call.tensors)
 
 
-def _no_mask(call: AttentionCall) -> bool:
-    """``check_for_attn_mask``: flash takes no mask."""
-    return call.attn_mask is None
-
-
 def _flash_head_dims(call: AttentionCall) -> bool:
     """``check_head_dim_size_flash``: one head dimension for query, key and value, at most 256."""
     size = call.query.shape[-1]
     return call.key.shape[-1] == call.value.shape[-1] == size and size <= FLASH_MAX_HEAD_DIM
-
-
-def _square_if_causal(call: AttentionCall) -> bool:
-    """``check_flash_causal_non_square_seqlens``: causal flash attention needs as many queries as keys."""
-    return not call.is_causal or call.query.shape[-2] == call.key.shape[-2]
-
-
-def _half_precision(call: AttentionCall) -> bool:
-    """``check_dtypes_flash_attention`` on sm80+: float16 or bfloat16."""
-    return call.query.dtype in _HALF
 
 
 def _batch_and_heads(call: AttentionCall) -> bool:
@@ -256,9 +234,8 @@ def _nonzero_lengths(call: AttentionCall) -> bool:
 
 def _unit_last_stride(call: AttentionCall, ignore_singleton: bool) -> bool:
     """``check_last_dim_stride_equals_1_dense``: the features (and the mask's keys) are contiguous."""
-    strides_one = all(tensor.stride(-1) == 1 for tensor in call.tensors)
-    if ignore_singleton:
-        strides_one = strides_one or call.query.shape[-1] == 1
+    strides_one = (all(tensor.stride(-1) == 1 for tensor in call.tensors)
+                   or (ignore_singleton and call.query.shape[-1] == 1))
     return strides_one and (call.attn_mask is None or call.attn_mask.stride(-1) == 1)
 
 
@@ -281,20 +258,21 @@ def _efficient_storage_alignment(call: AttentionCall) -> bool:
     alignment = _efficient_alignment(call)
     return all(tensor.storage_offset() % alignment == 0 or tensor.numel() == 0 for tensor in call.tensors)
 
-
-def _efficient_dtype(call: AttentionCall) -> bool:
-    """The memory-efficient kernel's dtypes on sm80+: float16, float32, bfloat16."""
-    return call.query.dtype in (*_HALF, torch.float32)
-
-
+#: Each kernel's constraints, checked in order: a later one may assume an earlier one (four dimensions).
 FLASH_CONSTRAINTS: tuple[Callable[[AttentionCall], bool], ...] = (
     lambda call: torch.backends.cuda.flash_sdp_enabled(),  # check_runtime_disabled_flash
-    _four_dimensional, _no_mask, _flash_head_dims, _square_if_causal, _half_precision, _batch_and_heads,
-    _nonzero_lengths, lambda call: _unit_last_stride(call, ignore_singleton=True))
+    _four_dimensional,
+    lambda call: call.attn_mask is None,  # check_for_attn_mask: flash takes no mask
+    _flash_head_dims,
+    # check_flash_causal_non_square_seqlens: causal flash attention needs as many queries as keys
+    lambda call: not call.is_causal or call.query.shape[-2] == call.key.shape[-2],
+    lambda call: call.query.dtype in _HALF,  # check_dtypes_flash_attention on sm80+: float16 or bfloat16
+    _batch_and_heads, _nonzero_lengths, lambda call: _unit_last_stride(call, ignore_singleton=True))
 EFFICIENT_CONSTRAINTS: tuple[Callable[[AttentionCall], bool], ...] = (
     lambda call: torch.backends.cuda.mem_efficient_sdp_enabled(),  # check_runtime_disabled_mem_efficient
     _four_dimensional, _efficient_head_dims, _efficient_storage_alignment, _nonzero_lengths,
-    lambda call: _unit_last_stride(call, ignore_singleton=False), _batch_and_heads, _efficient_dtype)
+    lambda call: _unit_last_stride(call, ignore_singleton=False), _batch_and_heads,
+    lambda call: call.query.dtype in (*_HALF, torch.float32))  # the memory-efficient kernel's dtypes on sm80+
 
 
 # -- the kernels, called as attention.cpp calls them -------------------------------------------------------------

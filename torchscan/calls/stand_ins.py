@@ -17,11 +17,7 @@ share with the caller's values because it holds no tensor (the layers of an empt
 stand-in (a subclass, a sparse tensor, one inside an object that cannot be copied) is refused before the forward
 with one paragraph naming where it sits in the call and the way out. A tensor that stand-ins cannot see (a plain
 tensor attribute of a module) meets them in the forward: PyTorch's device mismatch error then gets a note naming
-the module attributes that hold tensors.
-
-Only a device whose kernel choice this torch build can make is accepted: ``cpu`` always, ``cuda`` when this build
-has a usable CUDA device (a CPU-only build has no CUDA kernel selection compiled in, so fake ``cuda`` tensors would
-take the math path and mislead).
+the module attributes that hold tensors. `stand_in_device` says which devices stand-ins accept.
 """
 
 from __future__ import annotations
@@ -65,19 +61,12 @@ def stand_in_device(as_device: Any) -> torch.device | None:
         hint = ": a model on meta is analyzed with meta kernels without as_device" if device.type == "meta" else ""
         raise ValueError(f"as_device must name a device whose kernel choices stand-ins keep "
                          f"({', '.join(STAND_IN_DEVICES)}), got {str(device)!r}{hint}")
-    if device.type == "cuda":
-        _require_cuda_kernel_choice(device)
-    return device
-
-
-def _require_cuda_kernel_choice(device: torch.device) -> None:
-    """A ``cuda`` stand-in needs a CUDA build with a usable device: elsewhere fake ``cuda`` tensors take the math
-    attention path, not the kernels a GPU runs."""
-    if not torch.cuda.is_available():
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"as_device={str(device)!r} needs a torch build with a usable CUDA device (this torch "
                          f"{torch.__version__} reports none: torch.cuda.is_available() is False); fake cuda tensors "
                          "here would take the math attention path, not the kernels a GPU runs")
     require_available(device, "as_device")
+    return device
 
 
 @dataclass
@@ -124,15 +113,8 @@ class StandIns:
 
     @contextmanager
     def call(self, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[tuple, dict[str, Any]]]:
-        """The call's stand-ins for the block, the caller's values exactly as they were afterwards.
-
-        Every tensor of the call is replaced, also inside objects such as a KV cache and its layers, which become
-        copies (`torchscan.values.map_tensors` with ``objects=True``), so the forward's changes (the cache appending
-        the new position) land on the copies. What the copies share with the caller's values because it holds no
-        tensor (a cache layer not filled yet, a list of flags) is put back after the block
-        (`torchscan.values.restore_state`), also when it raises. A tensor that cannot be replaced is refused before
-        the forward runs, with a one-paragraph ``TypeError`` naming where it sits and the way out.
-        """
+        """The call's stand-ins for the block (replaced as the module docstring says), the caller's values exactly
+        as they were afterwards, also when the block raises; a tensor that cannot be replaced is refused first."""
         saved = saved_state((args, kwargs))
         try:
             try:
@@ -192,8 +174,7 @@ def standing_in(model: nn.Module, device: torch.device) -> Iterator[StandIns]:
     block (a tensor nothing replaced met the stand-ins) gets a note naming the tensors that stand-ins cannot reach."""
     _refuse_lazy(model)
     _load_fake_kernels()
-    model_devices = sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())})
-    stand_ins = StandIns(device, model_devices)
+    stand_ins = StandIns(device, sorted({str(tensor.device) for tensor in (*model.parameters(), *model.buffers())}))
     swapped = _swap_in(model, stand_ins)
     try:
         with stand_ins.mode:
@@ -226,25 +207,16 @@ _MODULE_INTERNALS = frozenset(vars(nn.Module()))
 
 def _plain_tensor_attributes(model: nn.Module) -> list[str]:
     """``path.name (Type)`` of each module attribute that holds tensors outside the parameters and buffers."""
-    found = []
-    for path, module in model.named_modules():
-        for name, item in vars(module).items():
-            if name not in _MODULE_INTERNALS and tensors_in(item):
-                found.append(f"{f'{path}.' if path else ''}{name} ({type(module).__name__})")
-    return found
+    return [f"{f'{path}.' if path else ''}{name} ({type(module).__name__})" for path, module in model.named_modules()
+            for name, item in vars(module).items() if name not in _MODULE_INTERNALS and tensors_in(item)]
 
 
 def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any], str, torch.Tensor]]:
     """Put a stand-in in every parameter and buffer slot (a tensor in several slots gets one stand-in); returns
     ``(slots, name, original)`` for each swap."""
-    swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = []
-    for module in model.modules():
-        stores: tuple[dict[str, Any], ...] = (module._parameters, module._buffers)
-        for store in stores:
-            for name, tensor in store.items():
-                if tensor is None:
-                    continue
-                swapped.append((store, name, tensor))
+    swapped: list[tuple[dict[str, Any], str, torch.Tensor]] = [
+        (store, name, tensor) for module in model.modules() for store in (module._parameters, module._buffers)
+        for name, tensor in store.items() if tensor is not None]
     made = stand_ins.model_tensors
     for store, name, tensor in swapped:
         if id(tensor) not in made:
@@ -255,8 +227,7 @@ def _swap_in(model: nn.Module, stand_ins: StandIns) -> list[tuple[dict[str, Any]
 
 def _refuse_lazy(model: nn.Module) -> None:
     """Lazy modules materialize their parameters (and change class) on their first forward: not on stand-ins."""
-    lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers())
-            if is_lazy(tensor)]
+    lazy = [name for name, tensor in (*model.named_parameters(), *model.named_buffers()) if is_lazy(tensor)]
     if lazy:
         raise ValueError(f"as_device: the model has uninitialized lazy parameters or buffers ({', '.join(lazy)}) that "
                          "its first forward would materialize; run one forward (or crawl_module) without as_device "
@@ -265,11 +236,7 @@ def _refuse_lazy(model: nn.Module) -> None:
 
 @functools.cache
 def _load_fake_kernels() -> None:
-    """Run one operator on a fake tensor before the first analysis on stand-ins.
-
-    Fake tensors compute through meta kernels, which PyTorch imports on first use; the exceptions that importing
-    raises and catches leave reference cycles through the frames of the running forward, which would keep that
-    forward's tensors alive while the analysis pauses the cyclic collector (as `torchscan.memory.forward` notes).
-    """
+    """Run one operator on a fake tensor before the first analysis on stand-ins: fake tensors compute through meta
+    kernels, which PyTorch imports on first use, inside the forward otherwise (see `torchscan.memory.forward`)."""
     with FakeTensorMode():
         torch.empty(1).add(1)

@@ -19,13 +19,12 @@ from ..formulas.modules.embedding import estimate_embedding
 from ..formulas.modules.linear import dense_work
 from ..formulas.modules.norm import estimate_group_norm, estimate_layer_norm
 from ..handlers import Callback, ModuleCall, ModuleEstimates
-from ..operator_check import OperatorSignature, SignatureSource, ThirdPartyHandler, signature
+from ..operator_check import SignatureSource, ThirdPartyHandler, signature
 from ..results import Incomplete
 
 __all__ = [
     "FLOPS_PER_ELEMENT",
     "GROUP_FLOPS",
-    "NO_OPERATOR",
     "NO_SPATIAL_MEANING",
     "POINTWISE",
     "RMS_FLOPS",
@@ -41,14 +40,15 @@ __all__ = [
     "first_input",
     "handler",
     "identity",
+    "movement",
     "movement_dmas",
+    "on_input",
     "real_flops",
     "signature",
 ]
 
 
-def handler(callback: Callback, method: str, operators: SignatureSource
-            ) -> ThirdPartyHandler:
+def handler(callback: Callback, method: str, operators: SignatureSource) -> ThirdPartyHandler:
     """A third-party handler: formula, method label (``formula:<library>.<family>``) and declared operators."""
     return ThirdPartyHandler(callback, method=method, operators=operators)
 
@@ -70,12 +70,14 @@ def as_positional(call: ModuleCall, *names: str) -> ModuleCall:
     return ModuleCall(call.module, (first_input(call, *names),), call.kwargs, call.output)
 
 
+def on_input(estimate: Callable[[ModuleCall], ModuleEstimates], *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
+    """A built-in formula for a call that may pass its input under one of ``names`` (see `as_positional`)."""
+    return lambda call: estimate(as_positional(call, *names))
+
+
 def real_flops(flops: int, tensor: torch.Tensor) -> int | None:
-    """``flops`` for a real floating-point tensor; other dtypes have no stated count (``None``: unavailable, never
-    zero)."""
-    if tensor.is_floating_point():
-        return flops
-    return None
+    """``flops`` for a floating-point tensor; other dtypes have no stated count (``None``: unavailable, never zero)."""
+    return flops if tensor.is_floating_point() else None
 
 
 def elementwise(per_element: int, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
@@ -94,9 +96,15 @@ def storage_root(tensor: torch.Tensor) -> torch.Tensor:
 def movement_dmas(source: torch.Tensor, result: torch.Tensor) -> int:
     """0 when the result is a view of the input (or the input itself); one read and one write per element for a
     copy, the convention of the built-in shape formulas."""
-    if storage_root(result) is storage_root(source):
-        return 0
-    return source.numel() + result.numel()
+    return 0 if storage_root(result) is storage_root(source) else source.numel() + result.numel()
+
+
+def movement(spatial: ModuleEstimates, *names: str) -> Callable[[ModuleCall], ModuleEstimates]:
+    """A block that only moves its input (passed positionally or under one of ``names``): no arithmetic, the
+    elements of `movement_dmas`, and the ``spatial`` fields."""
+    def estimate(call: ModuleCall) -> ModuleEstimates:
+        return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(first_input(call, *names), call.output), **spatial}
+    return estimate
 
 
 def identity(call: ModuleCall) -> ModuleEstimates:
@@ -119,9 +127,6 @@ def _drop_rate(module: torch.nn.Module) -> float:
         if isinstance(rate, (int, float)):
             return float(rate)
     return 1.0
-
-
-NO_OPERATOR = OperatorSignature()
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,5 @@ def qualified_name(klass: type) -> str:
 
 def third_party_handler(klass: type) -> ThirdPartyHandler | None:
     """The handler registered for ``klass`` itself: by qualified name, else by the first matching family rule."""
-    found = THIRD_PARTY_HANDLERS.get(qualified_name(klass))
-    if found is not None:
-        return found
-    return next((rule.handler for rule in FAMILY_RULES if rule.matches(klass)), None)
+    return THIRD_PARTY_HANDLERS.get(qualified_name(klass)) or next(
+        (rule.handler for rule in FAMILY_RULES if rule.matches(klass)), None)

@@ -19,14 +19,15 @@ from .common import (
     NO_SPATIAL_MEANING,
     POINTWISE,
     FamilyRule,
-    as_positional,
     elementwise,
     estimate_group_norm,
     estimate_layer_norm,
     evaluation_identity,
     first_input,
     handler,
+    movement,
     movement_dmas,
+    on_input,
     real_flops,
     signature,
 )
@@ -36,15 +37,6 @@ ACTIVATION = "formula:timm.activation"
 SCALE = "formula:timm.scale"
 SHAPE = "formula:timm.shape"
 POOLING = "formula:timm.pooling"
-
-
-def _layer_norm(call: ModuleCall) -> ModuleEstimates:
-    """LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm)."""
-    return estimate_layer_norm(as_positional(call, "x"))
-
-
-def _group_norm(call: ModuleCall) -> ModuleEstimates:
-    return estimate_group_norm(as_positional(call, "x"))
 
 
 def _inplace(name: str) -> Callable[[ModuleCall], OperatorSignature]:
@@ -57,21 +49,13 @@ def _swish_signature(call: ModuleCall) -> OperatorSignature:
 
 
 def _scale(parameter: str) -> Callable[[ModuleCall], ModuleEstimates]:
-    """``x * gamma`` with one learned scale per channel: one multiply per element; input, scales and output
-    accessed once each."""
+    """``x * gamma``, one learned scale per channel: one multiply per element; input, scales and output read once."""
     def estimate(call: ModuleCall) -> ModuleEstimates:
         source, output = first_input(call, "x"), call.output
         scales = getattr(call.module, parameter).numel()
         return {"module_flops": real_flops(output.numel(), source), "macs": 0,
                 "dmas": source.numel() + scales + output.numel(), **POINTWISE}
     return estimate
-
-
-def _flat(call: ModuleCall) -> ModuleEstimates:
-    """EfficientFormer's ``x.flatten(2).transpose(1, 2)``: image to tokens, a view; the spatial grid becomes one
-    token axis, so receptive fields have no meaning here."""
-    source = first_input(call, "x")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **NO_SPATIAL_MEANING}
 
 
 def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
@@ -86,11 +70,6 @@ def _levit_downsample(call: ModuleCall) -> ModuleEstimates:
     window, padding = (pool.kernel_size, pool.padding) if pool is not None else (1, 0)
     return {"module_flops": 0, "macs": 0, "dmas": copied,
             "receptive_field": window, "effective_stride": module.stride, "effective_padding": padding}
-
-
-def _levit_downsample_signature(call: ModuleCall) -> OperatorSignature:
-    # The reshape after subsampling copies (clone) unless the result happens to be contiguous.
-    return signature(optional=("aten.clone",))
 
 
 def _fast_adaptive_avg_pool(call: ModuleCall) -> ModuleEstimates:
@@ -122,8 +101,11 @@ def _global_response_norm(call: ModuleCall) -> ModuleEstimates:
 
 #: Norm kernels may copy a non-contiguous input first (PyTorch's meta kernels do): a layout detail, not counted.
 CONTIGUOUS_COPY = ("aten.clone",)
-LAYER_NORM = handler(_layer_norm, NORM, signature("aten.native_layer_norm", optional=CONTIGUOUS_COPY))
-GROUP_NORM = handler(_group_norm, NORM, signature("aten.native_group_norm", optional=CONTIGUOUS_COPY))
+#: LayerNorm over the last dimension, or over channels of an NCHW tensor (permuted around the norm).
+LAYER_NORM = handler(on_input(estimate_layer_norm, "x"), NORM,
+                     signature("aten.native_layer_norm", optional=CONTIGUOUS_COPY))
+GROUP_NORM = handler(on_input(estimate_group_norm, "x"), NORM,
+                     signature("aten.native_group_norm", optional=CONTIGUOUS_COPY))
 LAYER_SCALE = handler(_scale("gamma"), SCALE, _inplace("mul"))
 
 #: Qualified class name -> handler.
@@ -154,8 +136,10 @@ HANDLERS: dict[str, ThirdPartyHandler] = {
     "timm.layers.drop.DropPath": handler(evaluation_identity, SHAPE, signature()),
     "timm.layers.adaptive_avgmax_pool.FastAdaptiveAvgPool": handler(_fast_adaptive_avg_pool, POOLING,
                                                                     signature("aten.mean")),
-    "timm.models.efficientformer.Flat": handler(_flat, SHAPE, signature()),
-    "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, _levit_downsample_signature),
+    # EfficientFormer's x.flatten(2).transpose(1, 2): image to tokens (a view), the grid flattened to one token axis
+    "timm.models.efficientformer.Flat": handler(movement(NO_SPATIAL_MEANING, "x"), SHAPE, signature()),
+    # the reshape after subsampling copies (clone) unless the result happens to be contiguous
+    "timm.models.levit.Downsample": handler(_levit_downsample, SHAPE, signature(optional=("aten.clone",))),
 }
 
 RULES: tuple[FamilyRule, ...] = ()

@@ -31,12 +31,12 @@ from .common import (
     first_input,
     handler,
     identity,
+    movement,
     movement_dmas,
     real_flops,
     signature,
 )
 
-LIBRARY = "transformers"
 ACTIVATION = "formula:transformers.activation"
 NORM = "formula:transformers.norm"
 POSITION = "formula:transformers.position"
@@ -78,10 +78,6 @@ def _gelu_tanh_variant(module: Any) -> tuple[int, OperatorSignature]:
     return GELU_TANH_WRITTEN_OUT, GELU_TANH_SIGNATURE
 
 
-def _linear_activation(call: ModuleCall) -> ModuleEstimates:
-    return identity(call)
-
-
 ACTIVATIONS: dict[str, ThirdPartyHandler] = {
     "GELUActivation": _activation(_gelu_variant),
     "GELUTanh": _activation(_gelu_tanh_variant),
@@ -100,7 +96,7 @@ ACTIVATIONS: dict[str, ThirdPartyHandler] = {
     "ReLUSquaredActivation": _fixed(FLOPS_PER_ELEMENT["relu"] + 1, signature("aten.relu", "aten.pow")),
     # sqrt(softplus(x))
     "SqrtSoftplusActivation": _fixed(FLOPS_PER_ELEMENT["softplus"] + 1, signature("aten.softplus", "aten.sqrt")),
-    "LinearActivation": handler(_linear_activation, ACTIVATION, signature()),
+    "LinearActivation": handler(identity, ACTIVATION, signature()),
 }
 
 # --- RMS normalization ------------------------------------------------------------------------------------------
@@ -154,8 +150,7 @@ ROTARY = handler(_rotary, POSITION, signature("aten.mul", "aten.mul", "aten.mul"
 def _learned_positions(call: ModuleCall) -> ModuleEstimates:
     """Whisper's position table: rows selected by ``position_ids`` (a gather: the ids read, one row element read
     per output element, the output written), or a slice of the table (a view: nothing read or written)."""
-    position_ids = call.argument(2, "position_ids", None)
-    output = call.output
+    position_ids, output = call.argument(2, "position_ids", None), call.output
     if position_ids is None:
         module: Any = call.module  # a transformers class, matched by name: its attributes are not typed here
         return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(module.weight, output), **POINTWISE}
@@ -193,19 +188,9 @@ def _conv1d(call: ModuleCall) -> ModuleEstimates:
     return {**dense_work(macs, output.numel(), output.dtype, dmas), **POINTWISE}
 
 
-def _same_pad(call: ModuleCall) -> ModuleEstimates:
-    """Drops the last time step after a convolution with an even kernel: a view, nothing read or written."""
-    source = first_input(call, "hidden_states")
-    return {"module_flops": 0, "macs": 0, "dmas": movement_dmas(source, call.output), **POINTWISE}
-
-
-def _qualified(module: str, names: dict[str, ThirdPartyHandler]) -> dict[str, ThirdPartyHandler]:
-    return {f"{module}.{name}": value for name, value in names.items()}
-
-
 #: Qualified class name -> handler.
 HANDLERS: dict[str, ThirdPartyHandler] = {
-    **_qualified("transformers.activations", ACTIVATIONS),
+    **{f"transformers.activations.{name}": activation for name, activation in ACTIVATIONS.items()},
     "transformers.pytorch_utils.Conv1D": handler(_conv1d, DENSE, signature("aten.addmm")),
     "transformers.modeling_utils.Conv1D": handler(_conv1d, DENSE, signature("aten.addmm")),  # before 4.39
     # T5-style "LayerNorm"s are RMS norms: weight * x * rsqrt(mean(x^2) + eps)
@@ -238,5 +223,5 @@ RULES: tuple[FamilyRule, ...] = (
                _model_class("ScaledWordEmbedding"), SCALED_WORD_EMBEDDING),
     FamilyRule("transformers same-pad layer", "a class in `transformers.models.*` whose name ends in "
                "`SamePadLayer`: drops the last time step of an even-kernel convolution (a view)",
-               _model_class("SamePadLayer"), handler(_same_pad, SHAPE, signature())),
+               _model_class("SamePadLayer"), handler(movement(POINTWISE, "hidden_states"), SHAPE, signature())),
 )

@@ -12,6 +12,8 @@ Nothing here runs unless the caller asked for memory: the recorder checks its li
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -79,27 +81,20 @@ def attention_products(args: tuple) -> int:
     (batch x heads x queries x keys) and the output (batch x heads x queries x value features)."""
     query, key, value = args[0], args[1], args[2]
     *batch, queries, _ = query.shape
-    rows = queries * _product(batch)
+    rows = queries * math.prod(batch)
     return rows * key.shape[-2] + rows * value.shape[-1]
 
 
-def native_attention_products(args: tuple) -> int:
-    """fvcore's convention for ``nn.MultiheadAttention``'s fused inference fast path
-    (``_native_multi_head_attention(query, key, value, embed_dim, heads, ...)``): the outputs of the products the
-    unfused path runs, the query, key and value projections, the score matrix, the attention output and the output
-    projection."""
+def native_attention_sizes(args: tuple) -> tuple[int, int]:
+    """``nn.MultiheadAttention``'s fused inference fast path (``_native_multi_head_attention(query, key, value,
+    embed_dim, heads, ...)``): fvcore's convention for it, the outputs of the products the unfused path runs (the
+    query, key and value projections, the score matrix, the attention output and the output projection), and the
+    bytes of the score matrix (batch x heads x queries x keys) that its CPU kernel computes inside itself."""
     query, key, embed_dim, heads = args[0], args[1], int(args[3]), int(args[4])
     *batch, queries, _ = query.shape
-    keys = key.shape[-2]
-    return _product(batch) * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
-
-
-def native_score_bytes(args: tuple) -> int:
-    """The bytes of the score matrix (batch x heads x queries x keys) that ``_native_multi_head_attention``'s CPU
-    kernel computes inside itself."""
-    query, key, heads = args[0], args[1], int(args[4])
-    *batch, queries, _ = query.shape
-    return _product(batch) * heads * queries * key.shape[-2] * query.element_size()
+    rows, keys = math.prod(batch), key.shape[-2]
+    products = rows * (3 * queries * embed_dim + 2 * keys * embed_dim + heads * queries * keys)
+    return products, rows * heads * queries * keys * query.element_size()
 
 
 def native_attention_reason(device_type: str, score_bytes: int) -> str:
@@ -119,19 +114,9 @@ def native_attention_reason(device_type: str, score_bytes: int) -> str:
             f"inside itself ({scores}), a kernel workspace that the trace does not count")
 
 
-def _product(sizes: Iterable[int]) -> int:
-    result = 1
-    for size in sizes:
-        result *= int(size)
-    return result
-
-
 def tensor_bytes(value: Any) -> int:
     """The bytes of the elements of the tensors in ``value`` (each tensor once, a view as its own size)."""
-    seen: dict[int, int] = {}
-    for tensor in tensors_in(value):
-        seen[id(tensor)] = tensor.numel() * tensor.element_size()
-    return sum(seen.values())
+    return sum({id(tensor): tensor.numel() * tensor.element_size() for tensor in tensors_in(value)}.values())
 
 
 class ForwardMemory:
@@ -146,7 +131,7 @@ class ForwardMemory:
         self.stack = stack  # the tracer's open frames (their ``record`` names the call)
         self.peak_at: dict[str, Any] | None = None  # the layer call open when the peak was first reached
         self.activations = 0
-        self.kernels: list[str] = []  # attention kernels, in first-seen order
+        self.kernels: dict[str, None] = {}  # attention kernels, in first-seen order (an ordered set)
         self.native_scores = 0  # the largest score matrix a fused MultiheadAttention computed inside its kernel
         self.recurrent: dict[str, dict[str, Any] | None] = {}  # fused recurrent kernel -> the call it first ran in
         self.output_cache: OutputCache | None = None  # the KV caches the model's output holds
@@ -168,23 +153,17 @@ class ForwardMemory:
         if packet in PRODUCT_OPERATORS:
             self.activations += out.numel() if isinstance(out, torch.Tensor) else 0
         elif packet in ATTENTION_KERNELS:
-            self._attention(packet, args)
+            kernel = ATTENTION_KERNELS[packet]
+            self.kernels[kernel] = None
+            if kernel != "math":  # the math path's products are counted as products
+                self.activations += attention_products(args)
         elif packet is _aten._native_multi_head_attention:
-            self.activations += native_attention_products(args)
-            self._seen(NATIVE_MHA)
-            self.native_scores = max(self.native_scores, native_score_bytes(args))
+            products, scores = native_attention_sizes(args)
+            self.activations += products
+            self.kernels[NATIVE_MHA] = None
+            self.native_scores = max(self.native_scores, scores)
         elif packet in RECURRENT_KERNELS and operator_label(func) not in self.recurrent:
             self.recurrent[operator_label(func)] = open_call(self.stack)
-
-    def _attention(self, packet: Any, args: tuple) -> None:
-        kernel = ATTENTION_KERNELS[packet]
-        self._seen(kernel)
-        if kernel != "math":  # the math path's products are counted as products
-            self.activations += attention_products(args)
-
-    def _seen(self, kernel: str) -> None:
-        if kernel not in self.kernels:
-            self.kernels.append(kernel)
 
     def attention_kernel(self) -> dict[str, str]:
         """The report's ``attention_kernel`` for the kernels this forward ran (on stand-ins, and on meta with
@@ -194,7 +173,7 @@ class ForwardMemory:
             meta_reason = kernel_reason(self.meta_kernels, name)
             if meta_reason is not None:
                 reasons[name] = meta_reason
-        kernel = attention_kernel(self.kernels, reasons)
+        kernel = attention_kernel(list(self.kernels), reasons)
         if self.stand_ins is not None:
             kernel["reason"] += self.stand_ins.kernel_note()
         return kernel
@@ -214,20 +193,12 @@ class ForwardMemory:
         """A call opened: nothing to note (the peak reads the open call from the tracer's stack)."""
 
     def call_closed(self, frame: Frame, call: Finished | None) -> None:
-        """A call of the model ended: note its output bytes and the level now, and the model's own call any cache
-        its output holds."""
+        """A call ended: note its output bytes and the level now, and for the model's own call the caches it returns."""
         if frame.parts is not None:
             output = 0 if call is None else tensor_bytes(call.output)
             self.ends[id(frame.parts)] = (output, self.timeline.level)
             if frame.parts.parent is None and call is not None:
                 self.output_cache = output_cache(call.output, self.timeline)
-
-    def call_memory(self, parts: CallParts, base: int, partial: bool) -> dict[str, MetricResult]:
-        """A layer record's ``memory``: the call's output bytes and the live bytes at its end (``base``: the bytes
-        that existed before the forward)."""
-        output, level = self.ends.get(id(parts), (0, 0))
-        return {"output_bytes": traced_bytes(output, False, MODULE_CALL),
-                "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
 
     def close(self) -> None:
         self.timeline.close()
@@ -280,11 +251,16 @@ def memory_totals(section: dict[str, Any]) -> dict[str, MetricResult]:
 
 
 def layer_memories(probe: ForwardMemory) -> Callable[[CallParts], dict[str, MetricResult]]:
-    """Each layer record's ``memory``, by its call's parts."""
+    """Each layer record's ``memory``, by its call's parts: the call's output bytes and the live bytes at its end
+    (``base``, the bytes that existed before the forward, included)."""
     timeline = probe.timeline
     base = sum(record.nbytes for record in timeline.records if record.pre_existing)
     partial = timeline.untracked > 0
-    return lambda parts: probe.call_memory(parts, base, partial)
+    def memory(parts: CallParts) -> dict[str, MetricResult]:
+        output, level = probe.ends.get(id(parts), (0, 0))
+        return {"output_bytes": traced_bytes(output, False, MODULE_CALL),
+                "live_bytes_at_end": traced_bytes(base + level, partial, MODULE_CALL)}
+    return memory
 
 
 def activation_count(count: int, observed: bool, hidden: bool = False) -> MetricResult:
@@ -297,11 +273,8 @@ def activation_count(count: int, observed: bool, hidden: bool = False) -> Metric
 
 def trace_device(model: nn.Module, args: tuple, kwargs: dict[str, Any]) -> torch.device:
     """The device the trace runs on: that of the first input tensor, else of the first parameter or buffer."""
-    for tensor in (*tensors_in(args), *tensors_in(kwargs)):
-        return tensor.device
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
+    tensors = itertools.chain(tensors_in(args), tensors_in(kwargs), model.parameters(), model.buffers())
+    return next((tensor.device for tensor in tensors), torch.device("cpu"))
 
 
 @functools.cache

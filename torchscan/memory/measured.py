@@ -1,8 +1,5 @@
-"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device.
-
-The result says what was observed. A workload in which the method saw no allocation at all (it ran on another
-device, or allocated only outside PyTorch's allocator) gets an ``unavailable`` peak, never a confident zero.
-"""
+"""``measure_peak_memory``: the peak memory of an owner-controlled workload on one device, as observed: a workload
+in which the method saw no allocation at all gets an ``unavailable`` peak, never a confident zero."""
 
 from __future__ import annotations
 
@@ -21,25 +18,22 @@ NOT_MEASURED = "memory allocated outside PyTorch's allocator (NumPy, Python obje
 def measure_peak_memory(workload: Callable[[], Any], *, device: torch.device | str) -> dict[str, Any]:
     """Run ``workload()`` once and report the peak bytes PyTorch allocated on ``device`` above the starting level.
 
-    CPU uses the profiler's memory records (allocations and frees in order); CUDA uses the caching allocator's
-    peak statistics. The CPU profiler records no free of a block allocated before it started, so on CPU a tensor
-    that existed before the workload and was freed during it counts as live to the end (`trace_memory` sees that
-    free when an operator used the tensor). Other devices, and devices this machine lacks, raise ``ValueError`` before the workload runs:
-    no number is better than a wrong one. The reported ``device`` is normalized: ``"cpu"`` for any CPU device
-    (``"cpu:0"`` included: there is one CPU allocator), ``"cuda:N"`` with the index made explicit for CUDA.
-    ``status`` is ``complete`` when allocations were observed, and ``unavailable`` (``peak_bytes`` None) when the
-    method observed none; ``observed`` counts the allocations it saw and the frees of those allocations, and
-    ``message`` says what the number covers and what it does not.
+    CPU uses the profiler's memory records (allocations and frees in order); CUDA uses the caching allocator's peak
+    statistics. The CPU profiler records no free of a block allocated before it started, so on CPU a tensor that existed
+    before the workload and was freed during it counts as live to the end (`trace_memory` sees that free when an
+    operator used the tensor). Other devices, and devices this machine lacks, raise ``ValueError`` before the workload
+    runs: no number is better than a wrong one. The reported ``device`` is normalized: ``"cpu"`` for any CPU device
+    (``"cpu:0"`` included: there is one CPU allocator), ``"cuda:N"`` with the index made explicit for CUDA. ``status``
+    is ``complete`` when allocations were observed, and ``unavailable`` (``peak_bytes`` None) when the method observed
+    none; ``observed`` counts the allocations it saw and the frees of those allocations, and ``message`` says what the
+    number covers and what it does not.
     """
     if not callable(workload):
         raise TypeError(f"workload must be a callable taking no arguments, got {type(workload).__name__}")
     target = _measured_device(device)
-    if target.type == "cpu":
-        peak, allocations, frees = _cpu_peak(workload)
-        method = CPU_METHOD
-    else:
-        peak, allocations, frees = _cuda_peak(workload, target)
-        method = CUDA_METHOD
+    on_cpu = target.type == "cpu"
+    peak, allocations, frees = _cpu_peak(workload) if on_cpu else _cuda_peak(workload, target)
+    method = CPU_METHOD if on_cpu else CUDA_METHOD
     return _result(str(target), method, peak, {"allocations": allocations, "frees": frees})
 
 

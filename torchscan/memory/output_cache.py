@@ -36,8 +36,7 @@ def cache_tensors(caches: Sequence[Any]) -> list[torch.Tensor]:
 
 @dataclass(frozen=True)
 class OutputCache:
-    """The caches an output holds: their classes, the bytes of their storages (each once) and the timeline's records
-    of the storages it followed."""
+    """The caches an output holds: their classes, storage bytes (each storage once) and their timeline records."""
 
     classes: tuple[str, ...]
     nbytes: int

@@ -59,12 +59,9 @@ class StorageRecord:
 
 
 class MemoryTimeline:
-    """Live tensor bytes after every recorded operator, above the level at the start of the trace.
-
-    Feed it with `record` for each dispatched operator, then `close` it (it stops following storages and drops
-    its weak references) and read `summary`. ``device`` limits the trace to storages on that device (any index
-    of its type when it names none); None follows every device.
-    """
+    """Live tensor bytes after every recorded operator, above the level at the start of the trace: `record` each
+    dispatched operator, `close` it, then read `summary`. ``device`` limits the trace to storages on that device (any
+    index of its type when it names none); None follows every device."""
 
     def __init__(self, device: torch.device | None = None) -> None:
         self.device = device
@@ -103,7 +100,9 @@ class MemoryTimeline:
                 ) -> bool:
         """Follow ``tensor``'s storage (created by operator ``index``, or pre-existing when -1) unless it is
         followed already, in which case a result's change of size is booked; False when it cannot be followed."""
-        if self.device is not None and not self._traced_device(tensor.device):
+        wanted = self.device
+        if wanted is not None and (tensor.device.type != wanted.type
+                                   or wanted.index is not None and tensor.device.index != wanted.index):
             return True
         try:
             storage = tensor.untyped_storage()
@@ -121,12 +120,6 @@ class MemoryTimeline:
         if index >= 0:
             self.level += record.nbytes
         return True
-
-    def _traced_device(self, device: torch.device) -> bool:
-        wanted = self.device
-        if wanted is None:
-            return True
-        return device.type == wanted.type and (wanted.index is None or device.index == wanted.index)
 
     def _resized(self, record: StorageRecord, nbytes: int) -> None:
         """An operator resized a followed storage (an ``out=`` argument): the difference is allocated or freed."""
@@ -212,8 +205,7 @@ class MemoryTimeline:
         return {category: self._bytes(value) for category, value in live.items()}
 
     def _bytes(self, value: int) -> MetricResult:
-        """``value`` bytes as a result: unavailable when no storage was seen, a lower bound when some result
-        tensor could not be followed."""
+        """``value`` bytes: unavailable if no storage was seen, a lower bound if some result could not be followed."""
         if not self.records and not self.untracked:
             return unavailable(UNIT, MODEL, METHOD)
         return (lower_bound if self.untracked else complete)(value, UNIT, MODEL, METHOD)

@@ -43,10 +43,6 @@ FIRST_STEP_NOT_TRACED = ("not traced: with zero_grad='zeros' the traced backward
                          "from the start, which a first step does not have yet")
 
 
-def _unpack(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
-
-
 class StepMemory:
     """The traced memory of one training step, fed by the forward's probe and then by the step's recorder.
 
@@ -81,7 +77,7 @@ class StepMemory:
 
     def saving(self) -> Any:
         """The context in which autograd's saved tensors are noted (the forward and the loss)."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         """A tensor saved for the backward: its storage, if the step created it, is a saved activation (once)."""
@@ -144,9 +140,9 @@ def unique_storages(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
 def _categories(live: dict[str, int]) -> dict[str, int]:
     """Live bytes by category as the report's ``at_peak``; ``buffers``, added to the contract's six, holds the
     buffers and any other tensor that existed before the step."""
-    return {PARAMETERS: live.get(PARAMETERS, 0), GRADIENTS: live.get(GRADIENTS, 0), OPTIMIZER_STATE: live.get(OPTIMIZER_STATE, 0),
-            SAVED: live.get(SAVED, 0), "temporaries": live.get(CREATED, 0),
-            WEIGHT_COPIES: live.get(WEIGHT_COPIES, 0), INPUTS: live.get(INPUTS, 0),
+    return {PARAMETERS: live.get(PARAMETERS, 0), GRADIENTS: live.get(GRADIENTS, 0),
+            OPTIMIZER_STATE: live.get(OPTIMIZER_STATE, 0), SAVED: live.get(SAVED, 0),
+            "temporaries": live.get(CREATED, 0), WEIGHT_COPIES: live.get(WEIGHT_COPIES, 0), INPUTS: live.get(INPUTS, 0),
             BUFFERS: live.get(BUFFERS, 0) + live.get(PRE_EXISTING, 0)}
 
 
@@ -194,9 +190,8 @@ def _first_step(memory: StepMemory, partial: bool) -> dict[str, Any]:
 
 
 def step_memory_section(memory: StepMemory) -> dict[str, Any]:
-    """The training section's ``memory``: the steady-state step's peak (its phase and operator, the breakdown at the
-    peak), the first step's, what a previous step leaves resident, and the bytes each layer call saved for the
-    backward."""
+    """The training section's ``memory``: the steady-state step's peak (its phase, operator and breakdown), the first
+    step's, what a previous step leaves resident, and the bytes each layer call saved for the backward."""
     probe = memory.probe
     assert probe is not None
     partial = memory.timeline.untracked > 0 or any(timeline.untracked for timeline in memory.optimizer_steps.values())
@@ -214,9 +209,3 @@ def step_memory_section(memory: StepMemory) -> dict[str, Any]:
                            for (path, index), value in memory.saved_by.items()],
         **probe.stand_ins_field(),
     }
-
-
-def add_step_memory(section: dict[str, Any], memory: StepMemory) -> None:
-    """Add ``memory`` and the ``training_peak_bytes`` total (the steady state's) to a training section."""
-    section["memory"] = step_memory_section(memory)
-    section["totals"]["training_peak_bytes"] = dict(section["memory"]["peak"])

@@ -60,8 +60,7 @@ def implementation(optimizer: torch.optim.Optimizer) -> str:
 
 
 def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor:
-    """The caller's loss of the output, checked, or the default: the sum of every floating output tensor that
-    requires grad."""
+    """The caller's loss of the output, checked, or the default: the sum of the floating output tensors needing grad."""
     if loss is None:
         floats = [t for t in tensors_in(output) if t.is_floating_point() and t.requires_grad]
         if not floats:
@@ -73,7 +72,6 @@ def compute_loss(loss: Callable[[Any], Any] | None, output: Any) -> torch.Tensor
         return value
     value = loss(output)
     if not (isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad):
-        raise TypeError("loss must return a one-element tensor that requires grad, got "
-                        f"{type(value).__name__}" + (f" of shape {tuple(value.shape)}" if isinstance(
-                            value, torch.Tensor) else ""))
+        shape = f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else ""
+        raise TypeError(f"loss must return a one-element tensor that requires grad, got {type(value).__name__}{shape}")
     return value

@@ -7,10 +7,10 @@ for every parameter. On meta there is no data, so a valid element-wise call's wh
 
 * an in-place operator (``add_``) returns its first argument, unchanged in shape, dtype and storage (and an in-place
   ``_foreach_`` operator returns nothing);
-* an out-of-place operator (``sqrt``, ``div``, and ``zeros_like``, which the new state starts from) returns a new tensor whose shape, strides and dtype follow from the
-  operator, the metadata of its tensor arguments and the types (not the values) of its scalar arguments. The first
-  call of such a signature runs the meta kernel, which also checks the call; later calls of the same signature get
-  a new tensor of the recorded metadata.
+* an out-of-place operator (``sqrt``, ``div``, and ``zeros_like``, which the new state starts from) returns a new tensor
+  whose shape, strides and dtype follow from the operator, the metadata of its tensor arguments and the types (not the
+  values) of its scalar arguments. The first call of such a signature runs the meta kernel, which also checks the call;
+  later calls of the same signature get a new tensor of the recorded metadata.
 
 `MetaElementwise` answers both; modes above it (the operator recorder, the memory timeline) still see every
 operator and every new tensor, so reports are the same as with the kernels run.
@@ -18,6 +18,7 @@ operator and every new tensor, so reports are the same as with the kernels run.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -30,8 +31,6 @@ _VALUE_TYPES = (str, torch.dtype, torch.memory_format, torch.layout, torch.devic
 _FOLLOWS_ITS_ARGUMENT = frozenset({"aten::empty_like", "aten::zeros_like"})
 IN_PLACE, OUT_OF_PLACE, OTHER = "in_place", "out_of_place", "other"
 
-Metadata = tuple[torch.Size, tuple[int, ...], torch.dtype]
-
 
 class MetaElementwise(TorchDispatchMode):
     """Answers element-wise operators on meta tensors from their metadata (see the module). One instance serves
@@ -39,7 +38,7 @@ class MetaElementwise(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._results: dict[tuple, Metadata] = {}
+        self._results: dict[tuple, tuple[torch.Size, tuple[int, ...], torch.dtype]] = {}
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -69,18 +68,9 @@ class MetaElementwise(TorchDispatchMode):
         return result
 
 
-_KINDS: dict[Any, str] = {}
-
-
+@functools.cache
 def _kind(func: Any) -> str:
     """`IN_PLACE`, `OUT_OF_PLACE` or `OTHER` for an operator overload, read from its schema once."""
-    kind = _KINDS.get(func)
-    if kind is None:
-        kind = _KINDS[func] = _kind_from_schema(func)
-    return kind
-
-
-def _kind_from_schema(func: Any) -> str:
     schema = func._schema
     if schema.name in _FOLLOWS_ITS_ARGUMENT:
         return OUT_OF_PLACE

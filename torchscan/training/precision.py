@@ -29,11 +29,8 @@ Autocast = tuple[tuple[str, torch.dtype], ...]  # (device type, dtype) of every 
 
 def caller_autocast() -> Autocast:
     """The autocast regions enabled where the analysis was called, with their dtypes."""
-    regions = []
-    for device_type in AUTOCAST_DEVICE_TYPES:
-        if torch.is_autocast_enabled(device_type):
-            regions.append((device_type, torch.get_autocast_dtype(device_type)))
-    return tuple(regions)
+    return tuple((device_type, torch.get_autocast_dtype(device_type)) for device_type in AUTOCAST_DEVICE_TYPES
+                 if torch.is_autocast_enabled(device_type))
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..crawler import IncompleteAnalysisError
-from ..memory.training_step import StepMemory, add_step_memory
+from ..memory.training_step import StepMemory, step_memory_section
 from ..operators import OperatorRecorder, OperatorScope, flops_result, operator_report
 from ..results import DIRECT, INCLUSIVE, MODEL, OPERATOR_DISPATCH, ROOT_LABEL, MetricResult, add_results, not_requested
 from ..wire import call_key, positions_by_call
@@ -32,7 +32,6 @@ class Phases:
         self.loss_forward = OperatorScope()
         self.engine = OperatorScope()
         self.optimizer = OperatorScope()  # the steady-state optimizer step, whose FLOPs the totals count
-        self.first_optimizer = OperatorScope()  # the first optimizer step, which creates the state (not counted)
         self.recomputation = OperatorScope()  # module calls re-run during the backward (activation checkpointing)
         self.backward: dict[Owner, OperatorScope] = {}
         self.optimizer_type: str | None = None
@@ -41,39 +40,30 @@ class Phases:
         self.precision: dict[str, Any] = {}  # `torchscan.training.precision.precision_section`
         self.loss_default = True
 
-    def backward_scope(self, owner: Owner) -> OperatorScope:
-        return self.backward.setdefault(owner, OperatorScope())
-
-
 def training_section(report: dict[str, Any], phases: Phases, mapping: Mapping[Any, Any], optimizer: Any,
                      memory: StepMemory | None = None) -> dict[str, Any]:
-    """The ``training`` section: per layer call backward FLOPs, the step's totals, loss, optimizer, devices, precision
-    and, when traced, the step's memory."""
+    """The ``training`` section: backward FLOPs per layer call, totals, loss, optimizer, devices, precision, memory."""
     layers = report["layers"]
     section_layers = _layer_backward(layers, phases)
     operators, diagnostics = operator_report(phases.recorder.totals(), mapping, phases.recorder)
-    section = {
+    section: dict[str, Any] = {
         "version": TRAINING_VERSION,
         "devices": list(report["context"]["devices"]),
         "loss": {"source": "default" if phases.loss_default else "callable",
                  "description": DEFAULT_LOSS if phases.loss_default else "the caller's loss(output)"},
-        "optimizer": _optimizer_entry(optimizer, phases),
+        "optimizer": None if optimizer is None else {
+            "name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
+            "implementation": phases.optimizer_implementation, "counted_on": "meta"},
         "precision": phases.precision,
         "totals": _totals(report, section_layers, phases),
         "layers": section_layers,
         "operator_flops": operators,
         "diagnostics": diagnostics,
     }
-    if memory is not None:
-        add_step_memory(section, memory)
+    if memory is not None:  # the step's memory, and its steady-state peak as the training_peak_bytes total
+        section["memory"] = step_memory_section(memory)
+        section["totals"]["training_peak_bytes"] = dict(section["memory"]["peak"])
     return section
-
-
-def _optimizer_entry(optimizer: Any, phases: Phases) -> dict[str, Any] | None:
-    if optimizer is None:
-        return None
-    return {"name": optimizer if isinstance(optimizer, str) else "callable", "type": phases.optimizer_type,
-            "implementation": phases.optimizer_implementation, "counted_on": "meta"}
 
 
 def _layer_backward(layers: list[dict[str, Any]], phases: Phases) -> list[dict[str, Any]]:
@@ -99,23 +89,20 @@ def _totals(report: dict[str, Any], layers: list[dict[str, Any]], phases: Phases
     """Forward, loss, layer backward, engine, backward, optimizer and whole-step FLOPs, each a MetricResult."""
     method = OPERATOR_DISPATCH
     loss_backward = phases.backward.get(LOSS, OperatorScope())
-    forward: MetricResult = dict(report["operator_flops"]["total"])  # type: ignore[assignment]
     parts: dict[str, MetricResult] = {
-        "forward": forward,
+        "forward": dict(report["operator_flops"]["total"]),  # type: ignore[dict-item]
         "loss_forward": flops_result(phases.loss_forward.flops, MODEL, phases.loss_forward.uncounted),
         "layers_backward": add_results((layer["backward_flops"][DIRECT] for layer in layers), "FLOPs", MODEL, method),
         "loss_backward": flops_result(loss_backward.flops, MODEL, loss_backward.uncounted),
         "engine": flops_result(phases.engine.flops, MODEL, phases.engine.uncounted),
         "recomputation": flops_result(phases.recomputation.flops, MODEL, phases.recomputation.uncounted),
     }
-    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS),
-                                    "FLOPs", MODEL, method)
+    parts["backward"] = add_results((parts[name] for name in BACKWARD_PARTS), "FLOPs", MODEL, method)
+    steps = [parts[name] for name in ("forward", "loss_forward", "backward")]
     if phases.optimizer_type is None:
         parts["optimizer"] = not_requested("FLOPs", MODEL)
     else:
         parts["optimizer"] = flops_result(phases.optimizer.flops, MODEL, phases.optimizer.uncounted)
-    steps = [parts[name] for name in ("forward", "loss_forward", "backward")]
-    if phases.optimizer_type is not None:
         steps.append(parts["optimizer"])
     parts["step"] = add_results(steps, "FLOPs", MODEL, method)
     return parts

@@ -38,7 +38,7 @@ from ..crawler import (
 )
 from ..memory.forward import ForwardMemory
 from ..memory.training_step import StepMemory
-from ..operators import build_formula_table, new_recorder
+from ..operators import OperatorScope, build_formula_table, new_recorder
 from ..parallel.plan import ParallelPlan, parse_plan
 from ..parallel.step import sharded_step
 from ..timing.profiled import time_training_step
@@ -113,9 +113,8 @@ def _run_step(analysis: Analysis, step: TrainingForward, loss: Callable[[Any], A
               ) -> tuple[dict[str, Any], Phases]:
     """The forward's report and the phases of the rest of the step (on stand-ins when asked); the model's state is
     put back and the step's memory timeline (if any) stops following storages, also when the step raises."""
-    model = analysis.model
     try:
-        with preserved_state(model), running(analysis) as run:
+        with preserved_state(analysis.model), running(analysis) as run:
             if step.keep_gradients:
                 _zero_gradients(run.model)
             report = analyze(run)
@@ -150,8 +149,7 @@ def default_foreach(analysis: Analysis) -> bool:
 
 def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
              ) -> tuple[Callable[[list[torch.Tensor]], torch.optim.Optimizer] | None, ParallelPlan | None]:
-    """The step's arguments checked before anything runs (errors name the argument): the optimizer to build and the
-    parallel plan."""
+    """The step's arguments checked before anything runs (errors name them): the optimizer and the parallel plan."""
     if loss is not None and not callable(loss):
         raise TypeError(f"loss must be a callable loss(output) -> scalar tensor, got {type(loss).__name__}")
     if zero_grad not in ZERO_GRAD:
@@ -163,21 +161,12 @@ def _checked(loss: Any, optimizer: Any, zero_grad: Any, parallel: Any
     return make_optimizer, plan
 
 
-
-
-
 # -- the forward: train mode, gradients on, graph ownership ------------------------------------------------------------
 
 
 class GraphOwners:
-    """Which owner (layer call index or the loss) created each autograd node of the step, by creation.
-
-    It listens to the recorder's operators through the forward and the loss: the nodes an operator created belong
-    to the innermost call open when it ran (``outside`` when none is: the loss). Autograd attaches an operator's
-    node after dispatch returns, so each operator's nodes are claimed when the next event arrives (`settle`). A
-    closing call (it subscribes to the tracer) also claims what no operator created inside it, such as a custom
-    autograd Function's node (a checkpointed block's).
-    """
+    """Which owner (layer call index or the loss) created each autograd node (see the module docstring). Autograd
+    attaches an operator's node after dispatch returns, so each operator's nodes are claimed at the next event."""
 
     def __init__(self) -> None:
         self.owners: dict[Any, Owner] = {}
@@ -209,10 +198,8 @@ class GraphOwners:
             self.claim(frame.index, call.output, (call.args, call.kwargs))
 
     def claim(self, owner: Owner, outputs: Any, inputs: Any) -> None:
-        """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``, stopping where ``inputs`` came in.
-
-        Nodes that inner calls claimed, the inputs' own nodes and ``AccumulateGrad`` (engine work) stop the walk.
-        """
+        """Claim for ``owner`` the unclaimed nodes reachable from ``outputs``: nodes that inner calls claimed, the
+        nodes of ``inputs`` and ``AccumulateGrad`` (engine work) stop the walk."""
         boundary = {tensor.grad_fn for tensor in tensors_in(inputs) if tensor.grad_fn is not None}
         owners = self.owners
         todo = [tensor.grad_fn for tensor in tensors_in(outputs) if tensor.grad_fn is not None]
@@ -302,7 +289,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         end_forward_region(step.autocast)
         graph.claim(LOSS, value, step.output)
         step.output = None  # a loop keeps the loss, not the output (what autograd saved of it lives on)
-        _hook_nodes(step.graph, phases)
+        _hook_nodes(graph, phases)
         recorder.enter(phases.engine)
         if memory is not None:
             memory.backward_starts()
@@ -311,7 +298,7 @@ def run_after_forward(step: TrainingForward, model: nn.Module, loss: Callable[[A
         with outside_autocast(step.autocast), tracer.replaying(), tracer.subscribed(Recomputation(phases)):
             value.backward()
         recorder.leave()
-    step.graph.owners.clear()
+    graph.owners.clear()
     if memory is not None:
         memory.backward_ended(model)
     if make_optimizer is not None:
@@ -342,7 +329,7 @@ def _hook_nodes(graph: GraphOwners, phases: Phases) -> None:
         recorder.leave()
 
     for node, owner in graph.owners.items():
-        scope = phases.backward_scope(owner)
+        scope = phases.backward.setdefault(owner, OperatorScope())
         node.register_prehook(lambda grad_outputs, scope=scope: recorder.enter(scope))
         node.register_hook(leave)
 
@@ -367,7 +354,7 @@ def _optimizer_step(model: nn.Module, make_optimizer: Callable[[list[torch.Tenso
     phases.optimizer_implementation = settle_implementation(optimizer, foreach)
     recorder = phases.recorder
     elementwise = MetaElementwise()  # one for both steps: the second repeats the first's signatures
-    for scope, first in ((phases.first_optimizer, True), (phases.optimizer, False)):
+    for scope, first in ((OperatorScope(), True), (phases.optimizer, False)):  # the first step's FLOPs not counted
         if first and memory is None:  # only its memory is reported: it just creates the state, unobserved
             with elementwise:
                 optimizer.step()

@@ -58,10 +58,6 @@ def _needs_escape(char: str, before: str, after: str) -> bool:
     return True
 
 
-def _finalize_markdown(value: Any) -> Any:
-    return markdown_escape(value)
-
-
 def _status_class(cell: Cell) -> str:
     return f"s-{cell.status}"
 
@@ -105,12 +101,10 @@ def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
         loaders.insert(0, jinja2.FileSystemLoader(overrides))
     options: dict[str, Any] = {"loader": jinja2.ChoiceLoader(loaders), "undefined": jinja2.StrictUndefined,
                                "keep_trailing_newline": True, "trim_blocks": True, "lstrip_blocks": True}
-    if kind == "html":
-        env = jinja2.Environment(autoescape=True, **options)
-    elif kind == "md":
-        env = jinja2.Environment(autoescape=False, finalize=_finalize_markdown, **options)
-    else:
+    if kind not in ("html", "md"):
         raise ValueError(f"unknown template kind {kind!r}")
+    markdown = kind == "md"
+    env = jinja2.Environment(autoescape=not markdown, finalize=markdown_escape if markdown else None, **options)
     env.filters.update({"status_class": _status_class, "sort_key": _sort_key, "md": markdown_escape,
                         "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup,
                         "attr": html_attribute, "capitalize_first": capitalize_first, "count": count_text})

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....views.formatting import SCALES
 from .amounts import Amount, tick_text
 from .canvas import Canvas, no_ticks
 from .measure import fit_text, text_width
-from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE
+from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -48,25 +48,41 @@ def partial_legend(bars: Sequence[Bar]) -> list[tuple[str, str, str]]:
         else []
 
 
+def ranking_canvas(title: str, bars: Sequence[Bar], notes: Sequence[str], empty: str,
+                   legend: Sequence[tuple[str, str, str]] = (), rows: float = 0, **ranking: Any) -> Canvas:
+    """A figure of one titled ranking, ``rows`` bar places high (one per bar by default), with its notes under it
+    and its legend (``legend`` then the lower bound's); ``ranking`` goes to `paint_ranking`."""
+    rows = rows or max(len(bars), 1)
+    canvas = Canvas(WIDTH, ranking_height(rows, notes))
+    left = label_margin([bar.label for bar in bars])
+    axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, rows * ROW)
+    canvas.title(title)
+    paint_ranking(canvas, axes, bars, empty=empty, **ranking)
+    canvas.footnote(notes)
+    canvas.legend([*legend, *partial_legend(bars)])
+    return canvas
+
+
 def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, log: bool = False,
-               scales: tuple[tuple[float, str], ...] = SCALES) -> None:
-    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis), written
-    with ``scales`` as the tables write that quantity."""
+               scales: tuple[tuple[float, str], ...] = SCALES, suffix: str = "", locator: Any = None) -> None:
+    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis, unless
+    ``locator`` picks them), written with ``scales`` as the tables write that quantity, then ``suffix`` (``B``)."""
     from matplotlib.ticker import LogLocator, MaxNLocator
 
-    locator = LogLocator(base=10.0, numticks=7) if log else MaxNLocator(nbins=4)
+    if locator is None:
+        locator = LogLocator(base=10.0, numticks=7) if log else MaxNLocator(nbins=4)
     ticks = [float(tick) for tick in locator.tick_values(low, high) if low <= tick <= high]
     if axis == "x":
         axes.vlines(ticks, 0, 1, transform=axes.get_xaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(tick, 0, tick_text(tick, scales), axes.get_xaxis_transform(), dy=-4, anchor="middle", number=True,
-                        baseline="hanging", size=FONT - 0.5)
+            canvas.text(tick, 0, tick_text(tick, scales) + suffix, axes.get_xaxis_transform(), dy=-4, anchor="middle",
+                        number=True, baseline="hanging", size=FONT - 0.5)
     else:
         axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(0, tick, tick_text(tick, scales), axes.get_yaxis_transform(), dx=-4, anchor="end",
+            canvas.text(0, tick, tick_text(tick, scales) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
                         size=FONT - 0.5, number=True)
 
 
@@ -113,7 +129,7 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
     for position, bar in zip(positions, bars, strict=True):
         canvas.text(0, position, fit_text(bar.label, room, FONT), axes.get_yaxis_transform(), dx=-5, anchor="end")
         if bar.amount.drawn:
-            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5,
+            canvas.text(ends[position], position, bar.amount.text, axes.transData, dx=3, size=FONT - 0.5,
                         number=True)
         else:
             canvas.text(0, position, "n/a" + (f" ({bar.note})" if bar.note else ""), axes.get_yaxis_transform(),

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from ....views.formatting import PARAMETER_SCALES, format_parameters
 from .amounts import Amount, amount_of, counted, shorten
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
+from .bar_plots import Bar, ranking_canvas, value_grid
 from .canvas import Canvas, no_ticks
 from .chart import TABLE_ROWS, Chart, Painter
 from .measure import fit_text, text_width
-from .style import FONT, INK, ROW, WIDTH, distinct_colours
+from .style import FONT, INK, WIDTH, distinct_colours
 from .svg_output import draw
 
 if TYPE_CHECKING:
@@ -147,15 +147,8 @@ def macs_per_model_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colour
 
     def paint() -> Canvas:
         positions = group_positions(groups)
-        span = (positions[-1] + 1) if positions else 1
-        canvas = Canvas(WIDTH, ranking_height(span, notes))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, span * ROW)
-        canvas.title("MACs per model (logarithmic axis)")
-        paint_ranking(canvas, axes, bars, empty="no model has MACs", log=True, positions=positions)
-        canvas.footnote(notes)
-        canvas.legend(partial_legend(bars))
-        return canvas
+        return ranking_canvas("MACs per model (logarithmic axis)", bars, notes, "no model has MACs",
+                              rows=(positions[-1] + 1) if positions else 1, log=True, positions=positions)
 
     return chart, paint
 

@@ -83,7 +83,7 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
                   ("Layer type", "Calls", unit, f"Share of counted {unit}", "Parameters", "Share of parameters"),
                   rows[:TABLE_ROWS], notes)
     panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0], "types"),
-               f"{unit} by layer type (total {whole_cost.short})", "no estimates"),
+               f"{unit} by layer type (total {whole_cost.text})", "no estimates"),
               (top_with_other(param_items, TOP_TYPES, PALETTE[2], "types"),
                f"Parameters by layer type (total {format_parameters(int(whole_params.known))})", "no parameters"))
     return chart, lambda: paint_by_type(panels, notes)

@@ -18,7 +18,7 @@ from ....views.formatting import format_count, format_seconds
 from ....views.timing import TimedCall, TimeView
 from .amounts import counted
 from .bar_plots import value_grid
-from .canvas import Canvas
+from .canvas import Canvas, no_ticks
 from .chart import Chart
 from .style import FONT, INK, PALETTE, WIDTH
 from .svg_output import draw
@@ -78,7 +78,7 @@ def paint(time: TimeView) -> Canvas:
     axes.set_yscale("log")
     axes.set_xlim(x_low, x_high)
     axes.set_ylim(y_low, y_high)
-    _no_log_ticks(axes)
+    no_ticks(axes)
     canvas.title(TITLE + f" on {time.hardware}")
     canvas.legend(_legend(time, bool(achieved)), x=left, y=PLOT_HEIGHT + bottom + 26.0)
     value_grid(canvas, axes, "x", x_low, x_high, log=True)
@@ -116,14 +116,6 @@ def _decades(low: float, high: float) -> tuple[float, float]:
         start -= 1
         stop += 1
     return 10.0 ** start, 10.0 ** stop
-
-
-def _no_log_ticks(axes: Axes) -> None:
-    from matplotlib.ticker import NullLocator
-
-    for axis in (axes.xaxis, axes.yaxis):
-        axis.set_major_locator(NullLocator())
-        axis.set_minor_locator(NullLocator())
 
 
 def _roofs(canvas: Canvas, axes: Axes, time: TimeView, x_low: float, x_high: float, ridge: float) -> None:

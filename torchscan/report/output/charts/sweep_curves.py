@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ....views.sweep import KV_CACHE, SWEPT_METRICS, SweepView
-from .amounts import Amount, amount_of, tick_text
+from .amounts import Amount, amount_of
+from .bar_plots import value_grid
 from .canvas import Canvas, no_ticks
 from .chart import Chart
 from .style import FONT, INK, PALETTE, WIDTH
@@ -127,6 +128,8 @@ def _columns(points: Sequence[tuple[int, Amount]], status: str) -> tuple[list[in
 
 def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float], suffix: str) -> None:
     """Limits with room around the points, log scales for wide ranges, value grid on y and the sizes on x."""
+    from matplotlib.ticker import LogLocator
+
     log_x = max(sizes) > LOG_RANGE * min(sizes)
     log_y = max(values) > LOG_RANGE * min(values)
     if log_x:
@@ -138,23 +141,11 @@ def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Seque
     axes.set_xlim(*((min(sizes) / 1.15, max(sizes) * 1.15) if log_x else (min(sizes) - pad_x, max(sizes) + pad_x)))
     low, high = (min(values) / 2, max(values) * 2) if log_y else (0.0, max(values) * 1.1)
     axes.set_ylim(low, high)
-    _value_grid(canvas, axes, low, high, log_y, suffix)
+    # decades on a wide log axis, 1-2-5 steps on a narrow one (so that less than two decades get several labels)
+    subs = (1.0,) if high > 100 * low else (1.0, 2.0, 5.0)
+    value_grid(canvas, axes, "y", low, high, suffix=suffix,
+               locator=LogLocator(base=10.0, subs=subs, numticks=12) if log_y else None)
     step = max(1, -(-len(sizes) // MAX_TICKS))
     for size in sizes[::step]:
         canvas.text(size, 0, f"{size:,}", axes.get_xaxis_transform(), dy=-4, anchor="middle", baseline="hanging",
                     size=FONT - 0.5)
-
-
-def _value_grid(canvas: Canvas, axes: Axes, low: float, high: float, log: bool, suffix: str) -> None:
-    """Faint y grid lines with their values: decades on a wide log axis, 1-2-5 steps on a narrow one (so that a
-    span of less than two decades still gets several labels), round numbers on a linear one."""
-    from matplotlib.ticker import LogLocator, MaxNLocator
-
-    subs = (1.0,) if high > 100 * low else (1.0, 2.0, 5.0)
-    locator = LogLocator(base=10.0, subs=subs, numticks=12) if log else MaxNLocator(nbins=4)
-    ticks = [float(tick) for tick in locator.tick_values(low, high) if low <= tick <= high]
-    axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6, zorder=0,
-                clip_on=False)
-    for tick in ticks:
-        canvas.text(0, tick, tick_text(tick) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
-                    size=FONT - 0.5, number=True)

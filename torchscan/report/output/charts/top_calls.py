@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .amounts import Amount, amount_of, counted, share_text, shorten, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
-from .canvas import Canvas
+from .bar_plots import Bar, ranking_canvas
 from .chart import Chart, Painter
-from .style import METRIC_NAMES, NEUTRAL, PALETTE, ROW, WIDTH
+from .style import METRIC_NAMES, NEUTRAL, PALETTE
 
 if TYPE_CHECKING:
     from ....views import LayerRow, PartRow, ReportView
@@ -96,19 +95,7 @@ def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, co
             for rank, item in enumerate(shown, 1)]
     chart = Chart("top-calls", f"Layer calls with the most {unit}", summary,
                   ("Rank", "Layer call", "Type", unit, f"Share of counted {unit}", "Of which"), rows, notes)
-
-    def paint() -> Canvas:
-        count = max(len(bars), 1)
-        canvas = Canvas(WIDTH, ranking_height(count, notes))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, count * ROW)
-        canvas.title(f"Layer calls with the most {unit}")
-        paint_ranking(canvas, axes, bars, empty=f"no call has {unit}")
-        canvas.footnote(notes)
-        canvas.legend(_segment_legend(shown) + partial_legend(bars))
-        return canvas
-
-    return chart, paint
+    return chart, lambda: ranking_canvas(chart.title, bars, notes, f"no call has {unit}", _segment_legend(shown))
 
 
 def _colour(kind: str) -> str:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from ....views.training import TrainingView
 from .amounts import amount_of, counted, share_text, shorten, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
-from .canvas import Canvas
+from .bar_plots import Bar, ranking_canvas
 from .chart import Chart
-from .style import PALETTE, ROW, WIDTH
+from .style import PALETTE
 from .svg_output import draw
 
 
@@ -31,15 +30,4 @@ def training_chart(training: TrainingView) -> Chart:
             for rank, layer in enumerate(layers, 1)]
     chart = Chart("training-top-calls", "Layer calls with the most backward FLOPs", summary,
                   ("Rank", "Layer call", "Type", "Backward FLOPs", "Forward FLOPs", "Backward / forward"), rows)
-
-    def paint() -> Canvas:
-        count = max(len(bars), 1)
-        canvas = Canvas(WIDTH, ranking_height(count, []))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom([]), WIDTH - 60 - left, count * ROW)
-        canvas.title("Layer calls with the most backward FLOPs")
-        paint_ranking(canvas, axes, bars, empty="no call has backward FLOPs")
-        canvas.legend(partial_legend(bars))
-        return canvas
-
-    return draw(chart, paint)
+    return draw(chart, lambda: ranking_canvas(chart.title, bars, [], "no call has backward FLOPs"))

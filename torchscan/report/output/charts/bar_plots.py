@@ -113,9 +113,7 @@ def add_boxes(canvas: Canvas, axes: Axes, spans: Sequence[tuple[float, float, fl
 def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, log: bool = False,
                   positions: Sequence[float] | None = None, rows: int = 0) -> None:
     """Horizontal bars, largest at the top, each labelled with its value; an n/a row says so and has no bar.
-
-    ``positions`` (one per bar) places the bars; by default they follow one another.
-    """
+    ``positions`` (one per bar) places the bars; by default they follow one another."""
     axes.spines["bottom"].set_visible(False)
     if not bars:
         canvas.text(0.5, 0.5, empty, axes.transAxes, anchor="middle")

@@ -199,16 +199,14 @@ def _variant_lines(axes: Axes, points: Sequence[Point], xs: Sequence[float],
 def _markers(axes: Axes, points: Sequence[Point], xs: Sequence[float], ys: Sequence[float],
              colours: dict[str, str]) -> None:
     """Exact points as filled dots, lower bounds on MACs as hollow triangles."""
-    styles: tuple[tuple[str, dict[str, Any]], ...] = (
-        ("complete", {"marker": "o", "s": 24, "linewidths": 0}),
-        ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
-    for status, style in styles:
+    styles: tuple[tuple[str, str, dict[str, Any]], ...] = (
+        ("complete", "color", {"marker": "o", "s": 24, "linewidths": 0}),
+        ("partial", "edgecolors", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
+    for status, colour, style in styles:
         chosen = [index for index, (*_, macs) in enumerate(points) if macs.status == status]
         if chosen:
-            key = "color" if status == "complete" else "edgecolors"
-            colour: dict[str, Any] = {key: [colours[points[index][0]] for index in chosen]}
             axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
-                         **colour, **style)
+                         **{colour: [colours[points[index][0]] for index in chosen], **style})
 
 
 def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:

@@ -39,11 +39,9 @@ PROFILE_BARS = 200  # the profile's largest number of bars: more calls are summe
 
 
 def report_charts(view: ReportView) -> list[Chart]:
-    """Cost and parameters by layer type, the most expensive calls, the profile along execution order and, for a
-    report that traced memory, what is live at the peak and the calls with the most bytes (keys ``memory...``: the
-    page shows them in its memory section) and, for a sized sharded step, per-device memory against world size (the
-    page shows it in its sharded-training section) and, for a run bounded on a named device, the roofline of its
-    layer calls (key ``time-roofline``: the page's time section)."""
+    """Cost and parameters by layer type, the most expensive calls and the profile along execution order, then the
+    charts of what the report has: traced memory, a sized sharded step, a roofline bound on a named device (a page
+    shows each chart in the section its key names: see `Chart.section`)."""
     metric = cost_metric(view.layers)
     calls = [row for row in view.layers if metric in row.own]
     colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])

@@ -3,8 +3,7 @@
 Drawn from `torchscan.views.parallel.SizingView` (the rows of the page's sizing table): one stacked column per world
 size the entry analyzed, each segment a category live at that world size's per-device peak (sharded parameters,
 unsharded parameters in flight, gradient shards, optimizer state, saved activations, temporaries, ...); a solid line
-at the device's memory and a dashed one at what is usable once the headroom is kept free. A lower bound is hatched and
-marked ``≥``, as in every chart; a category that is not known is listed as n/a under the chart, never drawn as zero.
+at the device's memory and a dashed one at what is usable once the headroom is kept free.
 """
 
 from __future__ import annotations
@@ -137,9 +136,8 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
 
 def value_label(canvas: Canvas, axes: Axes, at: tuple[float, float], text: str, lines: Sequence[float],
                 room: tuple[float, float]) -> None:
-    """A column's peak, written over its top; where a device line would run through it there, beside the column's
-    top when it fits there clear of the lines, else above the lines (a label crossed by a line cannot be read).
-    ``room`` is the label's height in bytes and the points free right of a column."""
+    """A column's peak, written over its top or, where a device line would run through it, beside the top when it
+    fits there clear of the lines, else above them; ``room`` is its height in bytes and the points right of a column."""
     (position, top), (height, beside) = at, room
     style = {"size": FONT - 0.5, "number": True}
     base = clear_of(top, lines, height)

@@ -18,9 +18,9 @@ EM = {character: width for width, characters in _WIDTHS.items() for character in
 BOLD = 1.1
 
 
-def text_width(text: str, size: float, bold: bool = False) -> float:
+def text_width(text: str, size: float) -> float:
     """The width of ``text`` in points at font size ``size``."""
-    return sum(EM.get(character, 1.0) for character in text) * size * (BOLD if bold else 1.0)
+    return sum(EM.get(character, 1.0) for character in text) * size
 
 
 def most_characters(room: float, size: float) -> int:

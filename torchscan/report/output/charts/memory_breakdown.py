@@ -3,10 +3,8 @@ report has one, the training step's steady state, then its first step where that
 category (parameters, activations, gradients, ...); and the layer calls with the largest outputs and those that saved
 the most for backward, as rankings.
 
-Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
-view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
-not known is listed as n/a under the chart, never drawn as zero. The legend names the categories the bars draw:
-one of zero bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry.
+Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables, with bytes written as every
+view writes them (``1.2MB``, decimal prefixes).
 """
 
 from __future__ import annotations
@@ -112,8 +110,8 @@ def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:
 
 
 def legend_items(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str, str]]:
-    """Each category that some peak's bar draws, once, in the order the bars show them: one of no bytes or unknown
-    bytes at every peak has no colour on the bars, so the legend names only the colours the bars show."""
+    """Each category that some peak's bar draws, once, in the order the bars show them: one of zero (or unknown)
+    bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry."""
     seen: dict[str, str] = {}
     for _, parts in peaks:
         for part in parts:

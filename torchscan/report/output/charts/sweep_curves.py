@@ -10,7 +10,7 @@ unavailable value is not drawn (the table says n/a). The axes are logarithmic wh
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....views.sweep import KV_CACHE, SWEPT_METRICS, SweepView
 from .amounts import Amount, amount_of
@@ -55,8 +55,9 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
         axes = canvas.axes(62, 44, WIDTH - 90, 250)
         canvas.title(title + (f" ({unit})" if unit else ""))
         paint_series(canvas, axes, series, view.quantity, "B" if unit == "bytes" else "")
+        partial = any(amount.status == "partial" for _, _, points in series for _, amount in points)
         canvas.legend([("fill", colour, label) for label, colour, _ in series]
-                      + ([("triangle-open", INK, "≥ lower bound")] if _any_partial(series) else []))
+                      + ([("triangle-open", INK, "≥ lower bound")] if partial else []))
         canvas.footnote(chart.notes)
         return canvas
 
@@ -90,10 +91,6 @@ def _series(view: SweepView, keys: Sequence[str]) -> list[Series]:
     return series
 
 
-def _any_partial(series: Sequence[Series]) -> bool:
-    return any(amount.status == "partial" for _, _, points in series for _, amount in points)
-
-
 def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity: str, suffix: str = "") -> None:
     """The series on ``axes``, with the analyzed sizes as x ticks; ``suffix`` follows each y tick (``B``)."""
     if not series:
@@ -111,19 +108,13 @@ def _paint_metric(axes: Axes, colour: str, points: Sequence[tuple[int, Amount]])
     """One metric: a thin guide through its points, exact points as dots, lower bounds as hollow triangles."""
     axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour, linewidth=0.9,
               alpha=0.7, clip_on=False)
-    exact = _columns(points, "complete")
-    bounds = _columns(points, "partial")
-    if exact[0]:
-        axes.scatter(*exact, marker="o", s=22, linewidths=0, color=colour, zorder=3, clip_on=False)
-    if bounds[0]:
-        axes.scatter(*bounds, marker="^", s=30, facecolors="none", edgecolors=colour, linewidths=1.1, zorder=3,
-                     clip_on=False)
-
-
-def _columns(points: Sequence[tuple[int, Amount]], status: str) -> tuple[list[int], list[float]]:
-    """The sizes and values of the points with ``status``."""
-    chosen = [(size, amount.known) for size, amount in points if amount.status == status]
-    return [size for size, _ in chosen], [value for _, value in chosen]
+    styles: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("complete", {"marker": "o", "s": 22, "linewidths": 0, "color": colour}),
+        ("partial", {"marker": "^", "s": 30, "facecolors": "none", "edgecolors": colour, "linewidths": 1.1}))
+    for status, style in styles:
+        chosen = [(size, amount.known) for size, amount in points if amount.status == status]
+        if chosen:
+            axes.scatter([size for size, _ in chosen], [value for _, value in chosen], zorder=3, clip_on=False, **style)
 
 
 def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float], suffix: str) -> None:

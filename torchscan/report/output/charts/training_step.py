@@ -1,8 +1,7 @@
 """The training step's chart: the layer calls whose own autograd nodes ran the most backward FLOPs.
 
 Drawn from `torchscan.views.training.TrainingView` (the same rows as the model page's table): one bar per call, its
-backward FLOPs in the operator view. Lower bounds are hatched and marked ``≥`` as in every
-chart; calls without counted backward work are not in the view, so nothing is drawn as zero.
+backward FLOPs in the operator view; calls without counted backward work are not in the view, so none is drawn as zero.
 """
 
 from __future__ import annotations

@@ -48,14 +48,21 @@ def partial_legend(bars: Sequence[Bar]) -> list[tuple[str, str, str]]:
         else []
 
 
+def ranking_axes(canvas: Canvas, bars: Sequence[Bar], notes: Sequence[str], rows: float, left: float = 0.0,
+                 right: float = WIDTH - 60) -> Axes:
+    """The axes of a ranking of ``rows`` bar places between ``left`` and ``right`` (figure points), above the notes,
+    with the measured margin of the bars' labels."""
+    start = left + label_margin([bar.label for bar in bars])
+    return canvas.axes(start, ranking_bottom(notes), right - start, rows * ROW)
+
+
 def ranking_canvas(title: str, bars: Sequence[Bar], notes: Sequence[str], empty: str,
                    legend: Sequence[tuple[str, str, str]] = (), rows: float = 0, **ranking: Any) -> Canvas:
     """A figure of one titled ranking, ``rows`` bar places high (one per bar by default), with its notes under it
     and its legend (``legend`` then the lower bound's); ``ranking`` goes to `paint_ranking`."""
     rows = rows or max(len(bars), 1)
     canvas = Canvas(WIDTH, ranking_height(rows, notes))
-    left = label_margin([bar.label for bar in bars])
-    axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, rows * ROW)
+    axes = ranking_axes(canvas, bars, notes, rows)
     canvas.title(title)
     paint_ranking(canvas, axes, bars, empty=empty, **ranking)
     canvas.footnote(notes)
@@ -84,6 +91,18 @@ def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, l
         for tick in ticks:
             canvas.text(0, tick, tick_text(tick, scales) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
                         size=FONT - 0.5, number=True)
+
+
+def log_axes(canvas: Canvas, axes: Axes, xs: tuple[float, float], ys: tuple[float, float],
+             x_scales: tuple[tuple[float, str], ...] = SCALES) -> None:
+    """Both axes logarithmic from low to high of ``xs`` and ``ys``, without ticks, with their decade grids."""
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    no_ticks(axes)
+    axes.set_xlim(*xs)
+    axes.set_ylim(*ys)
+    value_grid(canvas, axes, "x", *xs, log=True, scales=x_scales)
+    value_grid(canvas, axes, "y", *ys, log=True)
 
 
 def rectangles(spans: Sequence[tuple[float, float, float, float]]) -> list[list[tuple[float, float]]]:

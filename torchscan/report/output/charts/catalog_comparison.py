@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from ....views.formatting import PARAMETER_SCALES, format_parameters
 from .amounts import Amount, amount_of, counted, shorten
-from .bar_plots import Bar, ranking_canvas, value_grid
-from .canvas import Canvas, no_ticks
+from .bar_plots import Bar, log_axes, ranking_canvas
+from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .measure import fit_text, text_width
 from .style import FONT, INK, WIDTH, distinct_colours
@@ -171,7 +171,7 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[Point], colours: 
         return
     xs = [float(params) for _, _, params, _ in points]
     ys = [macs.known for *_, macs in points]
-    _log_axes(canvas, axes, xs, ys)
+    log_axes(canvas, axes, (min(xs) / 3, max(xs) * 3), (min(ys) / 3, max(ys) * 3), PARAMETER_SCALES)
     _variant_lines(axes, points, xs, ys, colours)
     _markers(axes, points, xs, ys, colours)
     canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
@@ -207,19 +207,6 @@ def _markers(axes: Axes, points: Sequence[Point], xs: Sequence[float], ys: Seque
         if chosen:
             axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
                          **{colour: [colours[points[index][0]] for index in chosen], **style})
-
-
-def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:
-    """Logarithmic axes with room around the points, and their decade grids."""
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    no_ticks(axes)
-    low_x, high_x = min(xs) / 3, max(xs) * 3
-    low_y, high_y = min(ys) / 3, max(ys) * 3
-    axes.set_xlim(low_x, high_x)
-    axes.set_ylim(low_y, high_y)
-    value_grid(canvas, axes, "x", low_x, high_x, log=True, scales=PARAMETER_SCALES)
-    value_grid(canvas, axes, "y", low_y, high_y, log=True)
 
 
 def named_points(points: Sequence[Point]) -> list[int]:

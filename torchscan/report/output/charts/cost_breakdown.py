@@ -10,22 +10,13 @@ from typing import TYPE_CHECKING
 
 from ....views.formatting import format_parameters
 from .amounts import Amount, amount_of, counted, parameter_amount, ranked, share_text, shorten, total_of
-from .bar_plots import (
-    Bar,
-    add_boxes,
-    label_margin,
-    paint_ranking,
-    partial_legend,
-    ranking_bottom,
-    ranking_height,
-    value_grid,
-)
+from .bar_plots import Bar, add_boxes, paint_ranking, partial_legend, ranking_axes, ranking_height, value_grid
 from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .device_memory import device_memory_chart
 from .memory_breakdown import memory_charts
 from .roofline import roofline_chart
-from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
+from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, UNAVAILABLE, WIDTH
 from .svg_output import draw
 from .top_calls import covered_sentence, top_calls_chart
 
@@ -123,10 +114,9 @@ def paint_by_type(panels: Sequence[tuple[list[Bar], str, str]], notes: Sequence[
     canvas.legend(legend, x=6, y=canvas.height - 30)
     half = (WIDTH - 24) / 2
     for index, (bars, title, empty) in enumerate(panels):
-        left = index * (half + 24) + label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), index * (half + 24) + half - 46 - left, count * ROW)
-        canvas.text(index * (half + 24) + 6, canvas.height - 14, title, size=FONT + 1, weight="bold",
-                    baseline="auto")
+        start = index * (half + 24)
+        axes = ranking_axes(canvas, bars, notes, count, start, start + half - 46)
+        canvas.text(start + 6, canvas.height - 14, title, size=FONT + 1, weight="bold", baseline="auto")
         paint_ranking(canvas, axes, bars, empty=empty, rows=count)
     canvas.footnote(notes)
     return canvas

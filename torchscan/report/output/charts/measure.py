@@ -1,9 +1,6 @@
 """How wide a label is, without a font at hand: advance widths of DejaVu Sans, the widest common sans-serif face
-and the one a system font stack falls back to on Linux, so a label measured here fits in narrower faces too.
-
-The charts' labels use the page's font; the drawing never lays text out itself, so every placement that must not
-cut a label (a point's name, a bar's label, a legend) measures it here and shortens it when it does not fit.
-"""
+and the one a system font stack falls back to on Linux, so a label measured here fits in narrower faces too. Every
+placement that must not cut a label (a point's name, a bar's label, a legend) measures it here and shortens it."""
 
 from __future__ import annotations
 

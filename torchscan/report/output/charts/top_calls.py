@@ -24,6 +24,7 @@ TOP_CALLS = 15
 #: What a part of a breakdown is, by the words of its name, in drawing order, with its colour.
 PART_KINDS = (("attention", "attention", PALETTE[4]), ("feed-forward", "feed-forward", PALETTE[6]),
               ("", "norms and residuals", PALETTE[5]))
+PART_COLOURS = {kind: colour for _, kind, colour in PART_KINDS}
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, co
     order = sorted(items, key=lambda item: (not item.amount.drawn, -item.amount.known, item.order))
     shown = [item for item in order if item.amount.drawn and item.amount.known > 0][:TOP_CALLS]
     bars = [Bar(shorten(f"{item.label} ({item.type_name})", 48), item.amount, colours.get(item.colour_key, NEUTRAL),
-                segments=tuple((_colour(kind), amount) for kind, amount in item.segments)) for item in shown]
+                segments=tuple((PART_COLOURS[kind], amount) for kind, amount in item.segments)) for item in shown]
     notes = _notes(items, order, shown)
     split = any(item.segments for item in shown)
     summary = (f"The top {counted(len(shown), 'layer call')} by their own {unit} estimates: together "
@@ -96,10 +97,6 @@ def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, co
     chart = Chart("top-calls", f"Layer calls with the most {unit}", summary,
                   ("Rank", "Layer call", "Type", unit, f"Share of counted {unit}", "Of which"), rows, notes)
     return chart, lambda: ranking_canvas(chart.title, bars, notes, f"no call has {unit}", _segment_legend(shown))
-
-
-def _colour(kind: str) -> str:
-    return next(colour for _, name, colour in PART_KINDS if name == kind)
 
 
 def _segment_legend(items: Sequence[CallItem]) -> list[tuple[str, str, str]]:

@@ -33,13 +33,12 @@ def markdown_escape(value: Any) -> str:
     if value is None:
         return ""
     text = " ".join(str(value).splitlines())
+    padded = f" {text} "  # a space before the first character and after the last
     out = []
-    for position, char in enumerate(text):
-        before = text[position - 1] if position else " "
-        after = text[position + 1] if position + 1 < len(text) else " "
+    for position, char in enumerate(text, 1):
         if char in MARKDOWN_ENTITIES:
             out.append(MARKDOWN_ENTITIES[char])
-        elif char in MARKDOWN_SPECIAL and _needs_escape(char, before, after):
+        elif char in MARKDOWN_SPECIAL and _needs_escape(char, padded[position - 1], padded[position + 1]):
             out.append("\\" + char)
         else:
             out.append(char)

@@ -44,14 +44,13 @@ def ranking_height(rows: float, notes: Sequence[str]) -> float:
 
 
 def partial_legend(bars: Sequence[Bar]) -> list[tuple[str, str, str]]:
-    return [("hatch", NEUTRAL, "≥ lower bound (partial)")] if any(bar.amount.status == "partial" for bar in bars) \
-        else []
+    partial = any(bar.amount.status == "partial" for bar in bars)
+    return [("hatch", NEUTRAL, "≥ lower bound (partial)")] if partial else []
 
 
 def ranking_axes(canvas: Canvas, bars: Sequence[Bar], notes: Sequence[str], rows: float, left: float = 0.0,
                  right: float = WIDTH - 60) -> Axes:
-    """The axes of a ranking of ``rows`` bar places between ``left`` and ``right`` (figure points), above the notes,
-    with the measured margin of the bars' labels."""
+    """The axes of ``rows`` bar places between ``left`` and ``right`` (figure points), less the labels' margin."""
     start = left + label_margin([bar.label for bar in bars])
     return canvas.axes(start, ranking_bottom(notes), right - start, rows * ROW)
 

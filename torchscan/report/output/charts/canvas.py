@@ -43,9 +43,7 @@ class Canvas:
                                      max(height, 1) / self.height))
         axes.patch.set_visible(False)
         for side, visible in (("top", False), ("right", False), ("left", True), ("bottom", True)):
-            axes.spines[side].set_visible(visible)
-            axes.spines[side].set_color(INK)
-            axes.spines[side].set_linewidth(0.6)
+            axes.spines[side].set(visible=visible, color=INK, linewidth=0.6)
         no_ticks(axes)
         return axes
 

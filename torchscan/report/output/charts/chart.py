@@ -46,8 +46,7 @@ class Chart:
 
     @property
     def section(self) -> str:
-        """Where a page shows the chart: ``memory`` (its memory section), ``time`` (its time section) or ``cost``
-        (where the cost goes)."""
+        """The page section that shows the chart, by its key: ``memory``, ``time`` or ``cost`` (where the cost goes)."""
         return next((section for section in ("memory", "time") if self.key.startswith(section)), "cost")
 
 

@@ -71,9 +71,9 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     chart = Chart("by-type", f"{unit} and parameters by layer type", summary,
                   ("Layer type", "Calls", unit, f"Share of counted {unit}", "Parameters", "Share of parameters"),
                   rows[:TABLE_ROWS], notes)
-    panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0], "types"),
+    panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0]),
                f"{unit} by layer type (total {whole_cost.text})", "no estimates"),
-              (top_with_other(param_items, TOP_TYPES, PALETTE[2], "types"),
+              (top_with_other(param_items, TOP_TYPES, PALETTE[2]),
                f"Parameters by layer type (total {format_parameters(int(whole_params.known))})", "no parameters"))
     return chart, lambda: paint_by_type(panels, notes)
 
@@ -232,13 +232,13 @@ def _stage_label(path: str) -> str:
     return ".".join(parts[-2:]) if parts[-1].isdigit() and len(parts) > 1 else parts[-1]
 
 
-def top_with_other(items: Sequence[tuple[str, Amount]], count: int, colour: str, what: str) -> list[Bar]:
-    """The first ``count`` drawable items as bars, the rest summed into one "other" bar."""
+def top_with_other(items: Sequence[tuple[str, Amount]], count: int, colour: str) -> list[Bar]:
+    """The first ``count`` drawable layer types as bars, the rest summed into one "other" bar."""
     drawn = [(name, amount) for name, amount in items if amount.status == "partial" or amount.known > 0]
     bars = [Bar(shorten(name, 30), amount, colour) for name, amount in drawn[:count]]
     rest = drawn[count:]
     if rest:
-        bars.append(Bar(f"other ({len(rest):,} {what})", total_of([amount for _, amount in rest]), NEUTRAL))
+        bars.append(Bar(f"other ({len(rest):,} types)", total_of([amount for _, amount in rest]), NEUTRAL))
     return bars
 
 

@@ -86,8 +86,8 @@ def memory_summary(memory: MemoryView) -> str:
 def peak_phrases(memory: MemoryView) -> list[str]:
     """``at the forward's peak (12kB, at layer call 0, operator aten.addmm (operator #3))``, one per drawn peak."""
     phrases = []
-    if memory.forward is not None:
-        forward = memory.forward
+    forward = memory.forward
+    if forward is not None:
         phrases.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
                        f"{forward.peak_operator})")
     step = memory.training

@@ -41,8 +41,7 @@ def draw(chart: Chart, painter: Painter) -> Chart:
 @contextmanager
 def drawing_settings() -> Iterator[None]:
     """matplotlib's defaults plus ours, whatever the user's matplotlibrc says; restored afterwards. rcParams are
-    process-global: every chart sets the same values, so concurrent drawing in threads agrees; figures themselves
-    are plain ``Figure`` objects (no pyplot registry), so processes and threads share nothing else."""
+    process-global, but every chart sets the same values, so concurrent drawing in threads agrees."""
     import matplotlib
 
     with matplotlib.rc_context():

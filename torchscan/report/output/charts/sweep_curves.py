@@ -2,9 +2,8 @@
 
 Drawn from `torchscan.views.sweep.SweepView`. Each metric is a colour; its analyzed points are dots joined by thin
 straight segments that only guide the eye (no value between two points is claimed: the exact formula in the caption
-and the curves table say what holds, and on which sizes). A lower bound is a hollow triangle marked as such, and an
-unavailable value is not drawn (the table says n/a). The axes are logarithmic where the values span a wide range
-(more than a factor of 4), so a quadratic term shows as a steeper slope; the x ticks are the analyzed sizes.
+and the curves table say what holds, and on which sizes), a lower bound a hollow triangle. The axes are logarithmic
+where the values span a wide range, so a quadratic term shows as a steeper slope; the x ticks are the analyzed sizes.
 """
 
 from __future__ import annotations
@@ -44,10 +43,9 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
     """The metrics ``keys`` of ``view`` against its quantity; their exact formulas are the caption, the points the
     table."""
     series = _series(view, keys)
-    summary = _caption(view, keys)
     columns = [index for index, (metric, _) in enumerate(view.metrics) if metric in keys]
     rows = [(point.size_text, *(point.cells[index].text for index in columns)) for point in view.points]
-    chart = Chart(key, title, summary, (view.quantity, *(view.headers[index] for index in columns)), rows,
+    chart = Chart(key, title, _caption(view, keys), (view.quantity, *(view.headers[index] for index in columns)), rows,
                   [f"Not analyzed: {item}." for item in view.missing])
 
     def paint() -> Canvas:

@@ -43,10 +43,6 @@ class CallItem:
         return ", ".join(f"{kind} {amount.text}" for kind, amount in self.segments) or "—"
 
 
-def kind_of(part: str) -> str:
-    return next(kind for words, kind, _ in PART_KINDS if words in part)
-
-
 def call_items(view: ReportView, calls: Sequence[LayerRow], metric: str) -> list[CallItem]:
     """Every call's own estimate; an owner with a breakdown of ``metric`` gives its blocks instead."""
     types = {row.path: row.type_name for row in view.layers if row.call_index == 0}
@@ -68,7 +64,8 @@ def breakdown_items(row: LayerRow, metric: str, types: dict[str, str]) -> list[C
     for position, (path, parts) in enumerate(groups.items()):
         by_kind: dict[str, list[Amount]] = {}
         for part in parts:
-            by_kind.setdefault(kind_of(part.part), []).append(amount_of(part.cells[metric]) or Amount())
+            kind = next(name for words, name, _ in PART_KINDS if words in part.part)
+            by_kind.setdefault(kind, []).append(amount_of(part.cells[metric]) or Amount())
         segments = tuple((kind, total_of(by_kind[kind])) for _, kind, _ in PART_KINDS if kind in by_kind)
         label = path if path != row.path else row.label
         items.append(CallItem(label, types.get(path, row.type_name), total_of([amount for _, amount in segments]),

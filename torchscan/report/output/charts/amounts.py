@@ -7,9 +7,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ....views.formatting import PARAMETER_SCALES, SCALES, format_count, format_percent
+from ...review.wording import plural
 
 if TYPE_CHECKING:
     from ....views import Cell
+
+#: ``1 call``, ``5 calls``, ``1,200 calls``: a count in prose, worded as in every message and page.
+counted = plural
 
 
 @dataclass(frozen=True)
@@ -81,11 +85,6 @@ def tick_text(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> s
 def parameter_amount(count: float) -> Amount:
     """A parameter count to draw, written as the parameter columns write it (``8.03B``)."""
     return Amount(float(count), scales=PARAMETER_SCALES)
-
-
-def counted(number: int, word: str) -> str:
-    """``1 call``, ``5 calls``, ``1,200 calls``: a count in prose, in full with thousands separators."""
-    return f"{number:,} {word}{'' if number == 1 else 's'}"
 
 
 def shorten(text: str, limit: int) -> str:

@@ -37,7 +37,7 @@ def report_charts(view: ReportView) -> list[Chart]:
     calls = [row for row in view.layers if metric in row.own]
     colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])
     charts = [draw(*by_type_chart(view, calls, metric)), draw(*top_calls_chart(view, calls, metric, colours)),
-              draw(*profile_chart(view, calls, metric))]
+              draw(*profile_chart(view, calls, metric, colours))]
     charts += memory_charts(view.memory) if view.memory is not None else []
     sizing = view.parallel.sizing if view.parallel is not None else None
     charts += [device_memory_chart(sizing)] if sizing is not None else []
@@ -131,13 +131,13 @@ class Stage:
     stop: int
 
 
-def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tuple[Chart, Painter]:
+def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, colours: dict[str, str]
+                  ) -> tuple[Chart, Painter]:
     unit = METRIC_NAMES[metric]
     amounts = [amount_of(row.own[metric]) or Amount() for row in calls]
     size = max(1, math.ceil(len(calls) / PROFILE_BARS))
     starts = range(0, len(calls), size)
     bins = [total_of(amounts[start:start + size]) for start in starts]
-    colours = type_colours([(row.type_name, amount) for row, amount in zip(calls, amounts, strict=True)])
     bin_colours = [dominant_colour(calls[start:start + size], amounts[start:start + size], colours)
                    for start in starts]
     stages = stage_runs(view.layers, calls)

@@ -4,8 +4,8 @@ inputs are unchanged, the rest spread over ``--jobs`` processes.
 matplotlib drawing is CPU-bound and holds the GIL, so the entries to draw go to a process pool (forked on Linux,
 where a child starts at once with everything imported; spawned elsewhere). A child summarizes the entry again from
 the same registry entry and results with the catalog's own `entry_summary`, and the drawing is deterministic (fixed
-matplotlib settings, ids derived from content), so the files are the same bytes whichever process drew them. The catalog is drawn in this process
-meanwhile.
+matplotlib settings, ids derived from content), so the files are the same bytes whichever process drew them. The
+catalog is drawn in this process meanwhile.
 """
 
 from __future__ import annotations

@@ -51,11 +51,6 @@ def report_markdown(view: ReportView, templates: Path | None = None) -> str:
     return render("report.md.j2", templates, view=view, charts=[], site=False, tree=None, named=f": {view.title}")
 
 
-def tree_html(view: ReportView, templates: Path | None = None) -> Markup:
-    """The collapsible layer tree as an HTML block for a site page (tree.js and site.css drive and style it)."""
-    return Markup(render("tree.html.j2", templates, view=view, open_depth=open_depth(view), columns=LAYER_COLUMNS))
-
-
 def render_report_file(report: dict[str, Any], kind: str, title: str = "", templates: Path | None = None) -> str:
     """One report as ``html`` or ``md`` (the ``render`` command)."""
     view = report_view(report, title=title)
@@ -91,10 +86,6 @@ def code_span(text: str) -> Markup:
     return Markup(f"{fence}{pad}{flat}{pad}{fence}")
 
 
-def failure_html(run: RunSummary, templates: Path | None = None) -> str:
-    return render("failure.html.j2", templates, run=run)
-
-
 def run_callouts(entry: EntrySummary, templates: Path | None = None, report_prefix: str = "../reports/") -> Markup:
     """The notices at the top of a model page: each failed run, then each incomplete one (runs with the same
     causes share one notice), then the Python warnings a run raised, as HTML blocks that Material styles as
@@ -128,7 +119,8 @@ def entry_markdown(entry: EntrySummary, report_prefix: str, templates: Path | No
         charts = [] if view is None else report_charts(view)
     if sweep is None and entry.sweep is not None:
         sweep = sweep_charts(entry.sweep)
-    tree = tree_html(view, templates) if site and view is not None else None
+    tree = (Markup(render("tree.html.j2", templates, view=view, open_depth=open_depth(view), columns=LAYER_COLUMNS))
+            if site and view is not None else None)  # the collapsible layer tree (tree.js and site.css drive it)
     return render("model.md.j2", templates, entry=entry, report_prefix=report_prefix, site=site, tree=tree,
                   callouts=run_callouts(entry, templates, report_prefix), named="" if site else f": {entry.name}",
                   charts=charts, training_charts=training_charts(entry) if site else {}, sweep_charts=sweep or [],
@@ -149,9 +141,8 @@ def catalog_markdown(catalog: CatalogView, page_prefix: str, report_prefix: str,
 
 
 def entry_files(entry: EntrySummary, templates: Path | None = None) -> dict[str, str]:
-    """Every file drawn from one entry, by path: its runs' reports (JSON, HTML, last good copies) and its portable
-    page under the output folder, and its site page under ``site/`` (relative to the site's ``docs_dir``). The
-    charts are drawn once: a run's HTML report and the model's pages show the same ones."""
+    """Every file drawn from one entry, by path: its runs' reports (JSON, HTML, last good copies), its portable page
+    and its site page (under `SITE_PAGES`); the charts are drawn once, for a run's HTML report and the model's pages."""
     charts = {run.stem: report_charts(run.view) for run in entry.runs if run.view is not None}
     files: dict[str, str] = {}
     for run in entry.runs:
@@ -159,7 +150,7 @@ def entry_files(entry: EntrySummary, templates: Path | None = None) -> dict[str,
             files[f"reports/{run.stem}.json"] = report_json(run.report)
             files[f"reports/{run.stem}.html"] = report_html(run.view, templates, charts[run.stem])
         else:
-            files[f"reports/{run.stem}.html"] = failure_html(run, templates)
+            files[f"reports/{run.stem}.html"] = render("failure.html.j2", templates, run=run)
         if run.last_good is not None:
             files[f"reports/{run.last_good_stem}.json"] = report_json(run.last_good.report)
             files[f"reports/{run.last_good_stem}.html"] = report_html(run.last_good.view, templates)

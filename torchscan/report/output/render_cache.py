@@ -61,10 +61,9 @@ def matplotlib_version() -> str | None:
 
 def drawing_context(templates: Path | None) -> str:
     """The key part shared by every entry of a build: templates, TorchScan's code and version, matplotlib's."""
-    payload = {"format": RENDER_FORMAT, "templates": folder_digest(template_folder()),
-               "overrides": folder_digest(templates) if templates is not None else None, "code": code_digest(),
-               "torchscan": __version__, "matplotlib": matplotlib_version()}
-    return content_hash(payload)
+    return content_hash({"format": RENDER_FORMAT, "templates": folder_digest(template_folder()),
+                         "overrides": folder_digest(templates) if templates is not None else None,
+                         "code": code_digest(), "torchscan": __version__, "matplotlib": matplotlib_version()})
 
 
 def entry_key(context: str, entry: Entry, results: list[dict[str, Any]], strict: bool) -> str:

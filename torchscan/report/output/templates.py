@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import json
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +33,12 @@ def markdown_escape(value: Any) -> str:
     if value is None:
         return ""
     text = " ".join(str(value).splitlines())
+    padded = f" {text} "  # a space before the first character and after the last
     out = []
-    for position, char in enumerate(text):
-        before = text[position - 1] if position else " "
-        after = text[position + 1] if position + 1 < len(text) else " "
+    for position, char in enumerate(text, 1):
         if char in MARKDOWN_ENTITIES:
             out.append(MARKDOWN_ENTITIES[char])
-        elif char in MARKDOWN_SPECIAL and _needs_escape(char, before, after):
+        elif char in MARKDOWN_SPECIAL and _needs_escape(char, padded[position - 1], padded[position + 1]):
             out.append("\\" + char)
         else:
             out.append(char)
@@ -58,22 +57,10 @@ def _needs_escape(char: str, before: str, after: str) -> bool:
     return True
 
 
-def _finalize_markdown(value: Any) -> Any:
-    return markdown_escape(value)
-
-
-def _status_class(cell: Cell) -> str:
-    return f"s-{cell.status}"
-
-
 def _sort_key(cell: Cell) -> str:
     if cell.sort is None:
         return ""
     return str(int(cell.sort)) if float(cell.sort).is_integer() else repr(float(cell.sort))
-
-
-def _json_pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True)
 
 
 def html_attribute(value: Any) -> Markup:
@@ -103,17 +90,16 @@ def environment(kind: str, overrides: str | None = None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(str(template_folder()))]
     if overrides:
         loaders.insert(0, jinja2.FileSystemLoader(overrides))
-    options: dict[str, Any] = {"loader": jinja2.ChoiceLoader(loaders), "undefined": jinja2.StrictUndefined,
-                               "keep_trailing_newline": True, "trim_blocks": True, "lstrip_blocks": True}
-    if kind == "html":
-        env = jinja2.Environment(autoescape=True, **options)
-    elif kind == "md":
-        env = jinja2.Environment(autoescape=False, finalize=_finalize_markdown, **options)
-    else:
+    if kind not in ("html", "md"):
         raise ValueError(f"unknown template kind {kind!r}")
-    env.filters.update({"status_class": _status_class, "sort_key": _sort_key, "md": markdown_escape,
-                        "layer_label": layer_label, "pretty": _json_pretty, "raw": Markup,
-                        "attr": html_attribute, "capitalize_first": capitalize_first, "count": count_text})
+    markdown = kind == "md"
+    env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), undefined=jinja2.StrictUndefined,
+                             autoescape=not markdown, finalize=markdown_escape if markdown else None,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update({"status_class": lambda cell: f"s-{cell.status}", "sort_key": _sort_key, "md": markdown_escape,
+                        "layer_label": layer_label, "pretty": partial(json.dumps, indent=2, sort_keys=True),
+                        "raw": Markup, "attr": html_attribute, "capitalize_first": capitalize_first,
+                        "count": count_text})
     return env
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ....views.formatting import PARAMETER_SCALES, SCALES, format_count, format_percent
+from ...review.wording import plural
 
 if TYPE_CHECKING:
     from ....views import Cell
+
+#: ``1 call``, ``5 calls``, ``1,200 calls``: a count in prose, worded as in every message and page.
+counted = plural
 
 
 @dataclass(frozen=True)
@@ -34,21 +38,19 @@ class Amount:
             return "n/a"
         return ("≥" if self.status == "partial" else "") + format_count(self.known, self.scales) + self.unit
 
-    @property
-    def short(self) -> str:
-        """As a label beside a bar: as the tables write it (one number style everywhere)."""
-        return self.text
-
 
 def amount_of(cell: Cell | None) -> Amount | None:
     """The drawable amount of a view cell; ``None`` when the cell holds no estimate (empty or covered)."""
     if cell is None or cell.status in ("empty", "covered"):
         return None
-    if cell.status == "complete":
-        return Amount(float(cell.sort or 0))
-    if cell.status == "partial":
-        return Amount(float(cell.sort or 0), "partial")
+    if cell.status in ("complete", "partial"):
+        return Amount(float(cell.sort or 0), cell.status)
     return Amount(0.0, "unavailable")
+
+
+def bytes_amount(cell: Cell) -> Amount:
+    """A byte count to draw (``1.2MB``); an unknown one is unavailable: listed as n/a, never drawn as zero."""
+    return replace(amount_of(cell) or Amount(0.0, "unavailable"), unit="B")
 
 
 def total_of(amounts: Sequence[Amount]) -> Amount:
@@ -77,18 +79,12 @@ def ranked(items: Sequence[tuple[str, Amount]]) -> list[tuple[str, Amount]]:
 def tick_text(value: float, scales: tuple[tuple[float, str], ...] = SCALES) -> str:
     """Axis and bar labels in the tables' units: ``0``, ``500``, ``1.5M``, ``−2G``; parameter axes (``scales=
     PARAMETER_SCALES``) write billions ``B``, as the parameter columns do."""
-    sign = "−" if value < 0 else ""
-    return sign + format_count(abs(value), scales)
+    return ("−" if value < 0 else "") + format_count(abs(value), scales)
 
 
 def parameter_amount(count: float) -> Amount:
     """A parameter count to draw, written as the parameter columns write it (``8.03B``)."""
     return Amount(float(count), scales=PARAMETER_SCALES)
-
-
-def counted(number: int, word: str) -> str:
-    """``1 call``, ``5 calls``, ``1,200 calls``: a count in prose, in full with thousands separators."""
-    return f"{number:,} {word}{'' if number == 1 else 's'}"
 
 
 def shorten(text: str, limit: int) -> str:

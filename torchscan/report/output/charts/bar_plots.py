@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....views.formatting import SCALES
 from .amounts import Amount, tick_text
 from .canvas import Canvas, no_ticks
 from .measure import fit_text, text_width
-from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE
+from .style import FONT, INK, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -44,30 +44,64 @@ def ranking_height(rows: float, notes: Sequence[str]) -> float:
 
 
 def partial_legend(bars: Sequence[Bar]) -> list[tuple[str, str, str]]:
-    return [("hatch", NEUTRAL, "≥ lower bound (partial)")] if any(bar.amount.status == "partial" for bar in bars) \
-        else []
+    partial = any(bar.amount.status == "partial" for bar in bars)
+    return [("hatch", NEUTRAL, "≥ lower bound (partial)")] if partial else []
+
+
+def ranking_axes(canvas: Canvas, bars: Sequence[Bar], notes: Sequence[str], rows: float, left: float = 0.0,
+                 right: float = WIDTH - 60) -> Axes:
+    """The axes of ``rows`` bar places between ``left`` and ``right`` (figure points), less the labels' margin."""
+    start = left + label_margin([bar.label for bar in bars])
+    return canvas.axes(start, ranking_bottom(notes), right - start, rows * ROW)
+
+
+def ranking_canvas(title: str, bars: Sequence[Bar], notes: Sequence[str], empty: str,
+                   legend: Sequence[tuple[str, str, str]] = (), rows: float = 0, **ranking: Any) -> Canvas:
+    """A figure of one titled ranking, ``rows`` bar places high (one per bar by default), with its notes under it
+    and its legend (``legend`` then the lower bound's); ``ranking`` goes to `paint_ranking`."""
+    rows = rows or max(len(bars), 1)
+    canvas = Canvas(WIDTH, ranking_height(rows, notes))
+    axes = ranking_axes(canvas, bars, notes, rows)
+    canvas.title(title)
+    paint_ranking(canvas, axes, bars, empty=empty, **ranking)
+    canvas.footnote(notes)
+    canvas.legend([*legend, *partial_legend(bars)])
+    return canvas
 
 
 def value_grid(canvas: Canvas, axes: Axes, axis: str, low: float, high: float, log: bool = False,
-               scales: tuple[tuple[float, str], ...] = SCALES) -> None:
-    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis), written
-    with ``scales`` as the tables write that quantity."""
+               scales: tuple[tuple[float, str], ...] = SCALES, suffix: str = "", locator: Any = None) -> None:
+    """Faint grid lines with their values along one axis (a few round numbers, or decades on a log axis, unless
+    ``locator`` picks them), written with ``scales`` as the tables write that quantity, then ``suffix`` (``B``)."""
     from matplotlib.ticker import LogLocator, MaxNLocator
 
-    locator = LogLocator(base=10.0, numticks=7) if log else MaxNLocator(nbins=4)
+    if locator is None:
+        locator = LogLocator(base=10.0, numticks=7) if log else MaxNLocator(nbins=4)
     ticks = [float(tick) for tick in locator.tick_values(low, high) if low <= tick <= high]
     if axis == "x":
         axes.vlines(ticks, 0, 1, transform=axes.get_xaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(tick, 0, tick_text(tick, scales), axes.get_xaxis_transform(), dy=-4, anchor="middle", number=True,
-                        baseline="hanging", size=FONT - 0.5)
+            canvas.text(tick, 0, tick_text(tick, scales) + suffix, axes.get_xaxis_transform(), dy=-4, anchor="middle",
+                        number=True, baseline="hanging", size=FONT - 0.5)
     else:
         axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6,
                     zorder=0, clip_on=False)
         for tick in ticks:
-            canvas.text(0, tick, tick_text(tick, scales), axes.get_yaxis_transform(), dx=-4, anchor="end",
+            canvas.text(0, tick, tick_text(tick, scales) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
                         size=FONT - 0.5, number=True)
+
+
+def log_axes(canvas: Canvas, axes: Axes, xs: tuple[float, float], ys: tuple[float, float],
+             x_scales: tuple[tuple[float, str], ...] = SCALES) -> None:
+    """Both axes logarithmic from low to high of ``xs`` and ``ys``, without ticks, with their decade grids."""
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    no_ticks(axes)
+    axes.set_xlim(*xs)
+    axes.set_ylim(*ys)
+    value_grid(canvas, axes, "x", *xs, log=True, scales=x_scales)
+    value_grid(canvas, axes, "y", *ys, log=True)
 
 
 def rectangles(spans: Sequence[tuple[float, float, float, float]]) -> list[list[tuple[float, float]]]:
@@ -97,9 +131,7 @@ def add_boxes(canvas: Canvas, axes: Axes, spans: Sequence[tuple[float, float, fl
 def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, log: bool = False,
                   positions: Sequence[float] | None = None, rows: int = 0) -> None:
     """Horizontal bars, largest at the top, each labelled with its value; an n/a row says so and has no bar.
-
-    ``positions`` (one per bar) places the bars; by default they follow one another.
-    """
+    ``positions`` (one per bar) places the bars; by default they follow one another."""
     axes.spines["bottom"].set_visible(False)
     if not bars:
         canvas.text(0.5, 0.5, empty, axes.transAxes, anchor="middle")
@@ -113,7 +145,7 @@ def paint_ranking(canvas: Canvas, axes: Axes, bars: Sequence[Bar], empty: str, l
     for position, bar in zip(positions, bars, strict=True):
         canvas.text(0, position, fit_text(bar.label, room, FONT), axes.get_yaxis_transform(), dx=-5, anchor="end")
         if bar.amount.drawn:
-            canvas.text(ends[position], position, bar.amount.short, axes.transData, dx=3, size=FONT - 0.5,
+            canvas.text(ends[position], position, bar.amount.text, axes.transData, dx=3, size=FONT - 0.5,
                         number=True)
         else:
             canvas.text(0, position, "n/a" + (f" ({bar.note})" if bar.note else ""), axes.get_yaxis_transform(),

@@ -25,11 +25,8 @@ MARGIN = 2.0
 
 
 class Canvas:
-    """A figure of fixed size in points (1/72 in): matplotlib draws shapes; labels and legends are SVG written here.
-
-    A label is placed by a matplotlib transform (data, axes or blended coordinates) resolved after drawing, plus an
-    offset in points; the browser aligns it with ``text-anchor`` and ``dominant-baseline``.
-    """
+    """A figure of fixed size in points (1/72 in): matplotlib draws shapes; labels and legends are SVG written here,
+    each placed by a matplotlib transform (data, axes or blended coordinates) resolved after drawing."""
 
     def __init__(self, width: float, height: float) -> None:
         from matplotlib.figure import Figure
@@ -46,9 +43,7 @@ class Canvas:
                                      max(height, 1) / self.height))
         axes.patch.set_visible(False)
         for side, visible in (("top", False), ("right", False), ("left", True), ("bottom", True)):
-            axes.spines[side].set_visible(visible)
-            axes.spines[side].set_color(INK)
-            axes.spines[side].set_linewidth(0.6)
+            axes.spines[side].set(visible=visible, color=INK, linewidth=0.6)
         no_ticks(axes)
         return axes
 
@@ -90,14 +85,13 @@ class Canvas:
         self._marks.append(f'<path d="M{x0:.2f} {self.height - y0:.2f}L{x1:.2f} {self.height - y1:.2f}" '
                            f'stroke="{INK}" stroke-opacity="0.45" stroke-width="0.5"/>')
 
-    def hover(self, x: float, y: float, text: str, radius: float = 5.0) -> None:
+    def hover(self, x: float, y: float, text: str) -> None:
         """An invisible disc at ``(x, y)`` (figure points) whose ``<title>`` the browser shows on hover: the static
         SVG way to name a point that has no label of its own."""
-        self._marks.append(f'<circle cx="{x:.2f}" cy="{self.height - y:.2f}" r="{radius:g}" fill="{INK}" '
+        self._marks.append(f'<circle cx="{x:.2f}" cy="{self.height - y:.2f}" r="5" fill="{INK}" '
                            f'fill-opacity="0"><title>{html.escape(text, quote=False)}</title></circle>')
 
-    def hatch(self, transform: Any, span: tuple[float, float, float, float], colour: str, narrowest: float = 0.0
-              ) -> None:
+    def hatch(self, transform: Any, span: tuple[float, float, float, float], colour: str, narrowest: float) -> None:
         """Diagonal lines over the box ``(x0, x1, y0, y1)`` (in ``transform``'s coordinates), which marks a lower
         bound; a box narrower than ``narrowest`` points keeps only its outline (the profile's thin bins)."""
         self._hatches.append((transform, span, colour, narrowest))
@@ -133,9 +127,8 @@ class Canvas:
             x, y = (float(value) for value in transform.transform((x, y)))
         x, y, text = self._inside(x + style.get("dx", 0.0), self.height - (y + style.get("dy", 0.0)), text, style)
         attributes = f'x="{x:.2f}" y="{y:.2f}" font-size="{style.get("size", FONT):g}"'
-        anchor = style.get("anchor", "start")
-        if anchor != "start":
-            attributes += f' text-anchor="{anchor}"'
+        if style.get("anchor", "start") != "start":
+            attributes += f' text-anchor="{style["anchor"]}"'
         baseline = style.get("baseline", "central")
         if baseline != "auto":
             attributes += f' dominant-baseline="{baseline}"'
@@ -184,7 +177,6 @@ def swatch(kind: str, colour: str, x: float, y: float) -> str:
 
 
 def no_ticks(axes: Axes) -> None:
-    axes.set_xticks([])
-    axes.set_yticks([])
-    axes.set_xticks([], minor=True)
-    axes.set_yticks([], minor=True)
+    for minor in (False, True):
+        axes.set_xticks([], minor=minor)
+        axes.set_yticks([], minor=minor)

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from ....views.formatting import PARAMETER_SCALES, format_parameters
 from .amounts import Amount, amount_of, counted, shorten
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height, value_grid
-from .canvas import Canvas, no_ticks
+from .bar_plots import Bar, log_axes, ranking_canvas
+from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .measure import fit_text, text_width
-from .style import FONT, INK, ROW, WIDTH, distinct_colours
+from .style import FONT, INK, WIDTH, distinct_colours
 from .svg_output import draw
 
 if TYPE_CHECKING:
@@ -147,15 +147,8 @@ def macs_per_model_chart(runs: Sequence[tuple[EntrySummary, RunSummary]], colour
 
     def paint() -> Canvas:
         positions = group_positions(groups)
-        span = (positions[-1] + 1) if positions else 1
-        canvas = Canvas(WIDTH, ranking_height(span, notes))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, span * ROW)
-        canvas.title("MACs per model (logarithmic axis)")
-        paint_ranking(canvas, axes, bars, empty="no model has MACs", log=True, positions=positions)
-        canvas.footnote(notes)
-        canvas.legend(partial_legend(bars))
-        return canvas
+        return ranking_canvas("MACs per model (logarithmic axis)", bars, notes, "no model has MACs",
+                              rows=(positions[-1] + 1) if positions else 1, log=True, positions=positions)
 
     return chart, paint
 
@@ -178,7 +171,7 @@ def paint_scatter(canvas: Canvas, axes: Axes, points: Sequence[Point], colours: 
         return
     xs = [float(params) for _, _, params, _ in points]
     ys = [macs.known for *_, macs in points]
-    _log_axes(canvas, axes, xs, ys)
+    log_axes(canvas, axes, (min(xs) / 3, max(xs) * 3), (min(ys) / 3, max(ys) * 3), PARAMETER_SCALES)
     _variant_lines(axes, points, xs, ys, colours)
     _markers(axes, points, xs, ys, colours)
     canvas.text(0.5, 0, "parameters", axes.transAxes, dy=-20, anchor="middle", size=FONT - 0.5)
@@ -206,29 +199,14 @@ def _variant_lines(axes: Axes, points: Sequence[Point], xs: Sequence[float],
 def _markers(axes: Axes, points: Sequence[Point], xs: Sequence[float], ys: Sequence[float],
              colours: dict[str, str]) -> None:
     """Exact points as filled dots, lower bounds on MACs as hollow triangles."""
-    styles: tuple[tuple[str, dict[str, Any]], ...] = (
-        ("complete", {"marker": "o", "s": 24, "linewidths": 0}),
-        ("partial", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
-    for status, style in styles:
+    styles: tuple[tuple[str, str, dict[str, Any]], ...] = (
+        ("complete", "color", {"marker": "o", "s": 24, "linewidths": 0}),
+        ("partial", "edgecolors", {"marker": "^", "s": 34, "facecolors": "none", "linewidths": 1.2}))
+    for status, colour, style in styles:
         chosen = [index for index, (*_, macs) in enumerate(points) if macs.status == status]
         if chosen:
-            key = "color" if status == "complete" else "edgecolors"
-            colour: dict[str, Any] = {key: [colours[points[index][0]] for index in chosen]}
             axes.scatter([xs[index] for index in chosen], [ys[index] for index in chosen], zorder=3, clip_on=False,
-                         **colour, **style)
-
-
-def _log_axes(canvas: Canvas, axes: Axes, xs: Sequence[float], ys: Sequence[float]) -> None:
-    """Logarithmic axes with room around the points, and their decade grids."""
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    no_ticks(axes)
-    low_x, high_x = min(xs) / 3, max(xs) * 3
-    low_y, high_y = min(ys) / 3, max(ys) * 3
-    axes.set_xlim(low_x, high_x)
-    axes.set_ylim(low_y, high_y)
-    value_grid(canvas, axes, "x", low_x, high_x, log=True, scales=PARAMETER_SCALES)
-    value_grid(canvas, axes, "y", low_y, high_y, log=True)
+                         **{colour: [colours[points[index][0]] for index in chosen], **style})
 
 
 def named_points(points: Sequence[Point]) -> list[int]:

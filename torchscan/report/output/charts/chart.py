@@ -29,30 +29,25 @@ class Chart:
 
     @property
     def html(self) -> str:
-        return figure_html(self)
+        """The chart as a ``<figure>``: the SVG, a caption (summary and notes) and the numbers behind it."""
+        escape = html.escape
+        lines = ['<figure class="torchscan-chart" data-search-exclude>']
+        if self.svg:
+            lines.append(self.svg)
+        notes = "".join(f' <span class="torchscan-chart-note">{escape(note)}</span>' for note in self.notes)
+        lines.append(f"<figcaption><strong>{escape(self.title)}.</strong> {escape(self.summary)}{notes}</figcaption>")
+        if self.rows:
+            head = "".join(f"<th>{escape(cell)}</th>" for cell in self.headers)
+            body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in self.rows)
+            lines.append(f"<details><summary>The numbers ({counted(len(self.rows), 'row')})</summary><table><thead>"
+                         f"<tr>{head}</tr></thead><tbody>{body}</tbody></table></details>")
+        lines.append("</figure>")
+        return "\n".join(lines)
 
     @property
     def section(self) -> str:
-        """Where a page shows the chart: ``memory`` (its memory section), ``time`` (its time section) or ``cost``
-        (where the cost goes)."""
+        """The page section that shows the chart, by its key: ``memory``, ``time`` or ``cost`` (where the cost goes)."""
         return next((section for section in ("memory", "time") if self.key.startswith(section)), "cost")
 
 
 Painter = Callable[[], "Canvas"]
-
-
-def figure_html(chart: Chart) -> str:
-    """The chart as a ``<figure>``: the SVG, a caption (summary and notes) and the numbers behind it."""
-    escape = html.escape
-    lines = ['<figure class="torchscan-chart" data-search-exclude>']
-    if chart.svg:
-        lines.append(chart.svg)
-    notes = "".join(f' <span class="torchscan-chart-note">{escape(note)}</span>' for note in chart.notes)
-    lines.append(f"<figcaption><strong>{escape(chart.title)}.</strong> {escape(chart.summary)}{notes}</figcaption>")
-    if chart.rows:
-        head = "".join(f"<th>{escape(cell)}</th>" for cell in chart.headers)
-        body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in chart.rows)
-        lines.append(f"<details><summary>The numbers ({counted(len(chart.rows), 'row')})</summary><table><thead>"
-                     f"<tr>{head}</tr></thead><tbody>{body}</tbody></table></details>")
-    lines.append("</figure>")
-    return "\n".join(lines)

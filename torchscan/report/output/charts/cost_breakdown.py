@@ -10,22 +10,13 @@ from typing import TYPE_CHECKING
 
 from ....views.formatting import format_parameters
 from .amounts import Amount, amount_of, counted, parameter_amount, ranked, share_text, shorten, total_of
-from .bar_plots import (
-    Bar,
-    add_boxes,
-    label_margin,
-    paint_ranking,
-    partial_legend,
-    ranking_bottom,
-    ranking_height,
-    value_grid,
-)
+from .bar_plots import Bar, add_boxes, paint_ranking, partial_legend, ranking_axes, ranking_height, value_grid
 from .canvas import Canvas
 from .chart import TABLE_ROWS, Chart, Painter
 from .device_memory import device_memory_chart
 from .memory_breakdown import memory_charts
 from .roofline import roofline_chart
-from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, ROW, UNAVAILABLE, WIDTH
+from .style import FONT, INK, METRIC_NAMES, NEUTRAL, PALETTE, UNAVAILABLE, WIDTH
 from .svg_output import draw
 from .top_calls import covered_sentence, top_calls_chart
 
@@ -39,16 +30,14 @@ PROFILE_BARS = 200  # the profile's largest number of bars: more calls are summe
 
 
 def report_charts(view: ReportView) -> list[Chart]:
-    """Cost and parameters by layer type, the most expensive calls, the profile along execution order and, for a
-    report that traced memory, what is live at the peak and the calls with the most bytes (keys ``memory...``: the
-    page shows them in its memory section) and, for a sized sharded step, per-device memory against world size (the
-    page shows it in its sharded-training section) and, for a run bounded on a named device, the roofline of its
-    layer calls (key ``time-roofline``: the page's time section)."""
+    """Cost and parameters by layer type, the most expensive calls and the profile along execution order, then the
+    charts of what the report has: traced memory, a sized sharded step, a roofline bound on a named device (a page
+    shows each chart in the section its key names: see `Chart.section`)."""
     metric = cost_metric(view.layers)
     calls = [row for row in view.layers if metric in row.own]
     colours = type_colours([(row.type_name, amount_of(row.own[metric]) or Amount()) for row in calls])
     charts = [draw(*by_type_chart(view, calls, metric)), draw(*top_calls_chart(view, calls, metric, colours)),
-              draw(*profile_chart(view, calls, metric))]
+              draw(*profile_chart(view, calls, metric, colours))]
     charts += memory_charts(view.memory) if view.memory is not None else []
     sizing = view.parallel.sizing if view.parallel is not None else None
     charts += [device_memory_chart(sizing)] if sizing is not None else []
@@ -82,9 +71,9 @@ def by_type_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> t
     chart = Chart("by-type", f"{unit} and parameters by layer type", summary,
                   ("Layer type", "Calls", unit, f"Share of counted {unit}", "Parameters", "Share of parameters"),
                   rows[:TABLE_ROWS], notes)
-    panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0], "types"),
-               f"{unit} by layer type (total {whole_cost.short})", "no estimates"),
-              (top_with_other(param_items, TOP_TYPES, PALETTE[2], "types"),
+    panels = ((top_with_other(cost_items, TOP_TYPES, PALETTE[0]),
+               f"{unit} by layer type (total {whole_cost.text})", "no estimates"),
+              (top_with_other(param_items, TOP_TYPES, PALETTE[2]),
                f"Parameters by layer type (total {format_parameters(int(whole_params.known))})", "no parameters"))
     return chart, lambda: paint_by_type(panels, notes)
 
@@ -125,10 +114,9 @@ def paint_by_type(panels: Sequence[tuple[list[Bar], str, str]], notes: Sequence[
     canvas.legend(legend, x=6, y=canvas.height - 30)
     half = (WIDTH - 24) / 2
     for index, (bars, title, empty) in enumerate(panels):
-        left = index * (half + 24) + label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), index * (half + 24) + half - 46 - left, count * ROW)
-        canvas.text(index * (half + 24) + 6, canvas.height - 14, title, size=FONT + 1, weight="bold",
-                    baseline="auto")
+        start = index * (half + 24)
+        axes = ranking_axes(canvas, bars, notes, count, start, start + half - 46)
+        canvas.text(start + 6, canvas.height - 14, title, size=FONT + 1, weight="bold", baseline="auto")
         paint_ranking(canvas, axes, bars, empty=empty, rows=count)
     canvas.footnote(notes)
     return canvas
@@ -143,13 +131,13 @@ class Stage:
     stop: int
 
 
-def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str) -> tuple[Chart, Painter]:
+def profile_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, colours: dict[str, str]
+                  ) -> tuple[Chart, Painter]:
     unit = METRIC_NAMES[metric]
     amounts = [amount_of(row.own[metric]) or Amount() for row in calls]
     size = max(1, math.ceil(len(calls) / PROFILE_BARS))
     starts = range(0, len(calls), size)
     bins = [total_of(amounts[start:start + size]) for start in starts]
-    colours = type_colours([(row.type_name, amount) for row, amount in zip(calls, amounts, strict=True)])
     bin_colours = [dominant_colour(calls[start:start + size], amounts[start:start + size], colours)
                    for start in starts]
     stages = stage_runs(view.layers, calls)
@@ -244,13 +232,13 @@ def _stage_label(path: str) -> str:
     return ".".join(parts[-2:]) if parts[-1].isdigit() and len(parts) > 1 else parts[-1]
 
 
-def top_with_other(items: Sequence[tuple[str, Amount]], count: int, colour: str, what: str) -> list[Bar]:
-    """The first ``count`` drawable items as bars, the rest summed into one "other" bar."""
+def top_with_other(items: Sequence[tuple[str, Amount]], count: int, colour: str) -> list[Bar]:
+    """The first ``count`` drawable layer types as bars, the rest summed into one "other" bar."""
     drawn = [(name, amount) for name, amount in items if amount.status == "partial" or amount.known > 0]
     bars = [Bar(shorten(name, 30), amount, colour) for name, amount in drawn[:count]]
     rest = drawn[count:]
     if rest:
-        bars.append(Bar(f"other ({len(rest):,} {what})", total_of([amount for _, amount in rest]), NEUTRAL))
+        bars.append(Bar(f"other ({len(rest):,} types)", total_of([amount for _, amount in rest]), NEUTRAL))
     return bars
 
 

@@ -91,12 +91,11 @@ def paint_delta_chart(unit: str, shown: Sequence[LayerDelta], shown_unknown: Seq
     canvas.title(f"Largest per-layer {unit} changes (after − before)")
     paint_deltas(canvas, axes, shown, shown_unknown, labels)
     canvas.footnote(notes)
-    legend = [item for item, present in (
+    canvas.legend([item for item, present in (
         (("fill", INCREASE, "more expensive"), any((delta.value or 0) > 0 for delta in shown)),
         (("fill", DECREASE, "cheaper"), any((delta.value or 0) < 0 for delta in shown)),
         (("hatch", NEUTRAL, "≥ lower bound"), any(delta.status == "partial" for delta in shown)),
-        (("question", UNAVAILABLE, "unknown"), bool(shown_unknown))) if present]
-    canvas.legend(legend)
+        (("question", UNAVAILABLE, "unknown"), bool(shown_unknown))) if present])
     return canvas
 
 

@@ -3,21 +3,18 @@
 Drawn from `torchscan.views.parallel.SizingView` (the rows of the page's sizing table): one stacked column per world
 size the entry analyzed, each segment a category live at that world size's per-device peak (sharded parameters,
 unsharded parameters in flight, gradient shards, optimizer state, saved activations, temporaries, ...); a solid line
-at the device's memory and a dashed one at what is usable once the headroom is kept free. A lower bound is hatched and
-marked ``≥``, as in every chart; a category that is not known is listed as n/a under the chart, never drawn as zero.
+at the device's memory and a dashed one at what is usable once the headroom is kept free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ....views.cells import Cell
 from ....views.formatting import format_bytes
 from ....views.parallel import SizingPoint, SizingView
-from .amounts import Amount, amount_of, tick_text, total_of
-from .bar_plots import Bar, add_boxes, partial_legend
+from .amounts import Amount, bytes_amount, total_of
+from .bar_plots import Bar, add_boxes, partial_legend, value_grid
 from .canvas import Canvas, no_ticks
 from .chart import Chart
 from .measure import text_width
@@ -54,7 +51,7 @@ def device_memory_chart(sizing: SizingView) -> Chart:
              *(next((part.bytes.text for part in point.parts if part.key == key), "0B") for key in keys))
             for point in sizing.points]
     notes = [f"n/a (not drawn, never zero): {part.label} at world size {point.world_size}" for point in sizing.points
-             for part in point.parts if _amount(part.bytes).status == "unavailable"]
+             for part in point.parts if bytes_amount(part.bytes).status == "unavailable"]
     chart = Chart(DEVICE_CHART_KEY, TITLE, summary(sizing), headers, rows, notes)
     return draw(chart, lambda: paint(sizing, keys, labels, notes))
 
@@ -65,7 +62,7 @@ def summary(sizing: SizingView) -> str:
             f"peak, by category (traced tensor bytes of one rank, without the communication library's buffers, the "
             f"allocator's caching or kernel workspaces). The solid line is one device's memory, "
             f"{format_bytes(sizing.device_memory)}; the dashed line what is usable with "
-            f"{_percent(sizing.headroom)} kept free, {format_bytes(sizing.usable)}.")
+            f"{100 * sizing.headroom:g}% kept free, {format_bytes(sizing.usable)}.")
 
 
 def world_label(point: SizingPoint) -> str:
@@ -75,7 +72,7 @@ def world_label(point: SizingPoint) -> str:
 
 def drawn_categories(points: Sequence[SizingPoint]) -> list[str]:
     """The categories some column draws (more than zero bytes known), in report order."""
-    drawn = {part.key for point in points for part in point.parts if _amount(part.bytes).known > 0}
+    drawn = {part.key for point in points for part in point.parts if bytes_amount(part.bytes).known > 0}
     return [key for key in CATEGORY_COLOURS if key in drawn]
 
 
@@ -84,7 +81,7 @@ def paint(sizing: SizingView, keys: list[str], labels: dict[str, str], notes: li
     columns = [column_amounts(point, keys) for point in sizing.points]
     legend = [("fill", CATEGORY_COLOURS[key], labels[key]) for key in keys]
     legend += [("line", INK, "device memory"), ("dashed", INK, "usable")]
-    legend += partial_legend_of(columns)
+    legend += partial_legend([Bar("", total_of([amount for _, amount in column])) for column in columns])
     lines = [legend[start:start + LEGEND_ROW] for start in range(0, len(legend), LEGEND_ROW)]
     bottom = BELOW + (12.0 if notes else 0.0)
     height = bottom + PLOT_HEIGHT + 30.0 + 14.0 * len(lines)
@@ -101,24 +98,20 @@ def paint(sizing: SizingView, keys: list[str], labels: dict[str, str], notes: li
 
 def column_amounts(point: SizingPoint, keys: list[str]) -> list[tuple[str, Amount]]:
     """One column's segments: ``(colour, amount)`` of each drawn category, in ``keys`` order."""
-    by_key = {part.key: _amount(part.bytes) for part in point.parts}
+    by_key = {part.key: bytes_amount(part.bytes) for part in point.parts}
     return [(CATEGORY_COLOURS[key], by_key[key]) for key in keys if key in by_key and by_key[key].drawn]
-
-
-def partial_legend_of(columns: Sequence[list[tuple[str, Amount]]]) -> list[tuple[str, str, str]]:
-    """The lower-bound entry of the legend, when some column's total is one."""
-    partial = [Bar("", total_of([amount for _, amount in column])) for column in columns]
-    return partial_legend(partial)
 
 
 def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[list[tuple[str, Amount]]]) -> None:
     """Stacked columns at evenly spaced positions (world sizes are labels, not a scale), value grid, lines."""
+    from matplotlib.ticker import MaxNLocator
+
     tops = [sum(amount.known for _, amount in column) for column in columns]
     high = max([*tops, sizing.device_memory]) * 1.14
     no_ticks(axes)
     axes.set_xlim(-0.6, len(columns) - 0.4)
     axes.set_ylim(0, high)
-    _grid(canvas, axes, high)
+    value_grid(canvas, axes, "y", 0, high, suffix="B", locator=MaxNLocator(nbins=5))
     spans, colours, statuses = [], [], []
     for position, column in enumerate(columns):
         start = 0.0
@@ -143,18 +136,16 @@ def paint_columns(canvas: Canvas, axes: Axes, sizing: SizingView, columns: list[
 
 def value_label(canvas: Canvas, axes: Axes, at: tuple[float, float], text: str, lines: Sequence[float],
                 room: tuple[float, float]) -> None:
-    """A column's peak, written over its top; where a device line would run through it there, beside the column's
-    top when it fits there clear of the lines, else above the lines (a label crossed by a line cannot be read).
-    ``room`` is the label's height in bytes and the points free right of a column."""
+    """A column's peak, written over its top or, where a device line would run through it, beside the top when it
+    fits there clear of the lines, else above them; ``room`` is its height in bytes and the points right of a column."""
     (position, top), (height, beside) = at, room
     style = {"size": FONT - 0.5, "number": True}
-    if clear_of(top, lines, height) == top:
-        canvas.text(position, top, text, axes.transData, dy=4, anchor="middle", baseline="auto", **style)
-    elif text_width(text, FONT - 0.5) <= beside and clear_of(top - height / 2, lines, height) == top - height / 2:
+    base = clear_of(top, lines, height)
+    middle = top - height / 2
+    if base != top and text_width(text, FONT - 0.5) <= beside and clear_of(middle, lines, height) == middle:
         canvas.text(position + 0.32, top, text, axes.transData, dx=3, dy=-5, **style)
     else:
-        canvas.text(position, clear_of(top, lines, height), text, axes.transData, dy=4, anchor="middle",
-                    baseline="auto", **style)
+        canvas.text(position, base, text, axes.transData, dy=4, anchor="middle", baseline="auto", **style)
 
 
 def clear_of(top: float, lines: Sequence[float], height: float) -> float:
@@ -177,24 +168,3 @@ def _device_lines(canvas: Canvas, axes: Axes, sizing: SizingView) -> None:
         dy = 5 if value == sizing.device_memory else -5
         canvas.text(1, value, f"{format_bytes(value)} {label}", axes.get_yaxis_transform(), dx=5, dy=dy,
                     size=FONT - 0.5)
-
-
-def _grid(canvas: Canvas, axes: Axes, high: float) -> None:
-    """Faint horizontal lines at round byte values, labelled as the tables write bytes."""
-    from matplotlib.ticker import MaxNLocator
-
-    ticks = [float(tick) for tick in MaxNLocator(nbins=5).tick_values(0, high) if 0 <= tick <= high]
-    axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6, zorder=0,
-                clip_on=False)
-    for tick in ticks:
-        canvas.text(0, tick, tick_text(tick) + "B", axes.get_yaxis_transform(), dx=-4, anchor="end",
-                    size=FONT - 0.5, number=True)
-
-
-def _amount(cell: Cell) -> Amount:
-    """A category's bytes to draw (an unknown one is unavailable: listed, never drawn as zero)."""
-    return replace(amount_of(cell) or Amount(0.0, "unavailable"), unit="B")
-
-
-def _percent(fraction: float) -> str:
-    return f"{100 * fraction:g}%"

@@ -1,9 +1,6 @@
 """How wide a label is, without a font at hand: advance widths of DejaVu Sans, the widest common sans-serif face
-and the one a system font stack falls back to on Linux, so a label measured here fits in narrower faces too.
-
-The charts' labels use the page's font; the drawing never lays text out itself, so every placement that must not
-cut a label (a point's name, a bar's label, a legend) measures it here and shortens it when it does not fit.
-"""
+and the one a system font stack falls back to on Linux, so a label measured here fits in narrower faces too. Every
+placement that must not cut a label (a point's name, a bar's label, a legend) measures it here and shortens it."""
 
 from __future__ import annotations
 
@@ -18,9 +15,9 @@ EM = {character: width for width, characters in _WIDTHS.items() for character in
 BOLD = 1.1
 
 
-def text_width(text: str, size: float, bold: bool = False) -> float:
+def text_width(text: str, size: float) -> float:
     """The width of ``text`` in points at font size ``size``."""
-    return sum(EM.get(character, 1.0) for character in text) * size * (BOLD if bold else 1.0)
+    return sum(EM.get(character, 1.0) for character in text) * size
 
 
 def most_characters(room: float, size: float) -> int:

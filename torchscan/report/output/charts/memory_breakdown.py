@@ -3,10 +3,8 @@ report has one, the training step's steady state, then its first step where that
 category (parameters, activations, gradients, ...); and the layer calls with the largest outputs and those that saved
 the most for backward, as rankings.
 
-Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables. Bytes are written as every
-view writes them (``1.2MB``, decimal prefixes); a lower bound is hatched and marked ``≥``, and a category that is
-not known is listed as n/a under the chart, never drawn as zero. The legend names the categories the bars draw:
-one of zero bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry.
+Drawn from `torchscan.views.memory.MemoryView`, the rows of the page's memory tables, with bytes written as every
+view writes them (``1.2MB``, decimal prefixes).
 """
 
 from __future__ import annotations
@@ -14,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ....views.memory import MemoryCall, MemoryPart, MemoryView
-from .amounts import Amount, amount_of, counted, shorten, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
+from .amounts import Amount, amount_of, bytes_amount, counted, shorten, total_of
+from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_canvas
 from .canvas import Canvas
 from .chart import Chart
 from .style import NEUTRAL, PALETTE, ROW, WIDTH
@@ -52,17 +50,7 @@ def calls_chart(key: str, title: str, what: str, calls: list[MemoryCall]) -> Cha
     summary = f"The top {counted(len(calls), 'layer call')} by {what}."
     chart = Chart(key, title, summary, ("Rank", "Layer call", "Type", "Bytes"),
                   [(str(rank), call.label, call.type, call.bytes.text) for rank, call in enumerate(calls, 1)])
-
-    def paint() -> Canvas:
-        canvas = Canvas(WIDTH, ranking_height(len(bars), []))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom([]), WIDTH - 60 - left, len(bars) * ROW)
-        canvas.title(title)
-        paint_ranking(canvas, axes, bars, empty="no call")
-        canvas.legend(partial_legend(bars))
-        return canvas
-
-    return draw(chart, paint)
+    return draw(chart, lambda: ranking_canvas(title, bars, [], "no call"))
 
 
 def memory_chart(memory: MemoryView) -> Chart:
@@ -79,7 +67,7 @@ def memory_chart(memory: MemoryView) -> Chart:
              for part in parts if (amount_of(part.bytes) or Amount()).status == "unavailable"]
     chart = Chart(MEMORY_CHART_KEY, "Memory at the peak", memory_summary(memory),
                   ("Peak", "Category", "Bytes", "Share of the peak"), rows, notes)
-    return draw(chart, lambda: paint_memory(bars, legend_items(drawn_categories(peaks)), notes))
+    return draw(chart, lambda: paint_memory(bars, legend_items(peaks), notes))
 
 
 def memory_summary(memory: MemoryView) -> str:
@@ -98,8 +86,8 @@ def memory_summary(memory: MemoryView) -> str:
 def peak_phrases(memory: MemoryView) -> list[str]:
     """``at the forward's peak (12kB, at layer call 0, operator aten.addmm (operator #3))``, one per drawn peak."""
     phrases = []
-    if memory.forward is not None:
-        forward = memory.forward
+    forward = memory.forward
+    if forward is not None:
         phrases.append(f"at the forward's peak ({forward.peak.text}, at {forward.peak_layer}, operator "
                        f"{forward.peak_operator})")
     step = memory.training
@@ -116,32 +104,20 @@ def peak_phrases(memory: MemoryView) -> list[str]:
 
 def stacked_bar(label: str, parts: list[MemoryPart]) -> Bar:
     """One peak: its categories end to end (an unknown category adds nothing drawn and makes the total a bound)."""
-    amounts = [(part.key, bytes_amount(part)) for part in parts]
+    amounts = [(part.key, bytes_amount(part.bytes)) for part in parts]
     segments = tuple((CATEGORY_COLOURS.get(key, NEUTRAL), amount) for key, amount in amounts if amount.drawn)
     return Bar(label, replace(total_of([amount for _, amount in amounts]), unit="B"), PALETTE[0], segments=segments)
 
 
-def bytes_amount(part: MemoryPart) -> Amount:
-    return replace(amount_of(part.bytes) or Amount(0.0, "unavailable"), unit="B")
-
-
-def drawn_categories(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str]]:
-    """``(key, label)`` of every category that some peak's bar draws, in the order the bars show them."""
-    return [(part.key, part.label) for _, parts in peaks for part in parts if drawn_bytes(part) > 0]
-
-
-def drawn_bytes(part: MemoryPart) -> float:
-    """The bytes a category's segment draws: 0 when it has none or is not drawn (unknown), so that the legend
-    names only the colours the bars show."""
-    amount = bytes_amount(part)
-    return amount.known if amount.drawn else 0.0
-
-
-def legend_items(categories: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
-    """Each category once, in the order the bars show them (the caller leaves out those no bar draws)."""
+def legend_items(peaks: list[tuple[str, list[MemoryPart]]]) -> list[tuple[str, str, str]]:
+    """Each category that some peak's bar draws, once, in the order the bars show them: one of zero (or unknown)
+    bytes at every peak (a model without buffers) keeps its row in the numbers, not a legend entry."""
     seen: dict[str, str] = {}
-    for key, label in categories:
-        seen.setdefault(key, label)
+    for _, parts in peaks:
+        for part in parts:
+            amount = bytes_amount(part.bytes)
+            if amount.drawn and amount.known > 0:
+                seen.setdefault(part.key, part.label)
     return [("fill", CATEGORY_COLOURS.get(key, NEUTRAL), label) for key, label in seen.items()]
 
 
@@ -149,7 +125,7 @@ def paint_memory(bars: list[Bar], legend: list[tuple[str, str, str]], notes: lis
     """The stacked bars under the title and a legend wrapped in rows of `LEGEND_ROW` entries."""
     legend = legend + partial_legend(bars)
     lines = [legend[start:start + LEGEND_ROW] for start in range(0, len(legend), LEGEND_ROW)]
-    bottom = 8.0 + (13.0 if notes else 0.0)
+    bottom = ranking_bottom(notes)
     height = bottom + len(bars) * ROW * 1.6 + 30.0 + 14.0 * len(lines)
     canvas = Canvas(WIDTH, height)
     left = label_margin([bar.label for bar in bars])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ....views.formatting import format_count, format_seconds
 from ....views.timing import TimedCall, TimeView
 from .amounts import counted
-from .bar_plots import value_grid
+from .bar_plots import log_axes
 from .canvas import Canvas
 from .chart import Chart
 from .style import FONT, INK, PALETTE, WIDTH
@@ -70,23 +70,17 @@ def paint(time: TimeView) -> Canvas:
     """Title, legend, the log-log axes with decade grids, the roofs and the points."""
     ridge = (time.peak or 1.0) / (time.bandwidth or 1.0)
     achieved = [call for call in time.calls if time.achieved_on_hardware and call.achieved]  # same device only
-    (x_low, x_high), (y_low, y_high) = _limits(time, achieved, ridge)
+    x_range, y_range = _limits(time, achieved, ridge)
     canvas = Canvas(WIDTH, PLOT_HEIGHT + 80.0)
     left, bottom = 58.0, 32.0
     axes = canvas.axes(left, bottom, WIDTH - left - 16.0, PLOT_HEIGHT)
-    axes.set_xscale("log")
-    axes.set_yscale("log")
-    axes.set_xlim(x_low, x_high)
-    axes.set_ylim(y_low, y_high)
-    _no_log_ticks(axes)
     canvas.title(TITLE + f" on {time.hardware}")
     canvas.legend(_legend(time, bool(achieved)), x=left, y=PLOT_HEIGHT + bottom + 26.0)
-    value_grid(canvas, axes, "x", x_low, x_high, log=True)
-    value_grid(canvas, axes, "y", y_low, y_high, log=True)
+    log_axes(canvas, axes, x_range, y_range)
     canvas.text(left + (WIDTH - left - 16.0) / 2, 4, "arithmetic intensity (FLOP/byte)", anchor="middle",
                 baseline="auto", size=FONT - 0.5)
     canvas.text(10, bottom + PLOT_HEIGHT / 2, "FLOP/s", anchor="middle", size=FONT - 0.5, rotate=-90)
-    _roofs(canvas, axes, time, x_low, x_high, ridge)
+    _roofs(canvas, axes, time, *x_range, ridge)
     _points(canvas, axes, time.calls, achieved)
     return canvas
 
@@ -116,14 +110,6 @@ def _decades(low: float, high: float) -> tuple[float, float]:
         start -= 1
         stop += 1
     return 10.0 ** start, 10.0 ** stop
-
-
-def _no_log_ticks(axes: Axes) -> None:
-    from matplotlib.ticker import NullLocator
-
-    for axis in (axes.xaxis, axes.yaxis):
-        axis.set_major_locator(NullLocator())
-        axis.set_minor_locator(NullLocator())
 
 
 def _roofs(canvas: Canvas, axes: Axes, time: TimeView, x_low: float, x_high: float, ridge: float) -> None:

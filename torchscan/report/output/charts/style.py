@@ -6,6 +6,8 @@ import colorsys
 INK = "#0a0b0c"
 #: Mid-tone colours that read on a white and on a near-black page alike.
 PALETTE = ("#4e8ff7", "#f28e2b", "#3aa65a", "#e05d6f", "#9c6ade", "#1fa9b8", "#c9a227", "#d46fb5")
+#: More mid-tone colours, each far from the palette's and each other's hues, for catalogs of up to 16 models.
+MORE_COLOURS = ("#8c9a1d", "#4c5fd5", "#a5643a", "#35b88f", "#b04ec7", "#6d8fa8", "#e0806a", "#7a6a2e")
 NEUTRAL = "#8c959f"
 INCREASE = "#e8702a"
 DECREASE = "#4e8ff7"
@@ -14,10 +16,6 @@ METRIC_NAMES = {"macs": "MACs", "module_flops": "FLOPs", "dmas": "DMAs"}
 WIDTH = 612.0  # points (8.5 in); every chart has this width, heights follow the number of rows
 FONT = 8.5
 ROW = 15.0  # points per bar of a ranking
-
-
-#: More mid-tone colours, each far from the palette's and each other's hues, for catalogs of up to 16 models.
-MORE_COLOURS = ("#8c9a1d", "#4c5fd5", "#a5643a", "#35b88f", "#b04ec7", "#6d8fa8", "#e0806a", "#7a6a2e")
 
 
 def distinct_colours(count: int) -> list[str]:

@@ -34,18 +34,14 @@ def draw(chart: Chart, painter: Painter) -> Chart:
         chart.notes.append(MISSING_MATPLOTLIB)
         return chart
     with drawing_settings():
-        raw = painter().svg()
-    chart.svg = inline_svg(raw, chart.title, chart.summary)
+        chart.svg = inline_svg(painter().svg(), chart.title, chart.summary)
     return chart
 
 
 @contextmanager
 def drawing_settings() -> Iterator[None]:
-    """matplotlib's defaults plus ours, whatever the user's matplotlibrc says; restored afterwards.
-
-    rcParams are process-global: every chart sets the same values, so concurrent drawing in threads agrees; figures
-    themselves are plain ``Figure`` objects (no pyplot registry), so processes and threads share nothing else.
-    """
+    """matplotlib's defaults plus ours, whatever the user's matplotlibrc says; restored afterwards. rcParams are
+    process-global, but every chart sets the same values, so concurrent drawing in threads agrees."""
     import matplotlib
 
     with matplotlib.rc_context():
@@ -68,8 +64,7 @@ def inline_svg(raw: str, title: str, description: str) -> str:
     text = text.replace("url(#", f"url(#{prefix}").replace('href="#', f'href="#{prefix}')
     text = text.replace(INK, "currentColor")
     opening = re.match(r"<svg[^>]*>", text)
-    size = re.search(r'width="([\d.]+)pt" height="([\d.]+)pt" viewBox="([^"]+)"', opening.group(0)) \
-        if opening else None
+    size = opening and re.search(r'width="([\d.]+)pt" height="([\d.]+)pt" viewBox="([^"]+)"', opening.group(0))
     if opening is None or size is None:
         raise ValueError("unexpected SVG from matplotlib: no root element with a size")
     root = (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '

@@ -2,18 +2,18 @@
 
 Drawn from `torchscan.views.sweep.SweepView`. Each metric is a colour; its analyzed points are dots joined by thin
 straight segments that only guide the eye (no value between two points is claimed: the exact formula in the caption
-and the curves table say what holds, and on which sizes). A lower bound is a hollow triangle marked as such, and an
-unavailable value is not drawn (the table says n/a). The axes are logarithmic where the values span a wide range
-(more than a factor of 4), so a quadratic term shows as a steeper slope; the x ticks are the analyzed sizes.
+and the curves table say what holds, and on which sizes), a lower bound a hollow triangle. The axes are logarithmic
+where the values span a wide range, so a quadratic term shows as a steeper slope; the x ticks are the analyzed sizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ....views.sweep import KV_CACHE, SWEPT_METRICS, SweepView
-from .amounts import Amount, amount_of, tick_text
+from .amounts import Amount, amount_of
+from .bar_plots import value_grid
 from .canvas import Canvas, no_ticks
 from .chart import Chart
 from .style import FONT, INK, PALETTE, WIDTH
@@ -43,10 +43,9 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
     """The metrics ``keys`` of ``view`` against its quantity; their exact formulas are the caption, the points the
     table."""
     series = _series(view, keys)
-    summary = _caption(view, keys)
     columns = [index for index, (metric, _) in enumerate(view.metrics) if metric in keys]
     rows = [(point.size_text, *(point.cells[index].text for index in columns)) for point in view.points]
-    chart = Chart(key, title, summary, (view.quantity, *(view.headers[index] for index in columns)), rows,
+    chart = Chart(key, title, _caption(view, keys), (view.quantity, *(view.headers[index] for index in columns)), rows,
                   [f"Not analyzed: {item}." for item in view.missing])
 
     def paint() -> Canvas:
@@ -54,8 +53,9 @@ def metric_chart(view: SweepView, keys: Sequence[str], title: str, key: str, uni
         axes = canvas.axes(62, 44, WIDTH - 90, 250)
         canvas.title(title + (f" ({unit})" if unit else ""))
         paint_series(canvas, axes, series, view.quantity, "B" if unit == "bytes" else "")
+        partial = any(amount.status == "partial" for _, _, points in series for _, amount in points)
         canvas.legend([("fill", colour, label) for label, colour, _ in series]
-                      + ([("triangle-open", INK, "≥ lower bound")] if _any_partial(series) else []))
+                      + ([("triangle-open", INK, "≥ lower bound")] if partial else []))
         canvas.footnote(chart.notes)
         return canvas
 
@@ -89,10 +89,6 @@ def _series(view: SweepView, keys: Sequence[str]) -> list[Series]:
     return series
 
 
-def _any_partial(series: Sequence[Series]) -> bool:
-    return any(amount.status == "partial" for _, _, points in series for _, amount in points)
-
-
 def paint_series(canvas: Canvas, axes: Axes, series: Sequence[Series], quantity: str, suffix: str = "") -> None:
     """The series on ``axes``, with the analyzed sizes as x ticks; ``suffix`` follows each y tick (``B``)."""
     if not series:
@@ -110,23 +106,19 @@ def _paint_metric(axes: Axes, colour: str, points: Sequence[tuple[int, Amount]])
     """One metric: a thin guide through its points, exact points as dots, lower bounds as hollow triangles."""
     axes.plot([size for size, _ in points], [amount.known for _, amount in points], color=colour, linewidth=0.9,
               alpha=0.7, clip_on=False)
-    exact = _columns(points, "complete")
-    bounds = _columns(points, "partial")
-    if exact[0]:
-        axes.scatter(*exact, marker="o", s=22, linewidths=0, color=colour, zorder=3, clip_on=False)
-    if bounds[0]:
-        axes.scatter(*bounds, marker="^", s=30, facecolors="none", edgecolors=colour, linewidths=1.1, zorder=3,
-                     clip_on=False)
-
-
-def _columns(points: Sequence[tuple[int, Amount]], status: str) -> tuple[list[int], list[float]]:
-    """The sizes and values of the points with ``status``."""
-    chosen = [(size, amount.known) for size, amount in points if amount.status == status]
-    return [size for size, _ in chosen], [value for _, value in chosen]
+    styles: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("complete", {"marker": "o", "s": 22, "linewidths": 0, "color": colour}),
+        ("partial", {"marker": "^", "s": 30, "facecolors": "none", "edgecolors": colour, "linewidths": 1.1}))
+    for status, style in styles:
+        chosen = [(size, amount.known) for size, amount in points if amount.status == status]
+        if chosen:
+            axes.scatter([size for size, _ in chosen], [value for _, value in chosen], zorder=3, clip_on=False, **style)
 
 
 def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Sequence[float], suffix: str) -> None:
     """Limits with room around the points, log scales for wide ranges, value grid on y and the sizes on x."""
+    from matplotlib.ticker import LogLocator
+
     log_x = max(sizes) > LOG_RANGE * min(sizes)
     log_y = max(values) > LOG_RANGE * min(values)
     if log_x:
@@ -138,23 +130,11 @@ def _axes_limits(canvas: Canvas, axes: Axes, sizes: Sequence[int], values: Seque
     axes.set_xlim(*((min(sizes) / 1.15, max(sizes) * 1.15) if log_x else (min(sizes) - pad_x, max(sizes) + pad_x)))
     low, high = (min(values) / 2, max(values) * 2) if log_y else (0.0, max(values) * 1.1)
     axes.set_ylim(low, high)
-    _value_grid(canvas, axes, low, high, log_y, suffix)
+    # decades on a wide log axis, 1-2-5 steps on a narrow one (so that less than two decades get several labels)
+    subs = (1.0,) if high > 100 * low else (1.0, 2.0, 5.0)
+    value_grid(canvas, axes, "y", low, high, suffix=suffix,
+               locator=LogLocator(base=10.0, subs=subs, numticks=12) if log_y else None)
     step = max(1, -(-len(sizes) // MAX_TICKS))
     for size in sizes[::step]:
         canvas.text(size, 0, f"{size:,}", axes.get_xaxis_transform(), dy=-4, anchor="middle", baseline="hanging",
                     size=FONT - 0.5)
-
-
-def _value_grid(canvas: Canvas, axes: Axes, low: float, high: float, log: bool, suffix: str) -> None:
-    """Faint y grid lines with their values: decades on a wide log axis, 1-2-5 steps on a narrow one (so that a
-    span of less than two decades still gets several labels), round numbers on a linear one."""
-    from matplotlib.ticker import LogLocator, MaxNLocator
-
-    subs = (1.0,) if high > 100 * low else (1.0, 2.0, 5.0)
-    locator = LogLocator(base=10.0, subs=subs, numticks=12) if log else MaxNLocator(nbins=4)
-    ticks = [float(tick) for tick in locator.tick_values(low, high) if low <= tick <= high]
-    axes.hlines(ticks, 0, 1, transform=axes.get_yaxis_transform(), colors=INK, alpha=0.13, linewidth=0.6, zorder=0,
-                clip_on=False)
-    for tick in ticks:
-        canvas.text(0, tick, tick_text(tick) + suffix, axes.get_yaxis_transform(), dx=-4, anchor="end",
-                    size=FONT - 0.5, number=True)

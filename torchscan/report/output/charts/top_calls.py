@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .amounts import Amount, amount_of, counted, share_text, shorten, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
-from .canvas import Canvas
+from .bar_plots import Bar, ranking_canvas
 from .chart import Chart, Painter
-from .style import METRIC_NAMES, NEUTRAL, PALETTE, ROW, WIDTH
+from .style import METRIC_NAMES, NEUTRAL, PALETTE
 
 if TYPE_CHECKING:
     from ....views import LayerRow, PartRow, ReportView
@@ -25,6 +24,7 @@ TOP_CALLS = 15
 #: What a part of a breakdown is, by the words of its name, in drawing order, with its colour.
 PART_KINDS = (("attention", "attention", PALETTE[4]), ("feed-forward", "feed-forward", PALETTE[6]),
               ("", "norms and residuals", PALETTE[5]))
+PART_COLOURS = {kind: colour for _, kind, colour in PART_KINDS}
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,6 @@ class CallItem:
     @property
     def of_which(self) -> str:
         return ", ".join(f"{kind} {amount.text}" for kind, amount in self.segments) or "—"
-
-
-def kind_of(part: str) -> str:
-    return next(kind for words, kind, _ in PART_KINDS if words in part)
 
 
 def call_items(view: ReportView, calls: Sequence[LayerRow], metric: str) -> list[CallItem]:
@@ -68,7 +64,8 @@ def breakdown_items(row: LayerRow, metric: str, types: dict[str, str]) -> list[C
     for position, (path, parts) in enumerate(groups.items()):
         by_kind: dict[str, list[Amount]] = {}
         for part in parts:
-            by_kind.setdefault(kind_of(part.part), []).append(amount_of(part.cells[metric]) or Amount())
+            kind = next(name for words, name, _ in PART_KINDS if words in part.part)
+            by_kind.setdefault(kind, []).append(amount_of(part.cells[metric]) or Amount())
         segments = tuple((kind, total_of(by_kind[kind])) for _, kind, _ in PART_KINDS if kind in by_kind)
         label = path if path != row.path else row.label
         items.append(CallItem(label, types.get(path, row.type_name), total_of([amount for _, amount in segments]),
@@ -84,7 +81,7 @@ def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, co
     order = sorted(items, key=lambda item: (not item.amount.drawn, -item.amount.known, item.order))
     shown = [item for item in order if item.amount.drawn and item.amount.known > 0][:TOP_CALLS]
     bars = [Bar(shorten(f"{item.label} ({item.type_name})", 48), item.amount, colours.get(item.colour_key, NEUTRAL),
-                segments=tuple((_colour(kind), amount) for kind, amount in item.segments)) for item in shown]
+                segments=tuple((PART_COLOURS[kind], amount) for kind, amount in item.segments)) for item in shown]
     notes = _notes(items, order, shown)
     split = any(item.segments for item in shown)
     summary = (f"The top {counted(len(shown), 'layer call')} by their own {unit} estimates: together "
@@ -96,23 +93,7 @@ def top_calls_chart(view: ReportView, calls: Sequence[LayerRow], metric: str, co
             for rank, item in enumerate(shown, 1)]
     chart = Chart("top-calls", f"Layer calls with the most {unit}", summary,
                   ("Rank", "Layer call", "Type", unit, f"Share of counted {unit}", "Of which"), rows, notes)
-
-    def paint() -> Canvas:
-        count = max(len(bars), 1)
-        canvas = Canvas(WIDTH, ranking_height(count, notes))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom(notes), WIDTH - 60 - left, count * ROW)
-        canvas.title(f"Layer calls with the most {unit}")
-        paint_ranking(canvas, axes, bars, empty=f"no call has {unit}")
-        canvas.footnote(notes)
-        canvas.legend(_segment_legend(shown) + partial_legend(bars))
-        return canvas
-
-    return chart, paint
-
-
-def _colour(kind: str) -> str:
-    return next(colour for _, name, colour in PART_KINDS if name == kind)
+    return chart, lambda: ranking_canvas(chart.title, bars, notes, f"no call has {unit}", _segment_legend(shown))
 
 
 def _segment_legend(items: Sequence[CallItem]) -> list[tuple[str, str, str]]:

@@ -1,18 +1,16 @@
 """The training step's chart: the layer calls whose own autograd nodes ran the most backward FLOPs.
 
 Drawn from `torchscan.views.training.TrainingView` (the same rows as the model page's table): one bar per call, its
-backward FLOPs in the operator view. Lower bounds are hatched and marked ``≥`` as in every
-chart; calls without counted backward work are not in the view, so nothing is drawn as zero.
+backward FLOPs in the operator view; calls without counted backward work are not in the view, so none is drawn as zero.
 """
 
 from __future__ import annotations
 
 from ....views.training import TrainingView
 from .amounts import amount_of, counted, share_text, shorten, total_of
-from .bar_plots import Bar, label_margin, paint_ranking, partial_legend, ranking_bottom, ranking_height
-from .canvas import Canvas
+from .bar_plots import Bar, ranking_canvas
 from .chart import Chart
-from .style import PALETTE, ROW, WIDTH
+from .style import PALETTE
 from .svg_output import draw
 
 
@@ -31,15 +29,4 @@ def training_chart(training: TrainingView) -> Chart:
             for rank, layer in enumerate(layers, 1)]
     chart = Chart("training-top-calls", "Layer calls with the most backward FLOPs", summary,
                   ("Rank", "Layer call", "Type", "Backward FLOPs", "Forward FLOPs", "Backward / forward"), rows)
-
-    def paint() -> Canvas:
-        count = max(len(bars), 1)
-        canvas = Canvas(WIDTH, ranking_height(count, []))
-        left = label_margin([bar.label for bar in bars])
-        axes = canvas.axes(left, ranking_bottom([]), WIDTH - 60 - left, count * ROW)
-        canvas.title("Layer calls with the most backward FLOPs")
-        paint_ranking(canvas, axes, bars, empty="no call has backward FLOPs")
-        canvas.legend(partial_legend(bars))
-        return canvas
-
-    return draw(chart, paint)
+    return draw(chart, lambda: ranking_canvas(chart.title, bars, [], "no call has backward FLOPs"))

@@ -33,6 +33,7 @@ import torch
 
 from .formulas.operators.calls import packets
 from .formulas.operators.zero_work import ZERO_WORK_OPERATORS
+from .values import dtype_name
 
 #: The method label and unit of operator bytes in a report.
 METHOD: Final = "operator_tensor_bytes"
@@ -239,29 +240,9 @@ def compute_dtype(args: tuple, kwargs: dict[str, Any], out: Any) -> str | None:
     for value in (*args, *kwargs.values(), out):
         if isinstance(value, torch.Tensor):
             if value.is_floating_point() or value.is_complex():
-                return _DTYPE_NAMES[value.dtype]
+                return dtype_name(value.dtype)
         elif isinstance(value, (list, tuple)):
-            for tensor in _all_tensors(value):
-                if tensor.is_floating_point() or tensor.is_complex():
-                    return _DTYPE_NAMES[tensor.dtype]
+            for item in value:
+                if isinstance(item, torch.Tensor) and (item.is_floating_point() or item.is_complex()):
+                    return dtype_name(item.dtype)
     return None
-
-
-class _DtypeNames(dict[torch.dtype, str]):
-    """``torch.float32`` -> ``"float32"``, computed once per dtype."""
-
-    def __missing__(self, dtype: torch.dtype) -> str:
-        name = self[dtype] = str(dtype).removeprefix("torch.")
-        return name
-
-
-_DTYPE_NAMES = _DtypeNames()
-
-
-def _all_tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                yield item

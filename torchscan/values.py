@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import operator
 import types
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
@@ -441,7 +442,7 @@ def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
         return kind(*items) if hasattr(kind, "_fields") else kind(items)
     if kind is dict:
         return {**value, **changed}
-    assign = _set_item if isinstance(value, Mapping) else object.__setattr__
+    assign = operator.setitem if isinstance(value, Mapping) else object.__setattr__
     try:
         new = copy.copy(value)
         for key, item in changed.items():
@@ -450,10 +451,6 @@ def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
         raise Unmappable(kind.__qualname__, f"it cannot be rebuilt with its tensors replaced "
                                             f"({type(error).__name__}: {error})") from error
     return new
-
-
-def _set_item(mapping: Any, key: Any, item: Any) -> None:
-    mapping[key] = item
 
 
 # -- state put back -----------------------------------------------------------------------------------------------
@@ -476,8 +473,7 @@ def _save(value: Any, saved: list[tuple[Any, Any]], seen: set[int], depth: int) 
     if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or id(value) in seen or depth >= MAX_DEPTH:
         return
     seen.add(id(value))
-    children = _snapshot(value, saved)
-    for item in children:
+    for item in _snapshot(value, saved):
         _save(item, saved, seen, depth + 1)
 
 

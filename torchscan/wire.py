@@ -6,10 +6,6 @@ result is `torchscan.results.MetricResult`, re-exported here. The schema describ
 name only (``execution``, ``prior_training``, ``custom_modules``): their types (`Execution`, `PriorTraining`,
 `CustomModule`) follow the code that writes them, and the test lists them as not described by the schema.
 
-A layer call is identified by ``(path, call_index)``: `call_key` gives that key of any record that carries both
-(a layer record, a `CallReference`, a training layer, a saved-bytes row), and `index_by_call` and
-`positions_by_call` index a list of such records by it.
-
 This module deliberately does not use ``from __future__ import annotations``: under Python 3.11, TypedDict reads
 ``NotRequired`` only from evaluated annotations, so string annotations would make every field required in
 ``__required_keys__`` (which the test compares with the schema). Forward references are quoted instead.
@@ -905,10 +901,4 @@ def index_by_call(records: Iterable[Call]) -> dict[CallKey, Call]:
 
 def positions_by_call(records: Iterable[Mapping[str, Any]]) -> dict[CallKey, int]:
     """The position of each record in ``records`` by ``(path, call_index)``; ``ValueError`` on a repeated key."""
-    positions: dict[CallKey, int] = {}
-    for position, record in enumerate(records):
-        key = call_key(record)
-        if key in positions:
-            raise ValueError(f"more than one layer record for path {key[0]!r}, call_index {key[1]}")
-        positions[key] = position
-    return positions
+    return {key: position for position, key in enumerate(index_by_call(records))}

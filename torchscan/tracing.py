@@ -100,8 +100,7 @@ class Frame:
             parent if parent.pending is not None else parent.overlay)
 
     def owner_reference(self) -> dict[str, Any]:
-        """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner (a new
-        dict each time: no two records share one)."""
+        """The call's `CallParts.reference`: its children's ``parent``, its covered descendants' owner."""
         return self.parts.reference()  # type: ignore[union-attr]  # every frame that owns or parents has parts
 
 

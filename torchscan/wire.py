@@ -240,7 +240,8 @@ class CallMetadata(TypedDict):
 
 
 class CallReference(TypedDict):
-    """A layer call by identity: a record's ``parent``, an owner in ``metric_owners``, ``memory.peak_at.layer``."""
+    """A layer call by identity: a record's ``parent``, an owner in ``metric_owners``, ``memory.peak_at.layer``; the
+    records of a layer call (in ``layers``, ``training``, ``time``) extend it."""
 
     path: str
     call_index: int
@@ -323,11 +324,9 @@ class LayerMemory(TypedDict):
     live_bytes_at_end: MetricResult
 
 
-class LayerRecord(TypedDict):
+class LayerRecord(CallReference):
     """One module call, in the order the calls started; ``(path, call_index)`` identifies it."""
 
-    path: str
-    call_index: int
     name: str
     depth: int
     type: str
@@ -585,11 +584,9 @@ class TrainingTotals(TypedDict):
     training_peak_bytes: NotRequired[MetricResult]
 
 
-class TrainingLayer(TypedDict):
+class TrainingLayer(CallReference):
     """A layer call's backward FLOPs, joinable with the report's layer record by ``(path, call_index)``."""
 
-    path: str
-    call_index: int
     backward_flops: CallFlops
 
 
@@ -604,9 +601,7 @@ class TrainingMemoryAtPeak(TypedDict):
     buffers: MetricResult
 
 
-class SavedByLayer(TypedDict):
-    path: str
-    call_index: int
+class SavedByLayer(CallReference):
     bytes: MetricResult
 
 
@@ -802,12 +797,10 @@ class TimeStatistics(TypedDict):
     max: float
 
 
-class TimeLayer(TypedDict):
+class TimeLayer(CallReference):
     """A layer call's kernel time, joinable with its layer record by ``(path, call_index)``; the backward fields
     only in a training step's section."""
 
-    path: str
-    call_index: int
     self: TimeStatistics
     inclusive: TimeStatistics
     backward_self: NotRequired[TimeStatistics]

@@ -132,9 +132,7 @@ class EstimateMemo:
             entry = self.entries[structure] = {} if first is None else {first: entry.estimate}
         number = self.configuration(module)
         stored = None if number is None else entry.get(number)
-        if stored is None:
-            return None
-        return _copied(stored, {"path": path, "call_index": call_index})
+        return None if stored is None else _copied(stored, {"path": path, "call_index": call_index})
 
     def store(self, structure: Hashable, module: nn.Module, estimate: CallEstimate, *, copy: bool = True) -> None:
         """Keep a computed estimate (after `replay` found none for the same call): a copy, unless the caller

@@ -89,9 +89,7 @@ class ModelFacts:
     def modules_after_forward(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
         """``named_modules()`` of ``model`` now: the walk made before the forward, unless the forward changed the
         module tree (added, removed, replaced or reordered a child of some module), which walks it again."""
-        if _children(self.modules) == self.children:
-            return self.modules
-        return list(model.named_modules())
+        return self.modules if _children(self.modules) == self.children else list(model.named_modules())
 
 
 def _children(modules: list[tuple[str, nn.Module]]) -> tuple:

@@ -25,8 +25,9 @@ such output: the dtype its arithmetic runs in (under ``autocast`` a matrix produ
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import torch
@@ -114,7 +115,7 @@ class BytePlan:
             written = sum(_size(value) for fresh, value in zip(self.fresh_returns, returned, strict=False) if fresh)
         if self.rule is None:
             return written + self._generic_reads(args, kwargs)
-        return _RULES[self.rule](written, list(self._arguments(args, kwargs)))
+        return self.rule(written, list(self._arguments(args, kwargs)))
 
     def _generic_reads(self, args: tuple, kwargs: dict[str, Any]) -> int:
         """The generic rule's argument bytes: each tensor argument read once, a mutated one read and written (plain
@@ -150,10 +151,10 @@ def _moves_nothing(schema: Any, packet: Any, roles: tuple[int, ...]) -> bool:
             or (views and all(role == READ for role in roles)))
 
 
-def _family_rule(packet: Any) -> str | None:
+def _family_rule(packet: Any) -> Callable[[int, list[tuple[int, Any]]], int] | None:
     """The family rule that replaces the generic one, if any."""
-    for rule, family in (("write_only", WRITE_ONLY), ("gather", GATHERS), ("scatter", SCATTERS),
-                         ("accumulate", ACCUMULATING_SCATTERS)):
+    for family, rule in ((WRITE_ONLY, _write_only), (GATHERS, _gather), (SCATTERS, _scatter),
+                         (ACCUMULATING_SCATTERS, functools.partial(_scatter, reads_target=True))):
         if packet in family:
             return rule
     return None
@@ -174,10 +175,6 @@ def _scatter(written: int, arguments: list[tuple[int, Any]], reads_target: bool 
     and values read."""
     target, others = arguments[0][1], [value for _, value in arguments[1:]]
     return sum(map(_size, others)) + _scattered(target, others) * (2 if reads_target else 1)
-
-
-_RULES: dict[str, Any] = {"write_only": _write_only, "gather": _gather, "scatter": _scatter,
-                          "accumulate": lambda written, arguments: _scatter(written, arguments, reads_target=True)}
 
 
 def _role(argument: Any, packet: Any) -> int:
@@ -214,9 +211,7 @@ def _size(value: Any) -> int:
         if type(nbytes) is not int:  # a symbolic size
             raise _NoSize
         return nbytes
-    if isinstance(value, (list, tuple)):
-        return sum(map(_size, value))
-    return 0
+    return sum(map(_size, value)) if isinstance(value, (list, tuple)) else 0
 
 
 def _scattered(target: Any, others: list[Any]) -> int:

@@ -58,10 +58,8 @@ class CallOutcome:
 
 def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]) -> bool:
     """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
-    if item.get("metric") in fields:
-        return True
-    return item["code"] == "unsupported_module" and not any(
-        is_incomplete(result) for result in estimate.metrics.values())
+    return item.get("metric") in fields or (item["code"] == "unsupported_module" and not any(
+        is_incomplete(result) for result in estimate.metrics.values()))
 
 
 @dataclass(slots=True)

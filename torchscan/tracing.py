@@ -107,9 +107,7 @@ class Frame:
 def open_call(stack: list[Frame]) -> dict[str, Any] | None:
     """The innermost open call that has a record, as ``{"path", "call_index"}``; None outside every recorded call
     (a call re-run after the forward has no record)."""
-    if stack and stack[-1].parts is not None:
-        return stack[-1].parts.reference()
-    return None
+    return stack[-1].parts.reference() if stack and stack[-1].parts is not None else None
 
 
 def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:

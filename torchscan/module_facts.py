@@ -160,10 +160,7 @@ def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tup
     sizes (not an uninitialized lazy one, nor a ``None`` entry); their device types and dtypes go to ``found``."""
     count = nbytes = trainable = 0
     for tensor in tensors:
-        if tensor is None:
-            continue
-        key = id(tensor)
-        if key in seen:
+        if tensor is None or id(tensor) in seen:
             continue
         if type(tensor) in PLAIN_TENSORS:
             found.add(tensor.dtype if tensor.is_cpu else (device_type(tensor), tensor.dtype))
@@ -171,7 +168,7 @@ def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tup
             continue
         else:
             found.add((device_type(tensor), tensor.dtype))
-        seen.add(key)
+        seen.add(id(tensor))
         elements = tensor.numel()
         count += elements
         nbytes += elements * tensor.element_size()

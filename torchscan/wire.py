@@ -14,7 +14,6 @@ This module deliberately does not use ``from __future__ import annotations``: un
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
-from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
 
 __all__ = [
@@ -109,6 +108,8 @@ __all__ = [
     "positions_by_call",
 ]
 
+#: How much a diagnostic matters (each code's default: `torchscan.diagnostics.CODES`).
+Severity: TypeAlias = Literal["error", "warning", "info"]
 #: A layer call's identity: ``(path, call_index)``.
 CallKey: TypeAlias = tuple[str, int]
 

@@ -90,11 +90,9 @@ _NEW_TUPLE = tuple.__new__
 
 
 class OperatorScope:
-    """The operator FLOPs and bytes of one module call (or of everything outside any call): counted FLOPs and bytes,
-    and whether some operator went uncounted or had unknown bytes (either figure is then a lower bound), of the
-    operators run directly in the call and of those run under it (its closed descendants' included). Calls by
-    operator are counted on the outcomes, once per analysis (`OperatorTotals`), not per call: a record reports only
-    its sums."""
+    """The operator FLOPs and bytes of one module call (or of everything outside any call), of the operators run
+    directly in it and under it (its closed descendants' included), and whether some went uncounted or had unknown
+    bytes (the figure is then a lower bound). Calls by operator are counted once per analysis, on the outcomes."""
 
     __slots__ = ("bytes", "bytes_unknown", "direct_work", "flops", "inclusive_bytes", "inclusive_bytes_unknown",
                  "inclusive_flops", "inclusive_uncounted", "uncounted")

@@ -7,11 +7,10 @@ training-step attribution, recomputation) are `CallSubscriber` objects: the trac
 subscribed, after its own work on the call, so no feature depends on another's hooks. Operators reach features
 through the operator recorder, which knows the open call from this stack.
 
-Each call's `CallParts` (`torchscan.records`) are filled while it runs; the report's records are assembled from
-them once, after the forward. Speculative ownership: while a caller registration matches some module of the model,
-a registered descendant may still open a built-in inclusive owner (a native Transformer layer). The descendants'
-outcomes then wait in the owner frame's ``pending`` list until no undecided owner encloses them, and lose the
-fields an owner whose formula applied covers.
+Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
+still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the owner
+frame's ``pending`` list until no undecided owner encloses them, and lose the fields an owner whose formula applied
+covers.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ def _part(index: int, item: Any, module: nn.Module, method: str) -> dict[str, An
     if unknown:
         raise BreakdownError(f"{where} has unsupported keys {unknown}; expected part, module and a subset of "
                              f"{list(SUMMABLE_METRICS)}")
-    name, path = item.get("part"), item.get("module", "")
+    fields = {"part": None, "module": "", **item}
+    name, path = fields["part"], fields["module"]
     if not isinstance(name, str) or not name.strip():
         raise BreakdownError(f"{where}.part must be a non-empty string")
     if not isinstance(path, str) or (path and not _is_submodule(module, path)):

@@ -15,6 +15,7 @@ from typing import Any
 from torch import nn
 
 from .results import (
+    COUNTED_STATUSES,
     METRIC_UNITS,
     PART,
     SUMMABLE_METRICS,
@@ -31,7 +32,6 @@ from .results import (
 )
 
 BREAKDOWN_KEY = "breakdown"
-PART_STATUSES = frozenset({"complete", "partial", "unavailable"})
 
 
 class BreakdownError(ValueError):
@@ -112,7 +112,7 @@ def _result(where: str, metric: str, value: Any, method: str) -> MetricResult:
     if value is None:
         return unavailable(unit, PART, method)
     if isinstance(value, Mapping):
-        problem = validation_error(value, unit=unit, statuses=PART_STATUSES)
+        problem = validation_error(value, unit=unit, statuses=COUNTED_STATUSES)
         if problem:
             raise BreakdownError(f"{where}: {problem}")
         return {**normalized(value), "scope": PART, "method": method}

@@ -2,12 +2,9 @@
 
 ``DEFAULT_HANDLERS`` holds the class-keyed formulas: the ``torch.nn`` families of `torchscan.formulas` and the native
 Transformer family. `builtin_for` adds the third-party formulas of `torchscan.integrations` (by qualified name or
-family rule) in one walk of a type's MRO, `find_builtin_handler`: for each class, nearest first, a built-in keyed by
-the class itself, then a third-party handler. The first class that has one decides. A module that runs that
-class's own ``forward`` gets its handler; a subclass that overrides it may do other work than the formula
-describes, so it gets the formula only as an inherited one, trusted call by call when its operators prove the
-same work (`torchscan.inheritance`; leaf formulas only, and only where ``described`` operators are passed). The crawler finds every built-in handler through `builtin_for`, and so do
-the native Transformer layers for their norms and activation (they are given it when their handlers are made).
+family rule) in one walk of a type's MRO, `find_builtin_handler`. The crawler finds every built-in handler through
+`builtin_for`, and so do the native Transformer layers for their norms and activation (they are given it when their
+handlers are made).
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ ThirdPartyLookup = Callable[[type], "ModuleHandler | None"]
 
 
 def builtin_for(module_type: type) -> ModuleHandler | None:
-    """The built-in handler of ``module_type``: the nearest class in its MRO with a ``torch.nn`` formula or a
-    third-party one (from `torchscan.integrations.lookup`'s tables). When ``module_type`` overrides that class's ``forward``,
-    a leaf formula is offered as an inherited one, trusted call by call (`torchscan.inheritance`)."""
+    """The built-in handler of ``module_type``: `find_builtin_handler` over the ``torch.nn``, native Transformer and
+    third-party formulas, with the operators each ``torch.nn`` leaf formula describes."""
     return find_builtin_handler(module_type, DEFAULT_HANDLERS, DESCRIBED_OPERATORS)
 
 
@@ -59,9 +55,7 @@ def find_builtin_handler(module_type: type, builtins: Mapping[type, ModuleHandle
     for klass in module_type.__mro__:
         found = builtins.get(klass) or third_party(klass)
         if found is not None:
-            if _forward(module_type) is _forward(klass):
-                return found
-            return _inherited(klass, found, described)
+            return found if _forward(module_type) is _forward(klass) else _inherited(klass, found, described)
     return None
 
 

@@ -26,7 +26,6 @@ PARALLEL_MEMORY_TOTALS = ("per_device_peak_bytes",)
 MEASURE_KEYS = ("unit", "scope", "method")
 
 
-
 def compare_reports(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Totals with deltas and statuses, and layer calls that were added, removed or changed. Memory totals
     (``forward_peak_bytes``, ``activations``, ``training_peak_bytes``, and ``per_device_peak_bytes`` of a sharded
@@ -148,14 +147,8 @@ def _compare_layers(old: dict[CallKey, dict[str, Any]], new: dict[CallKey, dict[
                     ) -> dict[str, list[dict[str, Any]]]:
     added = [_identity(new[key]) for key in new if key not in old]
     removed = [_identity(old[key]) for key in old if key not in new]
-    changed = []
-    for key, layer in new.items():
-        previous = old.get(key)
-        if previous is None:
-            continue
-        differences = _layer_differences(previous, layer)
-        if differences:
-            changed.append({**_identity(layer), "changes": differences})
+    changed = [{**_identity(layer), "changes": differences} for key, layer in new.items()
+               if key in old and (differences := _layer_differences(old[key], layer))]
     return {"added": added, "removed": removed, "changed": changed}
 
 

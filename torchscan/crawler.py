@@ -33,6 +33,7 @@ from .operators import (
     build_formula_table,
     bytes_report,
     new_recorder,
+    operator_name,
     operator_report,
     validate_custom_mapping,
 )
@@ -119,8 +120,7 @@ def request(model: nn.Module, input_shape: Any, dtype: Any, args: Any, kwargs: A
             custom_modules: Mapping[type, ModuleHandler] | None, custom_mapping: Mapping[Any, Any] | None, *,
             mode: Mode = "full", memory: bool = False, as_device: Any = None, step: ForwardStep | None = None,
             meta_kernels: str = ACCELERATOR, time: Any = False) -> Analysis:
-    """The one request builder of every entry point: the mode, the device of the stand-ins, the kernels on meta, the
-    caller's handlers and formulas, the call and the time asked for, checked (errors name the argument), as an
+    """The one request builder of every entry point: its arguments checked (errors name the argument), as an
     `Analysis`."""
     if mode not in ("full", "structure"):
         raise ValueError(f"mode must be 'full' or 'structure', got {mode!r}")
@@ -265,19 +265,18 @@ def _assemble(analysis: Analysis, tracer: CallTracer, recorder: OperatorRecorder
     kinds: set[tuple[str, str]] = set()
     statistics = tensor_statistics(tracer.facts.modules_after_forward(analysis.model), kinds)
     context = _context(analysis, tracer.facts.training_flags, kinds)
-    mapping, full = analysis.mapping, analysis.full
     layers = _layers(tracer.calls, statistics, probe)
     diagnostics = list(tracer.diagnostics)
     if recorder is not None:
         operator_totals = recorder.totals()
-        operators, operator_diagnostics = operator_report(operator_totals, mapping, recorder)
+        operators, operator_diagnostics = operator_report(operator_totals, analysis.mapping, recorder)
         diagnostics.extend(operator_diagnostics)
         operator_bytes = bytes_report(operator_totals)
     else:
         operators = {"total": not_requested("FLOPs", MODEL), "by_operator": [], "uncounted": [], "ignored": [],
                      "custom_formulas": []}
         operator_bytes = {**NOT_REQUESTED_BYTES, "total": not_requested("bytes", MODEL), "by_operator": []}
-    totals = _totals(statistics, layers, operators["total"], full)
+    totals = _totals(statistics, layers, operators["total"], analysis.full)
     totals["operator_bytes"] = dict(operator_bytes["total"])
     if tracer.foreign_thread_calls:
         diagnostics.append(_as_unobserved_threads(tracer.foreign_thread_calls, totals, operators, operator_bytes))
@@ -351,24 +350,23 @@ def _sum_of(key: str, statistics: list[dict[str, int]]) -> int:
 def _context(analysis: Analysis, training_flags: list[tuple[nn.Module, bool]], kinds: set[tuple[str, str]]
              ) -> dict[str, Any]:
     """The conditions of the analysis; ``kinds`` holds the (device type, dtype) of every parameter and buffer."""
-    model, handlers, mapping = analysis.model, analysis.handlers, analysis.mapping
-    kind = type(model)
+    kind = type(analysis.model)
     return {
         "torchscan": __version__,
         "torch": str(torch.__version__),  # a plain str, not TorchVersion: unpickling a report must not import torch
         "python": platform.python_version(),
         "model_type": f"{kind.__module__}.{kind.__qualname__}",
         "execution": analysis.step.execution(),
-        "prior_training": {"root": bool(model.training),
+        "prior_training": {"root": bool(analysis.model.training),
                            "training_modules": sum(map(itemgetter(1), training_flags)),
                            "modules": len(training_flags)},
         "devices": sorted({device for device, _ in kinds}),
         "dtypes": sorted({dtype for _, dtype in kinds}),
         "analysis_mode": analysis.mode,
         "custom_modules": sorted(({"type": f"{k.__module__}.{k.__qualname__}", "method": h.caller_label,
-                                   "subtree_metrics": sorted(h.subtree_metrics)} for k, h in handlers.items()),
+                                   "subtree_metrics": sorted(h.subtree_metrics)} for k, h in analysis.handlers.items()),
                                  key=lambda row: row["type"]),
-        "custom_formulas": sorted(str(getattr(p, "_qualified_op_name", p)).replace("::", ".") for p in mapping),
+        "custom_formulas": sorted(operator_name(p) for p in analysis.mapping),
         **({} if analysis.stand_ins is None else {"stand_ins": analysis.stand_ins.record()}),
         **({} if analysis.meta_kernels is None else {"meta_kernels": analysis.meta_kernels}),
     }

@@ -5,20 +5,9 @@ The report-schema page is generated from `CODES`, so the documentation cannot dr
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any
 
-Severity = Literal["error", "warning", "info"]
-
-
-class Diagnostic(TypedDict, total=False):
-    code: str
-    severity: Severity
-    metric: str | None
-    message: str
-    path: str
-    call_index: int
-    operator: str
-
+from .wire import Diagnostic, Severity
 
 #: code -> (default severity, documentation sentence)
 CODES: dict[str, tuple[Severity, str]] = {

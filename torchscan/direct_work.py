@@ -55,10 +55,9 @@ class DirectWork:
         return plain_number(getattr(self.totals, field))  # type: ignore[return-value]
 
     def result(self, field: str) -> MetricResult:
-        value = self.known(field)
-        if self.unestimated:
-            return lower_bound(value, METRIC_UNITS[field], MODULE_CALL, FUNCTIONAL_OPS)
-        return complete(value, METRIC_UNITS[field], MODULE_CALL, FUNCTIONAL_OPS)
+        """``field`` as a result of the call: a lower bound when some operator had no formula."""
+        return (lower_bound if self.unestimated else complete)(self.known(field), METRIC_UNITS[field], MODULE_CALL,
+                                                                FUNCTIONAL_OPS)
 
 
 class ObservedWork(DirectWork):

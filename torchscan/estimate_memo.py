@@ -121,12 +121,9 @@ class EstimateMemo:
                 self.configurations[identity] = self.numbers.setdefault(configuration, len(self.numbers))
         return self.configurations[identity]
 
-    def replay(self, structure: Hashable | None, module: nn.Module, path: str, call_index: int
-               ) -> CallEstimate | None:
+    def replay(self, structure: Hashable, module: nn.Module, path: str, call_index: int) -> CallEstimate | None:
         """A copy of the estimate stored for this structure and the module's configuration, its diagnostics about
         the call at ``path`` and ``call_index``; None when there is none."""
-        if structure is None:
-            return None
         entry = self.entries.get(structure)
         if entry is None:
             return None
@@ -135,16 +132,11 @@ class EstimateMemo:
             entry = self.entries[structure] = {} if first is None else {first: entry.estimate}
         number = self.configuration(module)
         stored = None if number is None else entry.get(number)
-        if stored is None:
-            return None
-        return _copied(stored, {"path": path, "call_index": call_index})
+        return None if stored is None else _copied(stored, {"path": path, "call_index": call_index})
 
-    def store(self, structure: Hashable | None, module: nn.Module, estimate: CallEstimate, *, copy: bool = True
-              ) -> None:
+    def store(self, structure: Hashable, module: nn.Module, estimate: CallEstimate, *, copy: bool = True) -> None:
         """Keep a computed estimate (after `replay` found none for the same call): a copy, unless the caller
         promises (``copy=False``) that nothing edits ``estimate`` or its results until the analysis ends."""
-        if structure is None:
-            return
         kept = _copied(estimate, None) if copy else estimate
         entry = self.entries.get(structure)
         if entry is None:

@@ -16,6 +16,7 @@ from torch import nn
 from .breakdown import BREAKDOWN_KEY
 from .direct_work import DirectWork
 from .results import (
+    COUNTED_STATUSES,
     METRIC_UNITS,
     MODULE_CALL,
     NOT_APPLICABLE,
@@ -42,10 +43,9 @@ if TYPE_CHECKING:
 METRIC_FIELDS = frozenset(METRIC_UNITS)
 #: The keys a handler's result may have: the fields and the breakdown.
 RESULT_KEYS = METRIC_FIELDS | {BREAKDOWN_KEY}
-#: What a handler may report: counts are complete, partial or unavailable; a receptive-field field may also
-#: say it has no meaning for the call (``not_applicable``). ``not_requested`` belongs to the analysis mode alone.
-COUNT_STATUSES = frozenset({"complete", "partial", "unavailable"})
-SPATIAL_STATUSES = COUNT_STATUSES | {"not_applicable"}
+#: What a handler may report: counts are complete, partial or unavailable (`COUNTED_STATUSES`); a receptive-field
+#: field may also say it has no meaning for the call. ``not_requested`` belongs to the analysis mode alone.
+SPATIAL_STATUSES = COUNTED_STATUSES | {"not_applicable"}
 _REQUIRED: Any = object()
 
 
@@ -278,7 +278,7 @@ def _other_to_result(name: str, value: Any, scope: Scope, label: str, builtin: b
     unit, spatial = METRIC_UNITS[name], name in SPATIAL_METRICS
     if isinstance(value, Mapping):
         problem = validation_error(value, unit=unit, spatial=spatial,
-                                   statuses=SPATIAL_STATUSES if spatial else COUNT_STATUSES)
+                                   statuses=SPATIAL_STATUSES if spatial else COUNTED_STATUSES)
         if problem:
             return unavailable(unit, scope, label), problem
         result = normalized(value)

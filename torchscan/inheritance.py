@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .diagnostics import diagnostic
 from .direct_work import DirectWork, ObservedWork
 from .handlers import ModuleCall, ModuleHandler
-from .operator_check import class_name, mark_mismatch, significant_operator, zero_work_names
+from .operator_check import by_name, class_name, mark_mismatch, significant_operator, zero_work_names
 from .operators import operator_name
 from .results import FUNCTIONAL_OPS, METRIC_UNITS, MODULE_CALL, SPATIAL_METRICS, MetricResult, complete, unavailable
 
@@ -116,12 +116,9 @@ def _unverified(handler: InheritedHandler, call: ModuleCall, observed: DirectWor
 def _undescribed_work(observed: ObservedWork, described: frozenset[str]) -> dict[str, int]:
     """Calls by operator name of the operators that did arithmetic (or have no price) and the formula does not
     describe."""
-    unexpected: dict[str, int] = {}
-    for packet, calls in observed.counts().items():
-        name = operator_name(packet)
-        if (packet in observed.arithmetic or packet in observed.unestimated) and name not in described:
-            unexpected[name] = unexpected.get(name, 0) + calls
-    return dict(sorted(unexpected.items()))
+    worked = by_name({packet: calls for packet, calls in observed.counts().items()
+                      if packet in observed.arithmetic or packet in observed.unestimated})
+    return {name: calls for name, calls in sorted(worked.items()) if name not in described}
 
 
 def _different_counts(observed: ObservedWork, metrics: Mapping[str, MetricResult]) -> tuple[str, bool] | None:

@@ -89,9 +89,7 @@ class ModelFacts:
     def modules_after_forward(self, model: nn.Module) -> list[tuple[str, nn.Module]]:
         """``named_modules()`` of ``model`` now: the walk made before the forward, unless the forward changed the
         module tree (added, removed, replaced or reordered a child of some module), which walks it again."""
-        if _children(self.modules) == self.children:
-            return self.modules
-        return list(model.named_modules())
+        return self.modules if _children(self.modules) == self.children else list(model.named_modules())
 
 
 def _children(modules: list[tuple[str, nn.Module]]) -> tuple:
@@ -162,10 +160,7 @@ def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tup
     sizes (not an uninitialized lazy one, nor a ``None`` entry); their device types and dtypes go to ``found``."""
     count = nbytes = trainable = 0
     for tensor in tensors:
-        if tensor is None:
-            continue
-        key = id(tensor)
-        if key in seen:
+        if tensor is None or id(tensor) in seen:
             continue
         if type(tensor) in PLAIN_TENSORS:
             found.add(tensor.dtype if tensor.is_cpu else (device_type(tensor), tensor.dtype))
@@ -173,7 +168,7 @@ def _new_tensors(tensors: Iterable[Any], seen: set[int], found: set[Any]) -> tup
             continue
         else:
             found.add((device_type(tensor), tensor.dtype))
-        seen.add(key)
+        seen.add(id(tensor))
         elements = tensor.numel()
         count += elements
         nbytes += elements * tensor.element_size()

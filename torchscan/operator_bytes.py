@@ -25,14 +25,16 @@ such output: the dtype its arithmetic runs in (under ``autocast`` a matrix produ
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import torch
 
 from .formulas.operators.calls import packets
 from .formulas.operators.zero_work import ZERO_WORK_OPERATORS
+from .values import dtype_name
 
 #: The method label and unit of operator bytes in a report.
 METHOD: Final = "operator_tensor_bytes"
@@ -113,7 +115,7 @@ class BytePlan:
             written = sum(_size(value) for fresh, value in zip(self.fresh_returns, returned, strict=False) if fresh)
         if self.rule is None:
             return written + self._generic_reads(args, kwargs)
-        return _RULES[self.rule](written, list(self._arguments(args, kwargs)))
+        return self.rule(written, list(self._arguments(args, kwargs)))
 
     def _generic_reads(self, args: tuple, kwargs: dict[str, Any]) -> int:
         """The generic rule's argument bytes: each tensor argument read once, a mutated one read and written (plain
@@ -149,10 +151,10 @@ def _moves_nothing(schema: Any, packet: Any, roles: tuple[int, ...]) -> bool:
             or (views and all(role == READ for role in roles)))
 
 
-def _family_rule(packet: Any) -> str | None:
+def _family_rule(packet: Any) -> Callable[[int, list[tuple[int, Any]]], int] | None:
     """The family rule that replaces the generic one, if any."""
-    for rule, family in (("write_only", WRITE_ONLY), ("gather", GATHERS), ("scatter", SCATTERS),
-                         ("accumulate", ACCUMULATING_SCATTERS)):
+    for family, rule in ((WRITE_ONLY, _write_only), (GATHERS, _gather), (SCATTERS, _scatter),
+                         (ACCUMULATING_SCATTERS, functools.partial(_scatter, reads_target=True))):
         if packet in family:
             return rule
     return None
@@ -173,10 +175,6 @@ def _scatter(written: int, arguments: list[tuple[int, Any]], reads_target: bool 
     and values read."""
     target, others = arguments[0][1], [value for _, value in arguments[1:]]
     return sum(map(_size, others)) + _scattered(target, others) * (2 if reads_target else 1)
-
-
-_RULES: dict[str, Any] = {"write_only": _write_only, "gather": _gather, "scatter": _scatter,
-                          "accumulate": lambda written, arguments: _scatter(written, arguments, reads_target=True)}
 
 
 def _role(argument: Any, packet: Any) -> int:
@@ -213,9 +211,7 @@ def _size(value: Any) -> int:
         if type(nbytes) is not int:  # a symbolic size
             raise _NoSize
         return nbytes
-    if isinstance(value, (list, tuple)):
-        return sum(map(_size, value))
-    return 0
+    return sum(map(_size, value)) if isinstance(value, (list, tuple)) else 0
 
 
 def _scattered(target: Any, others: list[Any]) -> int:
@@ -239,29 +235,9 @@ def compute_dtype(args: tuple, kwargs: dict[str, Any], out: Any) -> str | None:
     for value in (*args, *kwargs.values(), out):
         if isinstance(value, torch.Tensor):
             if value.is_floating_point() or value.is_complex():
-                return _DTYPE_NAMES[value.dtype]
+                return dtype_name(value.dtype)
         elif isinstance(value, (list, tuple)):
-            for tensor in _all_tensors(value):
-                if tensor.is_floating_point() or tensor.is_complex():
-                    return _DTYPE_NAMES[tensor.dtype]
+            for item in value:
+                if isinstance(item, torch.Tensor) and (item.is_floating_point() or item.is_complex()):
+                    return dtype_name(item.dtype)
     return None
-
-
-class _DtypeNames(dict[torch.dtype, str]):
-    """``torch.float32`` -> ``"float32"``, computed once per dtype."""
-
-    def __missing__(self, dtype: torch.dtype) -> str:
-        name = self[dtype] = str(dtype).removeprefix("torch.")
-        return name
-
-
-_DTYPE_NAMES = _DtypeNames()
-
-
-def _all_tensors(value: Any) -> Iterator[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                yield item

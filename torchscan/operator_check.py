@@ -171,7 +171,7 @@ def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWo
         return f"cannot say which operators this call should run ({type(error).__name__})", False
     if not isinstance(observed, ObservedWork):
         return f"describes {expected.describe()}, but the call's operators were not observed", False
-    unexpected, missing = compare(expected, _by_name(observed.counts()))
+    unexpected, missing = compare(expected, by_name(observed.counts()))
     if not unexpected and not missing:
         return None
     parts = [f"it also ran {counted_names(unexpected)}" if unexpected else "",
@@ -180,7 +180,7 @@ def _difference(handler: ThirdPartyHandler, call: ModuleCall, observed: DirectWo
     return detail, any(significant_operator(operator) for operator in unexpected)
 
 
-def _by_name(counts: Mapping[Any, int]) -> dict[str, int]:
+def by_name(counts: Mapping[Any, int]) -> dict[str, int]:
     """Operator packet counts by stable operator name (two packets may share one)."""
     named: dict[str, int] = {}
     for packet, calls in counts.items():

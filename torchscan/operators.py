@@ -34,6 +34,7 @@ from .results import (
     MetricResult,
     Scope,
     complete,
+    is_incomplete,
     lower_bound,
     plain_number,
 )
@@ -89,11 +90,9 @@ _NEW_TUPLE = tuple.__new__
 
 
 class OperatorScope:
-    """The operator FLOPs and bytes of one module call (or of everything outside any call): counted FLOPs and bytes,
-    and whether some operator went uncounted or had unknown bytes (either figure is then a lower bound), of the
-    operators run directly in the call and of those run under it (its closed descendants' included). Calls by
-    operator are counted on the outcomes, once per analysis (`OperatorTotals`), not per call: a record reports only
-    its sums."""
+    """The operator FLOPs and bytes of one module call (or of everything outside any call), of the operators run
+    directly in it and under it (its closed descendants' included), and whether some went uncounted or had unknown
+    bytes (the figure is then a lower bound). Calls by operator are counted once per analysis, on the outcomes."""
 
     __slots__ = ("bytes", "bytes_unknown", "direct_work", "flops", "inclusive_bytes", "inclusive_bytes_unknown",
                  "inclusive_flops", "inclusive_uncounted", "uncounted")
@@ -157,10 +156,6 @@ class OperatorTotals:
         self.outcomes = [outcome for outcome in outcomes if outcome.calls]
 
     @property
-    def flops(self) -> int | float:
-        return sum(outcome.calls * outcome.flops for outcome in self.outcomes)
-
-    @property
     def counted(self) -> dict[Any, OperatorCount]:
         """packet -> the calls its formula priced, and their FLOPs."""
         rows: dict[Any, OperatorCount] = {}
@@ -180,7 +175,9 @@ class OperatorTotals:
         return rows
 
     def result(self, scope: Scope) -> MetricResult:
-        return flops_result(self.flops, scope, any(outcome.uncounted for outcome in self.outcomes))
+        """The FLOPs every call's formula priced: a lower bound when some call was uncounted."""
+        return flops_result(sum(outcome.calls * outcome.flops for outcome in self.outcomes), scope,
+                            any(outcome.uncounted for outcome in self.outcomes))
 
     def bytes_result(self, scope: Scope) -> MetricResult:
         """The bytes every call read and wrote: a lower bound when some call's bytes are unknown."""
@@ -349,16 +346,11 @@ def bytes_report(total: OperatorTotals) -> dict[str, Any]:
     by operator name then dtype. Operators that moved no bytes and did no work (views) have no row."""
     rows = []
     for (packet, dtype), outcomes in total.by_operator_and_dtype().items():
-        flops = sum(outcome.calls * outcome.flops for outcome in outcomes)
-        nbytes = sum(outcome.calls * outcome.bytes for outcome in outcomes)
-        flops_partial = any(outcome.uncounted for outcome in outcomes)
-        bytes_partial = any(outcome.bytes_unknown for outcome in outcomes)
-        if not (flops or nbytes or flops_partial or bytes_partial):
-            continue
-        rows.append({"operator": operator_name(packet), "dtype": dtype,
-                     "calls": sum(outcome.calls for outcome in outcomes),
-                     "flops": flops_result(flops, MODEL, flops_partial),
-                     "bytes": bytes_result(nbytes, MODEL, bytes_partial)})
+        group = OperatorTotals(outcomes)
+        flops, nbytes = group.result(MODEL), group.bytes_result(MODEL)
+        if flops["known_value"] or nbytes["known_value"] or is_incomplete(flops) or is_incomplete(nbytes):
+            rows.append({"operator": operator_name(packet), "dtype": dtype,
+                         "calls": sum(outcome.calls for outcome in outcomes), "flops": flops, "bytes": nbytes})
     rows.sort(key=lambda row: (row["operator"], row["dtype"] or ""))
     return {"method": BYTES_METHOD, "convention": "unfused", "total": total.bytes_result(MODEL), "by_operator": rows}
 

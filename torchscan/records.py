@@ -19,10 +19,12 @@ from .operator_bytes import UNIT as BYTES_UNIT
 from .operators import CallOperators
 from .results import DIRECT, INCLUSIVE, METRIC_UNITS, MODULE_CALL, is_incomplete, not_requested
 
-#: A ``mode="structure"`` record's metrics and operator FLOPs: every one explicitly not requested.
-NOT_REQUESTED_METRICS = {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()}
-NOT_REQUESTED_OPERATOR_FLOPS = {DIRECT: not_requested("FLOPs", DIRECT), INCLUSIVE: not_requested("FLOPs", INCLUSIVE)}
-NOT_REQUESTED_OPERATOR_BYTES = {DIRECT: not_requested(BYTES_UNIT, DIRECT), INCLUSIVE: not_requested(BYTES_UNIT, INCLUSIVE)}
+#: A ``mode="structure"`` record's metrics, operator FLOPs and operator bytes: every one explicitly not requested.
+NOT_REQUESTED: dict[str, dict[str, Any]] = {
+    "metrics": {name: not_requested(unit, MODULE_CALL) for name, unit in METRIC_UNITS.items()},
+    "operator_flops": {scope: not_requested("FLOPs", scope) for scope in (DIRECT, INCLUSIVE)},
+    "operator_bytes": {scope: not_requested(BYTES_UNIT, scope) for scope in (DIRECT, INCLUSIVE)},
+}
 
 
 @dataclass(slots=True)
@@ -56,10 +58,8 @@ class CallOutcome:
 
 def _superseded(item: Diagnostic, estimate: CallEstimate, fields: frozenset[str]) -> bool:
     """A descendant's diagnostic about estimates that an owner's inclusive formula replaced."""
-    if item.get("metric") in fields:
-        return True
-    return item["code"] == "unsupported_module" and not any(
-        is_incomplete(result) for result in estimate.metrics.values())
+    return item.get("metric") in fields or (item["code"] == "unsupported_module" and not any(
+        is_incomplete(result) for result in estimate.metrics.values()))
 
 
 @dataclass(slots=True)
@@ -93,9 +93,8 @@ def layer_record(parts: CallParts, parameters: dict[str, int], buffers: dict[str
               "output": parts.output, "parameters": parameters, "buffers": buffers}
     outcome = parts.outcome
     if outcome is None:  # each result a copy of its own
-        record["metrics"] = {name: result.copy() for name, result in NOT_REQUESTED_METRICS.items()}
-        record["operator_flops"] = {name: result.copy() for name, result in NOT_REQUESTED_OPERATOR_FLOPS.items()}
-        record["operator_bytes"] = {name: result.copy() for name, result in NOT_REQUESTED_OPERATOR_BYTES.items()}
+        for key, results in NOT_REQUESTED.items():
+            record[key] = {name: result.copy() for name, result in results.items()}
     else:
         _add_outcome(record, outcome)
     if memory is not None:

@@ -7,16 +7,15 @@ training-step attribution, recomputation) are `CallSubscriber` objects: the trac
 subscribed, after its own work on the call, so no feature depends on another's hooks. Operators reach features
 through the operator recorder, which knows the open call from this stack.
 
-Each call's `CallParts` (`torchscan.records`) are filled while it runs; the report's records are assembled from
-them once, after the forward. Speculative ownership: while a caller registration matches some module of the model,
-a registered descendant may still open a built-in inclusive owner (a native Transformer layer). The descendants'
-outcomes then wait in the owner frame's ``pending`` list until no undecided owner encloses them, and lose the
-fields an owner whose formula applied covers.
+Speculative ownership: while a caller registration matches some module of the model, a registered descendant may
+still open a built-in inclusive owner (a native Transformer layer). The descendants' outcomes then wait in the owner
+frame's ``pending`` list until no undecided owner encloses them, and lose the fields an owner whose formula applied
+covers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from threading import get_ident
 from typing import Any, NamedTuple, Protocol
@@ -28,7 +27,6 @@ from torch.nn.modules.module import (
     register_module_forward_hook,
     register_module_forward_pre_hook,
 )
-from torch.utils.hooks import RemovableHandle
 
 from .diagnostics import Diagnostic
 from .direct_work import DirectWork, ObservedWork
@@ -101,17 +99,14 @@ class Frame:
             parent if parent.pending is not None else parent.overlay)
 
     def owner_reference(self) -> dict[str, Any]:
-        """The call's path and call_index, as its children's ``parent`` and its covered descendants' owner (a new
-        dict each time: no two records share one)."""
+        """The call's `CallParts.reference`: its children's ``parent``, its covered descendants' owner."""
         return self.parts.reference()  # type: ignore[union-attr]  # every frame that owns or parents has parts
 
 
 def open_call(stack: list[Frame]) -> dict[str, Any] | None:
     """The innermost open call that has a record, as ``{"path", "call_index"}``; None outside every recorded call
     (a call re-run after the forward has no record)."""
-    if stack and stack[-1].parts is not None:
-        return stack[-1].parts.reference()
-    return None
+    return stack[-1].parts.reference() if stack and stack[-1].parts is not None else None
 
 
 def _inherited_coverage(parent: Frame | None) -> dict[str, dict[str, Any]]:
@@ -157,7 +152,8 @@ class CallTracer:
     def attach(self) -> None:
         """One global pair of forward hooks, filtered to this model's modules (two handles, however large the model:
         per-module handles cost more to attach than a small model's whole forward)."""
-        self.handles.extend(global_hook_pair(self._pre_hook, self._post_hook))
+        self.handles += [register_module_forward_pre_hook(self._pre_hook),
+                         register_module_forward_hook(self._post_hook, with_kwargs=True, always_call=True)]
         for module in self.facts.fused_path_owners:  # PyTorch keeps the decomposed path while a module hook is on
             self.handles.append(module.register_forward_pre_hook(_keep_the_decomposed_path))
 
@@ -199,32 +195,26 @@ class CallTracer:
         info = self.infos.get(id(module))
         if info is None:
             return  # not a module of this model
-        if not self.recording:
-            self._publish_opened(Frame(id(module), info, None, args))
-            return
-        if get_ident() != self.thread:
+        stack = self.stack
+        if not self.recording:  # a call re-run after the forward: published, not recorded
+            frame = Frame(id(module), info, None, args)
+        elif get_ident() != self.thread:
             self.foreign_thread_calls += 1
             return
-        stack = self.stack
-        parent = stack[-1] if stack else None
-        call_index = info.calls
-        info.calls = call_index + 1
-        parts = CallParts(info.path, call_index, info.name, len(stack), info.type_name, info.leaf,
-                          None if parent is None else parent.owner_reference(), call_metadata(args, {}))
-        frame = Frame(id(module), info, parts, args)
-        if self.full:
-            self._open_estimates(frame, parent)
-        self.calls.append(parts)
+        else:
+            parent = stack[-1] if stack else None
+            call_index = info.calls
+            info.calls = call_index + 1
+            parts = CallParts(info.path, call_index, info.name, len(stack), info.type_name, info.leaf,
+                              None if parent is None else parent.owner_reference(), call_metadata(args, {}))
+            frame = Frame(id(module), info, parts, args)
+            if self.full:
+                self._open_estimates(frame, parent)
+            self.calls.append(parts)
         stack.append(frame)
         if self.subscribers:
             for subscriber in self.subscribers:
                 subscriber.call_opened(frame)
-
-    def _publish_opened(self, frame: Frame) -> None:
-        """Push the opened frame and tell the subscribers."""
-        self.stack.append(frame)
-        for subscriber in self.subscribers:
-            subscriber.call_opened(frame)
 
     def _open_estimates(self, frame: Frame, parent: Frame | None) -> None:
         """A full analysis's side of opening a call: ownership, what the module view must observe, operator scope."""
@@ -370,9 +360,3 @@ class CallTracer:
                     return estimate_call(context, call)
             return estimate_call(context, call)
 
-
-def global_hook_pair(pre_hook: Callable[..., Any], post_hook: Callable[..., Any]) -> list[RemovableHandle]:
-    """A global forward pre-hook and a global forward hook (with kwargs, called also when the forward raises): the
-    way the tracer observes module calls."""
-    return [register_module_forward_pre_hook(pre_hook),
-            register_module_forward_hook(post_hook, with_kwargs=True, always_call=True)]

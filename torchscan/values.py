@@ -7,14 +7,10 @@ dataclass instances. The type sets below are the vocabulary; every part of Torch
 walks them here, and nothing else recurses into arguments or outputs:
 
 * `describe` (and `call_metadata`): the report's metadata of a value, its structure and never its contents;
-* `tensors_in`, `tensor_elements` and `map_tensors`: the tensors in a value, their elements, and the value with
-  every tensor replaced (stand-ins, a device move), containers rebuilt as their own type; for stand-ins,
-  `map_tensors` also opens other objects whose attributes hold tensors (`object_attributes`: a KV cache and its
-  layers) and copies them, and `saved_state`/`restore_state` put back what a forward changed in the values the
-  copies share with the caller's;
-* `call_key`: a hashable key of everything a shape-reading formula can see in a call (tensor shapes and dtypes,
-  plain values by type and value, containers item by item), with which storage each tensor shares when asked;
-  the operator cache and the estimate memo price once per key;
+* `tensors_in`, `objects_in`, `tensor_elements` and `map_tensors`: the tensors (or other objects) in a value, their
+  elements, and the value with every tensor replaced (stand-ins, a device move), with `saved_state` and
+  `restore_state` for what a forward changes in the values the stand-ins share with the caller's;
+* `call_key`: the key by which the operator cache and the estimate memo price each distinct call once;
 * `operand_dtypes`: the dtypes of the tensors among a call's operands, for the formulas' arithmetic kind.
 
 The walks test exact types first (a set lookup) and fall back to ``isinstance`` only for subclasses: they run for
@@ -26,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import operator
 import types
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
@@ -76,8 +73,7 @@ def describe(value: Any, _enclosing: tuple[int, ...] = ()) -> dict[str, Any]:
 
 
 def _describe_container(value: Any, kind: str, _enclosing: tuple[int, ...]) -> dict[str, Any]:
-    """A tuple, list, other sequence, namedtuple, mapping or dataclass: its items, unless it encloses itself or nests
-    too deep."""
+    """A container's items, unless it encloses itself or nests too deep."""
     if id(value) in _enclosing:
         return {"kind": "recursive", "type": _type_name(value)}
     if len(_enclosing) >= MAX_DEPTH:
@@ -441,7 +437,7 @@ def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
         return kind(*items) if hasattr(kind, "_fields") else kind(items)
     if kind is dict:
         return {**value, **changed}
-    assign = _set_item if isinstance(value, Mapping) else object.__setattr__
+    assign = operator.setitem if isinstance(value, Mapping) else object.__setattr__
     try:
         new = copy.copy(value)
         for key, item in changed.items():
@@ -450,10 +446,6 @@ def _rebuilt(value: Any, changed: dict[Any, Any]) -> Any:
         raise Unmappable(kind.__qualname__, f"it cannot be rebuilt with its tensors replaced "
                                             f"({type(error).__name__}: {error})") from error
     return new
-
-
-def _set_item(mapping: Any, key: Any, item: Any) -> None:
-    mapping[key] = item
 
 
 # -- state put back -----------------------------------------------------------------------------------------------
@@ -476,8 +468,7 @@ def _save(value: Any, saved: list[tuple[Any, Any]], seen: set[int], depth: int) 
     if isinstance(value, torch.Tensor) or type(value) in PLAIN_TYPES or id(value) in seen or depth >= MAX_DEPTH:
         return
     seen.add(id(value))
-    children = _snapshot(value, saved)
-    for item in children:
+    for item in _snapshot(value, saved):
         _save(item, saved, seen, depth + 1)
 
 

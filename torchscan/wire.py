@@ -6,10 +6,6 @@ result is `torchscan.results.MetricResult`, re-exported here. The schema describ
 name only (``execution``, ``prior_training``, ``custom_modules``): their types (`Execution`, `PriorTraining`,
 `CustomModule`) follow the code that writes them, and the test lists them as not described by the schema.
 
-A layer call is identified by ``(path, call_index)``: `call_key` gives that key of any record that carries both
-(a layer record, a `CallReference`, a training layer, a saved-bytes row), and `index_by_call` and
-`positions_by_call` index a list of such records by it.
-
 This module deliberately does not use ``from __future__ import annotations``: under Python 3.11, TypedDict reads
 ``NotRequired`` only from evaluated annotations, so string annotations would make every field required in
 ``__required_keys__`` (which the test compares with the schema). Forward references are quoted instead.
@@ -18,7 +14,6 @@ This module deliberately does not use ``from __future__ import annotations``: un
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
-from .diagnostics import Severity
 from .results import ROOT_PATH, MetricResult
 
 __all__ = [
@@ -113,6 +108,8 @@ __all__ = [
     "positions_by_call",
 ]
 
+#: How much a diagnostic matters (each code's default: `torchscan.diagnostics.CODES`).
+Severity: TypeAlias = Literal["error", "warning", "info"]
 #: A layer call's identity: ``(path, call_index)``.
 CallKey: TypeAlias = tuple[str, int]
 
@@ -244,7 +241,8 @@ class CallMetadata(TypedDict):
 
 
 class CallReference(TypedDict):
-    """A layer call by identity: a record's ``parent``, an owner in ``metric_owners``, ``memory.peak_at.layer``."""
+    """A layer call by identity: a record's ``parent``, an owner in ``metric_owners``, ``memory.peak_at.layer``; the
+    records of a layer call (in ``layers``, ``training``, ``time``) extend it."""
 
     path: str
     call_index: int
@@ -327,11 +325,9 @@ class LayerMemory(TypedDict):
     live_bytes_at_end: MetricResult
 
 
-class LayerRecord(TypedDict):
+class LayerRecord(CallReference):
     """One module call, in the order the calls started; ``(path, call_index)`` identifies it."""
 
-    path: str
-    call_index: int
     name: str
     depth: int
     type: str
@@ -589,11 +585,9 @@ class TrainingTotals(TypedDict):
     training_peak_bytes: NotRequired[MetricResult]
 
 
-class TrainingLayer(TypedDict):
+class TrainingLayer(CallReference):
     """A layer call's backward FLOPs, joinable with the report's layer record by ``(path, call_index)``."""
 
-    path: str
-    call_index: int
     backward_flops: CallFlops
 
 
@@ -608,9 +602,7 @@ class TrainingMemoryAtPeak(TypedDict):
     buffers: MetricResult
 
 
-class SavedByLayer(TypedDict):
-    path: str
-    call_index: int
+class SavedByLayer(CallReference):
     bytes: MetricResult
 
 
@@ -806,12 +798,10 @@ class TimeStatistics(TypedDict):
     max: float
 
 
-class TimeLayer(TypedDict):
+class TimeLayer(CallReference):
     """A layer call's kernel time, joinable with its layer record by ``(path, call_index)``; the backward fields
     only in a training step's section."""
 
-    path: str
-    call_index: int
     self: TimeStatistics
     inclusive: TimeStatistics
     backward_self: NotRequired[TimeStatistics]
@@ -905,10 +895,4 @@ def index_by_call(records: Iterable[Call]) -> dict[CallKey, Call]:
 
 def positions_by_call(records: Iterable[Mapping[str, Any]]) -> dict[CallKey, int]:
     """The position of each record in ``records`` by ``(path, call_index)``; ``ValueError`` on a repeated key."""
-    positions: dict[CallKey, int] = {}
-    for position, record in enumerate(records):
-        key = call_key(record)
-        if key in positions:
-            raise ValueError(f"more than one layer record for path {key[0]!r}, call_index {key[1]}")
-        positions[key] = position
-    return positions
+    return {key: position for position, key in enumerate(index_by_call(records))}

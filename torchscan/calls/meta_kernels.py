@@ -16,8 +16,9 @@ attention.cpp (the flash kernel's head dimension padded to a multiple of 8, a bo
 rows aligned for the memory-efficient kernel). Where PyTorch prefers cuDNN's attention (a Hopper or Blackwell GPU
 with cuDNN newer than 9.15), the kernel is cuDNN's, which also never allocates the score matrix.
 
-The routing is a `torch.overrides.TorchFunctionMode` entered for the analysis only (`meta_attention`); nothing is
-registered globally.
+The routing is a `torch.overrides.TorchFunctionMode` entered for the analysis only (`meta_attention`): nothing is
+registered globally and nothing is left behind, also when the analysis raises. Calls on other devices, and calls
+CUDA would send to the math path, run unchanged.
 """
 
 from __future__ import annotations

@@ -35,8 +35,9 @@ class PartRow:
 
 def part_rows(owner: str, owner_path: str, breakdown: list[dict[str, Any]]) -> list[PartRow]:
     """The owner's parts in the order its handler reported them."""
-    return [PartRow(owner, ".".join(filter(None, (owner_path, item["module"]))), item["module"], item["part"],
-                    {name: _part_cell(owner, item[name]) for name in SUMMABLE_METRICS if name in item})
+    return [PartRow(owner=owner, path=".".join(filter(None, (owner_path, item["module"]))), module=item["module"],
+                    part=item["part"],
+                    cells={name: _part_cell(owner, item[name]) for name in SUMMABLE_METRICS if name in item})
             for item in breakdown]
 
 

@@ -14,7 +14,8 @@ Two views are derived from the one table: `OPERATOR_FORMULAS` (this module) for 
 Entries here override ``torch.utils.flop_counter.flop_registry`` where both define one. The overrides keep
 PyTorch's dot-product counts and add what TorchScan's conventions also count: bias additions of ``addmm`` and
 convolutions (and their backward's bias gradient), softmax and scaling inside fused attention kernels (and their
-backward kernels), and complex/integer dtype rules.
+backward kernels), and complex/integer dtype rules. Only shapes, dtypes and non-tensor arguments are read, so every
+formula works on the ``meta`` device.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 ``analyze_run(job)`` imports the factory relative to the registry's folder, builds the model, creates its inputs,
 runs `torchscan.crawl_module`, and returns ``{"status": "ok", "report": ...}`` or ``{"status": "failed", "error":
 {...}}``. It never raises for a model's mistakes and never writes files, so any ``concurrent.futures.Executor`` can
-run it. Python warnings raised meanwhile are recorded in the report's ``context.warnings``, not printed.
+run it. Python warnings raised meanwhile are recorded in the report's ``context.warnings``, not printed. A failure
+keeps the traceback frames of the user's own code, relative to the registry folder, and the path of the layer whose
+forward raised.
 """
 
 from __future__ import annotations

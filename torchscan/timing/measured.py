@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import torch
 
@@ -128,13 +128,17 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+#: ``statistics.quantiles``'s method: quartiles of the samples themselves (the extremes are 0% and 100%).
+QUARTILE_METHOD: Final = "inclusive"
+
+
 def spread(samples: Sequence[float]) -> dict[str, float]:
     """``median``, ``q1``, ``q3`` (quartiles, inclusive method), ``iqr`` and the extremes of non-empty ``samples``."""
     ordered = sorted(samples)
     if len(ordered) == 1:
         q1 = q3 = ordered[0]
     else:
-        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")  # the extremes are 0% and 100%
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method=QUARTILE_METHOD)
     return {"median": statistics.median(ordered), "q1": q1, "q3": q3, "iqr": q3 - q1, "min": ordered[0],
             "max": ordered[-1]}
 

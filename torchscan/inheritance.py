@@ -151,4 +151,3 @@ def _spatial_fields_lost(observed: ObservedWork, described: frozenset[str]) -> t
     if not moved <= KEEPS_RECEPTIVE_FIELDS:
         return SPATIAL_METRICS
     return ("effective_padding",) if moved & PADDING else ()
-

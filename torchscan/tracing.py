@@ -359,4 +359,3 @@ class CallTracer:
                 with torch.no_grad():
                     return estimate_call(context, call)
             return estimate_call(context, call)
-

@@ -180,4 +180,3 @@ def _call_of(inputs: Callable[[int], Any], size: int) -> tuple[tuple[Any, ...], 
     if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[1], Mapping)):
         raise TypeError(f"inputs({size}) must return an (args, kwargs) pair, got {type(call).__name__}")
     return tuple(call[0]), dict(call[1])
-

@@ -1,5 +1,8 @@
 """A sharded training step (a report's ``training.parallel``) as plain rows: the plan in words, what one device holds
 at its peak, the collectives, and, when the report has one, the sizing across world sizes (``training.parallel.fit``).
+
+The model page, the standalone report, the catalog's per-device column and the chart of per-device memory against
+world size all read this view, so they cannot disagree on a number.
 """
 
 from __future__ import annotations
@@ -152,8 +155,10 @@ def plan_text(plan: dict[str, Any]) -> str:
     if plan["strategy"] == "hsdp":
         words.append(f"shard groups of {plan['shard_group_size']}")
     precision = plan["mixed_precision"]
-    words += [f"{precision[key]} {what}" for key, what in (("param_dtype", "parameters"), ("reduce_dtype", "reductions"))
-              if precision[key]]
+    if precision["param_dtype"]:
+        words.append(f"{precision['param_dtype']} parameters")
+    if precision["reduce_dtype"]:
+        words.append(f"{precision['reduce_dtype']} reductions")
     if plan["activation_checkpointing"]:
         words.append("activation checkpointing")
     return ", ".join(words)

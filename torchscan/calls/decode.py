@@ -2,8 +2,10 @@
 
 `decode_step_inputs` builds what ``transformers``' ``generate()`` passes to a causal language model for one new
 token; `kv_cache_section` finds such a cache in any analyzed call (by the shape of ``transformers``' Cache API) and
-states the bytes of its keys and values. ``transformers`` is imported only when `decode_step_inputs` runs.
+states the bytes of its keys and values, without importing ``transformers``: it is imported only when
+`decode_step_inputs` runs, so ``import torchscan`` never imports it.
 """
+
 from __future__ import annotations
 
 import inspect

@@ -59,13 +59,8 @@ class ModuleInfo:
         self.name = path.rpartition(".")[2]
         self.calls = 0  # calls of the module so far in this analysis: the next call's call_index
         self.leaf = leaf
-        self.type_name = facts.type_name
-        self.caller = facts.caller
-        self.builtin = facts.builtin
-        self.may_own = facts.may_own
-        self.observes = facts.observes
-        self.prices_direct_work = facts.prices_direct_work
-        self.memoizes = facts.memoizes
+        (self.type_name, self.caller, self.builtin, self.may_own, self.observes, self.prices_direct_work,
+         self.memoizes) = facts
 
 
 #: Modules whose forward takes a fused kernel (calling no child) unless a module hook is attached to them.

@@ -78,17 +78,6 @@ def build_formula_table(custom_mapping: Mapping[Any, Callable[..., Any]]) -> dic
     return {**flop_counter.flop_registry, **OPERATOR_FORMULAS, **caller}
 
 
-class CallOperators(NamedTuple):
-    """What a closed call's operators add up to: its operator FLOPs and operator bytes, each ``direct`` (the
-    operators run in the call outside any child call) and ``inclusive`` (the call and everything under it)."""
-
-    flops: dict[str, MetricResult]
-    bytes: dict[str, MetricResult]
-
-
-_NEW_TUPLE = tuple.__new__
-
-
 class OperatorScope:
     """The operator FLOPs and bytes of one module call (or of everything outside any call), of the operators run
     directly in it and under it (its closed descendants' included), and whether some went uncounted or had unknown
@@ -119,22 +108,26 @@ class OperatorScope:
             if outcome.bytes_unknown:
                 self.bytes_unknown = True
 
-    def close(self, parent: OperatorScope | None) -> CallOperators:
-        """The call's operator FLOPs and bytes, direct and inclusive; the inclusive ones also count for ``parent``."""
-        inclusive = self.inclusive_flops + self.flops
-        uncounted = self.inclusive_uncounted or self.uncounted
-        inclusive_bytes = self.inclusive_bytes + self.bytes
-        bytes_unknown = self.inclusive_bytes_unknown or self.bytes_unknown
+    def close(self, parent: OperatorScope | None) -> None:
+        """End the call: the inclusive figures take in the direct ones and also count for ``parent``. The scope is
+        final from here on; its results are built with the record (`results`), after the forward."""
+        self.inclusive_flops += self.flops
+        self.inclusive_uncounted = self.inclusive_uncounted or self.uncounted
+        self.inclusive_bytes += self.bytes
+        self.inclusive_bytes_unknown = self.inclusive_bytes_unknown or self.bytes_unknown
         if parent is not None:
-            parent.inclusive_flops += inclusive
-            parent.inclusive_uncounted = parent.inclusive_uncounted or uncounted
-            parent.inclusive_bytes += inclusive_bytes
-            parent.inclusive_bytes_unknown = parent.inclusive_bytes_unknown or bytes_unknown
-        # tuple.__new__ directly: a NamedTuple's own __new__ is a Python function (a frame per layer call)
-        return _NEW_TUPLE(CallOperators, ({DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
-                                           INCLUSIVE: flops_result(inclusive, INCLUSIVE, uncounted)},
-                                          {DIRECT: bytes_result(self.bytes, DIRECT, self.bytes_unknown),
-                                           INCLUSIVE: bytes_result(inclusive_bytes, INCLUSIVE, bytes_unknown)}))
+            parent.inclusive_flops += self.inclusive_flops
+            parent.inclusive_uncounted = parent.inclusive_uncounted or self.inclusive_uncounted
+            parent.inclusive_bytes += self.inclusive_bytes
+            parent.inclusive_bytes_unknown = parent.inclusive_bytes_unknown or self.inclusive_bytes_unknown
+
+    def results(self) -> tuple[dict[str, MetricResult], dict[str, MetricResult]]:
+        """A closed call's operator FLOPs and operator bytes, each ``direct`` (the operators run in the call outside
+        any child call) and ``inclusive`` (the call and everything under it)."""
+        return ({DIRECT: flops_result(self.flops, DIRECT, self.uncounted),
+                 INCLUSIVE: flops_result(self.inclusive_flops, INCLUSIVE, self.inclusive_uncounted)},
+                {DIRECT: bytes_result(self.bytes, DIRECT, self.bytes_unknown),
+                 INCLUSIVE: bytes_result(self.inclusive_bytes, INCLUSIVE, self.inclusive_bytes_unknown)})
 
 
 class OperatorCount(NamedTuple):
@@ -194,7 +187,8 @@ class OperatorTotals:
 
 def flops_result(flops: float, scope: Scope, partial: bool) -> MetricResult:
     """Counted operator FLOPs as a result: a lower bound when ``partial`` (some operator was uncounted)."""
-    return (lower_bound if partial else complete)(plain_number(flops), UNIT, scope, OPERATOR_DISPATCH)
+    value = flops if type(flops) is int else plain_number(flops)  # most counts are ints already
+    return (lower_bound if partial else complete)(value, UNIT, scope, OPERATOR_DISPATCH)
 
 
 def bytes_result(nbytes: int, scope: Scope, partial: bool) -> MetricResult:

@@ -16,7 +16,7 @@ from .breakdown import without_metrics
 from .diagnostics import Diagnostic
 from .estimation import CallEstimate
 from .operator_bytes import UNIT as BYTES_UNIT
-from .operators import CallOperators
+from .operators import OperatorScope
 from .results import DIRECT, INCLUSIVE, METRIC_UNITS, MODULE_CALL, is_incomplete, not_requested
 
 #: A ``mode="structure"`` record's metrics, operator FLOPs and operator bytes: every one explicitly not requested.
@@ -35,7 +35,7 @@ class CallOutcome:
     index: int
     estimate: CallEstimate | None
     owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
-    operators: CallOperators  # the call's operator FLOPs and bytes, direct and inclusive
+    operators: OperatorScope  # the call's operator FLOPs and bytes, closed
 
     def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
         """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
@@ -72,7 +72,7 @@ class CallParts:
     depth: int
     type: str
     leaf: bool
-    parent: dict[str, Any] | None  # the enclosing call's reference
+    parent: CallParts | None  # the enclosing call's parts
     input: dict[str, Any]  # the call's argument descriptions
     output: dict[str, Any] | None = None
     outcome: CallOutcome | None = None  # a full analysis's, once the call is settled
@@ -88,9 +88,10 @@ def layer_record(parts: CallParts, parameters: dict[str, int], buffers: dict[str
     """The report's record of one layer call: identity, input and output, statistics, then the outcome's
     estimates and operator FLOPs (every metric explicitly not requested in ``mode="structure"``, which has no
     outcome), then its memory when traced."""
+    parent = None if parts.parent is None else parts.parent.reference()
     record = {"path": parts.path, "call_index": parts.call_index, "name": parts.name, "depth": parts.depth,
-              "type": parts.type, "leaf": parts.leaf, "parent": parts.parent, "input": parts.input,
-              "output": parts.output, "parameters": parameters, "buffers": buffers}
+              "type": parts.type, "leaf": parts.leaf, "parent": parent, "input": parts.input, "output": parts.output,
+              "parameters": parameters, "buffers": buffers}
     outcome = parts.outcome
     if outcome is None:  # each result a copy of its own
         for key, results in NOT_REQUESTED.items():
@@ -113,5 +114,4 @@ def _add_outcome(record: dict[str, Any], outcome: CallOutcome) -> None:
         record["delegated_metrics"] = estimate.delegated
     if estimate and estimate.breakdown:
         record["breakdown"] = estimate.breakdown
-    record["operator_flops"] = outcome.operators.flops
-    record["operator_bytes"] = outcome.operators.bytes
+    record["operator_flops"], record["operator_bytes"] = outcome.operators.results()

@@ -206,7 +206,7 @@ class CallTracer:
             call_index = info.calls
             info.calls = call_index + 1
             parts = CallParts(info.path, call_index, info.name, len(stack), info.type_name, info.leaf,
-                              None if parent is None else parent.owner_reference(), call_metadata(args, {}))
+                              None if parent is None else parent.parts, call_metadata(args, {}))
             frame = Frame(id(module), info, parts, args)
             if self.full:
                 self._open_estimates(frame, parent)
@@ -269,8 +269,8 @@ class CallTracer:
         estimate = self._estimate(frame, call_index, call)
         # dicts of this call's own: an enclosing owner may still take over fields in it
         owners = {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
-        operator_flops = frame.operators.close(self.stack[-1].operators if self.stack else None)
-        outcome = CallOutcome(frame.index, estimate, owners, operator_flops)
+        frame.operators.close(self.stack[-1].operators if self.stack else None)
+        outcome = CallOutcome(frame.index, estimate, owners, frame.operators)
         if frame.pending is None and frame.overlay is None:  # the common case
             self._settled(outcome)
         else:

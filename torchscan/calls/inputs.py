@@ -4,6 +4,7 @@ tensors. (How a call's values are described in the report is `torchscan.values`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import chain
 from typing import Any
 
 import torch
@@ -123,9 +124,8 @@ def require_available(device: torch.device, argument: str = "device") -> None:
 
 def infer_device_and_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """The first parameter's device and dtype, then the first buffer's, then CPU and float32."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device, tensor.dtype
-    return torch.device("cpu"), torch.float32
+    first = next(chain(model.parameters(), model.buffers()), None)
+    return (torch.device("cpu"), torch.float32) if first is None else (first.device, first.dtype)
 
 
 def generate_inputs(shapes: list[tuple[int, ...]], dtypes: list[torch.dtype], device: torch.device

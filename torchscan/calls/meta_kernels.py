@@ -64,14 +64,16 @@ def runs_on_meta(model: torch.nn.Module, args: Any, kwargs: Any) -> bool:
         return True
     # every module's own tensors through a stack: a tenth of the cost of parameters() and buffers(), whose nested
     # generators and shared-tensor bookkeeping run for every analysis
-    pending = [model]
+    pending: list[torch.nn.Module | None] = [model]
     while pending:
         module = pending.pop()
+        if module is None:  # a child registered as None
+            continue
         for tensors in (module._parameters, module._buffers):
             for tensor in tensors.values():
                 if tensor is not None and tensor.is_meta:
                     return True
-        pending.extend(child for child in module._modules.values() if child is not None)
+        pending.extend(module._modules.values())
     return False
 
 

@@ -11,6 +11,7 @@ from torchscan import ModuleHandler, crawl_module
 from torchscan.breakdown import BreakdownError, validate_breakdown
 from torchscan.estimate_memo import EstimateMemo
 from torchscan.estimation import CallEstimate
+from torchscan.operators import OperatorScope
 from torchscan.results import Incomplete, complete, lower_bound, unavailable
 from torchscan.schema import validate_report
 from torchscan.tracing import CallOutcome
@@ -188,12 +189,12 @@ def test_a_replayed_estimate_has_its_own_parts_and_an_owner_covering_it_leaves_t
     memo, module = EstimateMemo(), nn.Identity()
     part = {"part": "a", "module": "", "macs": complete(4, "MACs", "part", "m")}
     memo.store("key", module, CallEstimate(metrics={"macs": complete(4, "MACs", "subtree", "m")}, breakdown=[part]))
-    first, second = (memo.replay("key", module, path, 0) for path in ("x", "y"))
+    first, second = (memo.replay("key", module).copy({"path": path, "call_index": 0}) for path in ("x", "y"))
     assert first.breakdown == second.breakdown == [part] and first.breakdown[0] is not part
-    CallOutcome(0, first, {}, {}).cover(frozenset({"macs"}), {"path": "", "call_index": 0})
+    CallOutcome(0, first, {}, OperatorScope()).cover(frozenset({"macs"}), {"path": "", "call_index": 0})
     assert first.breakdown == [] and "macs" not in first.metrics
     assert second.breakdown == [part] and "macs" in second.metrics and part["macs"]["value"] == 4
-    assert memo.replay("key", module, "z", 0).breakdown == [part]
+    assert memo.replay("key", module).breakdown == [part]
 
 
 def test_a_built_in_fallback_splits_only_the_fields_it_estimated() -> None:

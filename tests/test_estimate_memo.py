@@ -300,16 +300,35 @@ def test_absent_and_present_parameters_and_buffers_are_part_of_the_configuration
     assert module_configuration(norm) != module_configuration(nn.BatchNorm1d(3))
 
 
-def test_replays_have_their_own_containers_and_diagnostics_addressed_to_their_own_call():
-    """An enclosing owner's formula may still drop fields from a replay, and users edit reports: every mapping, list
-    and result of a replay is its own."""
+def test_a_replay_is_the_stored_estimate_and_its_copies_have_their_own_containers_and_diagnostics():
+    """The memo hands the tracer its own object (shared while nothing edits it); an enclosing owner's formula may
+    still drop fields from a replay, and users edit reports: every mapping, list and result of a copy is its own."""
     memo, layer = EstimateMemo(), nn.Linear(3, 3)
     x = torch.ones(3)
     structure = memo.structure(None, NEEDED, layer, (x,), {}, x)
-    memo.store(structure, layer, CallEstimate({"macs": complete(9, "MACs", "module_call", "formula:linear")},
-                                              diagnostics=[{"code": "x", "path": "layer", "call_index": 0}]))
-    first, second = (memo.replay(structure, layer, "layer", index) for index in (1, 2))
+    stored = CallEstimate({"macs": complete(9, "MACs", "module_call", "formula:linear")},
+                          diagnostics=[{"code": "x", "path": "layer", "call_index": 0}])
+    memo.store(structure, layer, stored)
+    assert memo.replay(structure, layer) is memo.replay(structure, layer)
+    first, second = (memo.replay(structure, layer).copy({"path": "layer", "call_index": index}) for index in (1, 2))
     assert first.metrics is not second.metrics and first.metrics["macs"] is not second.metrics["macs"]
-    assert first.metrics == second.metrics
+    assert first.metrics == second.metrics == stored.metrics
     assert first.ownership is not second.ownership and first.delegated is not second.delegated
     assert [item["call_index"] for item in (*first.diagnostics, *second.diagnostics)] == [1, 2]
+
+
+def test_records_of_a_shared_replay_own_their_objects():
+    """A replay without diagnostics stays the memo's object until the records are assembled: each record then gets
+    its own metrics, results, lists and ownership, so editing one record leaves the others as they were."""
+    model = nn.Sequential(nn.Conv2d(2, 2, 3, padding=1), nn.Conv2d(2, 2, 3, padding=1))  # one structure, one configuration
+    report = analyze_call(model, torch.ones(1, 2, 6, 6))
+    first, second = (layer for layer in report["layers"] if layer["path"] in ("0", "1"))
+    assert first["metrics"] == second["metrics"] and not report["diagnostics"]
+    assert first["metrics"] is not second["metrics"]
+    assert first["metric_ownership"] is not second["metric_ownership"]
+    for name, result in first["metrics"].items():
+        assert result is not second["metrics"][name]
+        assert result["value"] is not second["metrics"][name]["value"] or type(result["value"]) is int
+    first["metrics"]["receptive_field"]["value"].append(0)
+    first["metric_ownership"].clear()
+    assert second["metrics"]["receptive_field"]["value"] == [3, 3] and second["metric_ownership"]

@@ -9,14 +9,14 @@ A handler that declares ``memoize=True`` promises that its estimate depends only
   dtypes of its own parameters and buffers.
 
 A call whose module or arguments hold anything else (an object, a nested tensor) is never memoized. Each later
-call with an equal key replays a copy of the estimate, its diagnostics re-addressed to that call. The configuration
+call with an equal key replays the stored estimate: the tracer shares it until the record copies it, or copies it at
+once when the call's estimate may still change or has diagnostics to re-address (`CallEstimate.copy`). The configuration
 is read only once a second call shares a structure, and then once per module and analysis: a model that changes a
 module's attributes between its calls within one forward pass is outside what the memo describes.
 """
 
 from __future__ import annotations
 
-import copy
 import marshal
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -28,7 +28,6 @@ from torch import nn
 from torch.nn.parameter import is_lazy
 
 from .estimation import CallEstimate
-from .results import copied
 from .values import TENSOR_TYPES, Unkeyable, call_key
 
 
@@ -121,9 +120,9 @@ class EstimateMemo:
                 self.configurations[identity] = self.numbers.setdefault(configuration, len(self.numbers))
         return self.configurations[identity]
 
-    def replay(self, structure: Hashable, module: nn.Module, path: str, call_index: int) -> CallEstimate | None:
-        """A copy of the estimate stored for this structure and the module's configuration, its diagnostics about
-        the call at ``path`` and ``call_index``; None when there is none."""
+    def replay(self, structure: Hashable, module: nn.Module) -> CallEstimate | None:
+        """The estimate stored for this structure and the module's configuration (the memo's own object: copy it
+        before anything edits it or a report holds it), or None when there is none."""
         entry = self.entries.get(structure)
         if entry is None:
             return None
@@ -131,13 +130,12 @@ class EstimateMemo:
             first = self.configuration(entry.module)
             entry = self.entries[structure] = {} if first is None else {first: entry.estimate}
         number = self.configuration(module)
-        stored = None if number is None else entry.get(number)
-        return None if stored is None else _copied(stored, {"path": path, "call_index": call_index})
+        return None if number is None else entry.get(number)
 
     def store(self, structure: Hashable, module: nn.Module, estimate: CallEstimate, *, copy: bool = True) -> None:
         """Keep a computed estimate (after `replay` found none for the same call): a copy, unless the caller
         promises (``copy=False``) that nothing edits ``estimate`` or its results until the analysis ends."""
-        kept = _copied(estimate, None) if copy else estimate
+        kept = estimate.copy() if copy else estimate
         entry = self.entries.get(structure)
         if entry is None:
             self.entries[structure] = _First(module, kept)
@@ -145,16 +143,3 @@ class EstimateMemo:
         number = self.configuration(module)
         if number is not None and type(entry) is dict:
             entry[number] = kept
-
-
-def _copied(estimate: CallEstimate, where: dict[str, Any] | None) -> CallEstimate:
-    """The estimate of one more call: its own results and breakdown (a report shares no object between two
-    records), and its diagnostics re-addressed to ``where`` when given."""
-    metrics = {name: copied(result) for name, result in estimate.metrics.items()}
-    breakdown = copy.deepcopy(estimate.breakdown) if estimate.breakdown else []  # mostly none: no deep copy to start
-    replay = CallEstimate(metrics, dict(estimate.ownership), estimate.builtin_owned, list(estimate.delegated),
-                          breakdown=breakdown)
-    if estimate.diagnostics:
-        replay.diagnostics = ([{**item, **where} for item in estimate.diagnostics]  # type: ignore[typeddict-item]
-                              if where is not None else list(estimate.diagnostics))
-    return replay

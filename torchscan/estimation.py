@@ -7,6 +7,7 @@ metrics) or are delegated to descendants (composites) or unavailable (unsupporte
 
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -23,6 +24,7 @@ from .results import (
     SUMMABLE_METRICS,
     UNSUPPORTED_MODULE,
     MetricResult,
+    copied,
     is_incomplete,
     lower_bound,
     unavailable,
@@ -41,6 +43,17 @@ class CallEstimate:
     delegated: list[str] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     breakdown: list[dict[str, Any]] = field(default_factory=list)  # the parts of the estimate (torchscan.breakdown)
+
+    def copy(self, where: dict[str, Any] | None = None) -> CallEstimate:
+        """An estimate of its own, equal to this one: its results, parts and lists copied (a memoized estimate
+        replayed for another call; reports share no mutable object), its diagnostics re-addressed to ``where``."""
+        breakdown = deepcopy(self.breakdown) if self.breakdown else []  # mostly none: no deep copy to start
+        replay = CallEstimate({name: copied(result) for name, result in self.metrics.items()}, dict(self.ownership),
+                              self.builtin_owned, list(self.delegated), breakdown=breakdown)
+        if self.diagnostics:
+            replay.diagnostics = ([{**item, **where} for item in self.diagnostics]  # type: ignore[typeddict-item]
+                                  if where is not None else list(self.diagnostics))
+        return replay
 
 
 class CallContext(NamedTuple):

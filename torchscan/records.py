@@ -36,6 +36,7 @@ class CallOutcome:
     estimate: CallEstimate | None
     owners: dict[str, dict[str, Any]]  # covered field -> the owning ancestor's path and call_index
     operators: OperatorScope  # the call's operator FLOPs and bytes, closed
+    shared: bool = False  # the estimate is the memo's (`torchscan.estimate_memo`): the record copies it
 
     def cover(self, fields: frozenset[str], owner: dict[str, Any]) -> None:
         """An enclosing owner's inclusive formula replaces this call's estimates (and their diagnostics) for
@@ -104,7 +105,7 @@ def layer_record(parts: CallParts, parameters: dict[str, int], buffers: dict[str
 
 
 def _add_outcome(record: dict[str, Any], outcome: CallOutcome) -> None:
-    estimate = outcome.estimate
+    estimate = outcome.estimate.copy() if outcome.estimate and outcome.shared else outcome.estimate
     record["metrics"] = estimate.metrics if estimate else {}
     if estimate and estimate.ownership:
         record["metric_ownership"] = dict(sorted(estimate.ownership.items()))

@@ -266,11 +266,11 @@ class CallTracer:
         """Estimate the closed call (``call`` is None when its forward raised), and write it, or settle it when an
         undecided owner is inside or around it."""
         self.counting.leave()
-        estimate = self._estimate(frame, call_index, call)
+        estimate, shared = self._estimate(frame, call_index, call)
         # dicts of this call's own: an enclosing owner may still take over fields in it
         owners = {name: dict(owner) for name, owner in sorted(frame.covered.items())} if frame.covered else {}
         frame.operators.close(self.stack[-1].operators if self.stack else None)
-        outcome = CallOutcome(frame.index, estimate, owners, frame.operators)
+        outcome = CallOutcome(frame.index, estimate, owners, frame.operators, shared)
         if frame.pending is None and frame.overlay is None:  # the common case
             self._settled(outcome)
         else:
@@ -328,28 +328,30 @@ class CallTracer:
 
     # -- estimation and operators --------------------------------------------------------------------------------
 
-    def _estimate(self, frame: Frame, call_index: int, call: Finished | None) -> CallEstimate | None:
+    def _estimate(self, frame: Frame, call_index: int, call: Finished | None) -> tuple[CallEstimate | None, bool]:
+        """The call's estimate, and whether it is the memo's own (shared until its record copies it)."""
         info, needed = frame.info, frame.needed
         direct, frame.operators.direct_work = frame.operators.direct_work, None  # released with the call's objects
         if not needed:
-            return None
+            return None, False
         if call is not None and plain_container(info.caller, info.builtin, info.leaf, direct):
-            return delegated_estimate(needed)
+            return delegated_estimate(needed), False
         # the first part of the memo's key, for a call that only a memoizing built-in formula estimates
         structure = (None if call is None or not info.memoizes or frame.expanded
                      else self.memo.structure(info.builtin, needed, *call))
-        estimate = None if structure is None else self.memo.replay(structure, call.module,  # type: ignore[union-attr]
-                                                                    info.path, call_index)
-        if estimate is None:
-            context = CallContext(path=info.path, call_index=call_index, type_name=info.type_name,
-                                  leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
-                                  expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
-            estimate = self._computed(context, None if call is None else ModuleCall(*call))
-            if structure is not None:
-                # an outcome that waits in an overlay may be covered (edited) later; written ones never change
-                self.memo.store(structure, call.module, estimate,  # type: ignore[union-attr]
-                                copy=frame.overlay is not None)
-        return estimate
+        stored = None if structure is None else self.memo.replay(structure, call.module)  # type: ignore[union-attr]
+        # an outcome that waits in an overlay may be covered (edited) later; written ones never change
+        if stored is not None and frame.overlay is None and not stored.diagnostics:
+            return stored, True
+        if stored is not None:
+            return stored.copy({"path": info.path, "call_index": call_index}), False
+        context = CallContext(path=info.path, call_index=call_index, type_name=info.type_name,
+                              leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
+                              expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
+        estimate = self._computed(context, None if call is None else ModuleCall(*call))
+        if structure is not None:
+            self.memo.store(structure, call.module, estimate, copy=frame.overlay is not None)  # type: ignore[union-attr]
+        return estimate, False
 
     def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:
         """A new estimate, with operator counting paused: handlers may run tensor operations, which are not the

@@ -2,9 +2,11 @@
 
 While the forward runs, the tracer fills a `CallParts` per call: who it is (path, call index, name, depth, type,
 parent) and what it saw (its input and output descriptions); when the call closes, its `CallOutcome` (estimates,
-owners, operator FLOPs). After the forward, `layer_record` builds the report's record from those parts, the
-module's parameter and buffer statistics (known only once lazy modules have materialized) and, when memory is
-traced, the call's memory: one function, one dict, never edited afterwards.
+owners, the closed operator scope). After the forward, `layer_record` builds the report's record from those parts,
+the module's parameter and buffer statistics (known only once lazy modules have materialized) and, when memory is
+traced, the call's memory: one function, one dict, never edited afterwards. What needs no live tensor (the parent's
+reference, the operator results, the copy of a memoized estimate) is made here rather than inside the hooks, where
+every object costs the model's forward more.
 """
 
 from __future__ import annotations

@@ -340,18 +340,23 @@ class CallTracer:
         structure = (None if call is None or not info.memoizes or frame.expanded
                      else self.memo.structure(info.builtin, needed, *call))
         stored = None if structure is None else self.memo.replay(structure, call.module)  # type: ignore[union-attr]
-        # an outcome that waits in an overlay may be covered (edited) later; written ones never change
-        if stored is not None and frame.overlay is None and not stored.diagnostics:
-            return stored, True
         if stored is not None:
-            return stored.copy({"path": info.path, "call_index": call_index}), False
+            return self._replayed(frame, stored, call_index)
         context = CallContext(path=info.path, call_index=call_index, type_name=info.type_name,
                               leaf=info.leaf, caller=info.caller, builtin=info.builtin, needed=needed,
                               expanded=frame.expanded, direct=direct, opened_by=frame.opened_by)
         estimate = self._computed(context, None if call is None else ModuleCall(*call))
-        if structure is not None:
+        if structure is not None:  # an outcome that waits in an overlay may be covered (edited) later
             self.memo.store(structure, call.module, estimate, copy=frame.overlay is not None)  # type: ignore[union-attr]
         return estimate, False
+
+    @staticmethod
+    def _replayed(frame: Frame, stored: CallEstimate, call_index: int) -> tuple[CallEstimate, bool]:
+        """A memoized estimate for this call: the memo's own object, shared until the record copies it, unless the
+        outcome waits in an overlay (an owner may still cover, that is edit, it) or has diagnostics to re-address."""
+        if frame.overlay is None and not stored.diagnostics:
+            return stored, True
+        return stored.copy({"path": frame.info.path, "call_index": call_index}), False
 
     def _computed(self, context: CallContext, call: ModuleCall | None) -> CallEstimate:
         """A new estimate, with operator counting paused: handlers may run tensor operations, which are not the

@@ -17,7 +17,7 @@ from ..conventions import FLOPS_PER_SLICE
 from ..estimates import every_field
 from .calls import Masks, Tokens, call_arguments, is_native, tokens
 from .token_dependencies import attention_allowed, widest, without_padding
-from .work import SUMMABLE, UNKNOWN, Work, estimates, total, with_breakdown
+from .work import SUMMABLE, UNKNOWN, Work, estimates
 
 # --- formula --------------------------------------------------------------------------------------------------
 
@@ -145,12 +145,9 @@ def estimate_multihead_attention(call: ModuleCall) -> ModuleEstimates:
         return [("", f"attention {name}", work)
                 for name, work in attention_parts(mha, q, k, k.width, v.width, (padding, mask), weights)]
 
-    def work() -> Work:
-        return total([work for _, _, work in parts()])
-
     def width() -> tuple[int, bool]:
         q, k = tokens(query, mha.batch_first), tokens(key, mha.batch_first)
         allowed = attention_allowed(mask, a["is_causal"] is True, mha.num_heads, q.length, k.length)
         return widest(without_padding(allowed, padding, k.length), k.length), True
 
-    return with_breakdown(estimates(call, work, width, query.dtype), call, parts, query.dtype)
+    return estimates(call, parts, width, query.dtype)

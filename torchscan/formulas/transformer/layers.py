@@ -22,7 +22,7 @@ from .blocks import Children
 from .calls import Masks, NativeModule, Tokens, UnsupportedCall, call_arguments, is_native, tokens
 from .parts import Part, decoder_layer_parts, decoder_stack_parts, encoder_layer_parts, encoder_stack_parts
 from .token_dependencies import SelfAttentionLayer, stack_width
-from .work import UNKNOWN, Work, estimates, total, with_breakdown
+from .work import UNKNOWN, Work, estimates, total
 
 # --- work -----------------------------------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ def _encoding(call: ModuleCall, mask_name: str, batch_first: bool, work_of: Enco
     def parts() -> list[Part]:
         return parts_of(children, call.module, tokens(src, batch_first), masks, src.dtype)
 
-    return with_breakdown(estimates(call, work, width, src.dtype), call, parts, src.dtype)
+    return estimates(call, parts, width, src.dtype, work)
 
 
 def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers: Layers,
@@ -141,7 +141,7 @@ def _decoding(call: ModuleCall, batch_first: bool, work_of: DecoderWork, layers:
         return parts_of(children, call.module, tokens(tgt, batch_first), tokens(memory, batch_first), self_masks,
                         cross_masks, tgt.dtype)
 
-    return with_breakdown(estimates(call, work, width, tgt.dtype), call, parts, tgt.dtype)
+    return estimates(call, parts, width, tgt.dtype, work)
 
 
 # --- handlers -------------------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def estimate_transformer(call: ModuleCall, budget: int, children: Children) -> M
                 + decoder_stack_parts(children, model.decoder, target, source, self_masks, cross_masks, tgt.dtype,
                                       "decoder."))
 
-    return with_breakdown(estimates(call, work, width, src.dtype), call, parts, src.dtype)
+    return estimates(call, parts, width, src.dtype, work)
 
 
 #: Module type -> its estimate, given the call, the token-dependency budget and the children's formulas.

@@ -125,32 +125,35 @@ def _bounded(work: Work, dtype: torch.dtype, dropout: bool) -> Work:
     return work
 
 
-def estimates(call: ModuleCall, work: Callable[[], Work], width: Callable[[], tuple[int, bool]],
-              dtype: torch.dtype) -> ModuleEstimates:
-    """The six fields, with the call-wide boundaries applied to the formula's work."""
+def estimates(call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]], width: Callable[[], tuple[int, bool]],
+              dtype: torch.dtype, work: Callable[[], Work] | None = None) -> ModuleEstimates:
+    """The six fields, and the ``breakdown`` of the FLOPs and MACs: ``(module, part, work)`` triples, each under
+    the call-wide boundaries (see `torchscan.breakdown`). The parts are priced once and their sum is the call's work;
+    a call whose parts cannot be listed (`UnsupportedCall`: a custom layer, encoder or decoder) has no breakdown, and
+    ``work`` prices what it can of it (nothing is known without one)."""
+    dropout = _dropout_active(call.module)
     try:
-        counted = work()
+        found = parts()
     except UnsupportedCall:
-        counted = UNKNOWN
-    bounded = _bounded(counted, dtype, _dropout_active(call.module))
-    return {**summable_fields(bounded), **token_fields(width)}
+        found = None
+    counted = total([part for _, _, part in found]) if found is not None else _unlisted(work)
+    fields: ModuleEstimates = {**summable_fields(_bounded(counted, dtype, dropout)), **token_fields(width)}
+    if found is not None:
+        fields["breakdown"] = [_part_fields(module, name, _bounded(part, dtype, dropout)) for module, name, part in found]
+    return fields
+
+
+def _unlisted(work: Callable[[], Work] | None) -> Work:
+    try:
+        return UNKNOWN if work is None else work()
+    except UnsupportedCall:
+        return UNKNOWN
 
 
 #: The metrics a breakdown splits: FLOPs and MACs (the DMAs of attention's intermediates belong to no one part).
 PART_METRICS: tuple[Literal["module_flops", "macs"], ...] = ("module_flops", "macs")
 
 
-def with_breakdown(fields: ModuleEstimates, call: ModuleCall, parts: Callable[[], list[tuple[str, str, Work]]],
-                   dtype: torch.dtype) -> ModuleEstimates:
-    """``fields`` with the ``breakdown`` of its FLOPs and MACs: ``(module, part, work)`` triples whose work adds up
-    to the estimate's, under the same call-wide boundaries (see `torchscan.breakdown`)."""
-    try:
-        found = parts()
-    except UnsupportedCall:
-        return fields
-    breakdown: list[dict[str, Any]] = []
-    dropout = _dropout_active(call.module)
-    for module, name, work in found:
-        values = summable_fields(_bounded(work, dtype, dropout))
-        breakdown.append({"part": name, "module": module, **{key: values[key] for key in PART_METRICS}})
-    return {**fields, "breakdown": breakdown}
+def _part_fields(module: str, name: str, work: Work) -> dict[str, Any]:
+    values = summable_fields(work)
+    return {"part": name, "module": module, **{key: values[key] for key in PART_METRICS}}
